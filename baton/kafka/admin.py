@@ -1,0 +1,62 @@
+"""Idempotent topic administration shared by the local platform, the Airflow hooks and tests."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable
+
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient, NewTopic
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    name: str
+    partitions: int = 1
+    config: dict[str, str] = field(default_factory=dict)
+
+
+class TopicMismatch(RuntimeError):
+    """A topic exists with a different partition count than its spec asks for."""
+
+
+def ensure_topics(bootstrap: str, specs: Iterable[TopicSpec], timeout_s: float = 15.0) -> list[str]:
+    """Create the topics that are missing; "already exists" is success. Returns the names created.
+
+    An existing topic with fewer or more partitions than asked is an error, not a silent pass:
+    offsets vectors and fences are per partition.
+    """
+    specs = list(specs)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    created: list[str] = []
+    futures = admin.create_topics(
+        [NewTopic(s.name, s.partitions, 1, config=dict(s.config)) for s in specs],
+        operation_timeout=timeout_s, request_timeout=timeout_s,
+    )
+    for name, fut in futures.items():
+        try:
+            fut.result()
+            created.append(name)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise
+    existing = admin.list_topics(timeout=timeout_s).topics
+    for s in specs:
+        have = len(existing[s.name].partitions) if s.name in existing else 0
+        if have != s.partitions:
+            raise TopicMismatch(f"topic {s.name!r} has {have} partitions, expected {s.partitions}")
+    return created
+
+
+def delete_topics(bootstrap: str, names: Iterable[str], timeout_s: float = 15.0) -> None:
+    """Delete topics; a topic that does not exist is already deleted."""
+    names = list(names)
+    if not names:
+        return
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for _, fut in admin.delete_topics(names, operation_timeout=timeout_s).items():
+        try:
+            fut.result()
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
+                raise

@@ -1,0 +1,41 @@
+"""Shared fixtures. Integration tests share one real Tansu broker per session; each test uses
+its own uniquely named topics (see `topic_names`) and deletes them afterwards."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from baton.kafka.admin import TopicSpec, delete_topics, ensure_topics
+from baton.local.broker import Broker
+from baton.local.procs import free_port
+
+
+@pytest.fixture(scope="session")
+def broker(tmp_path_factory):
+    b = Broker(state_dir=tmp_path_factory.mktemp("broker"), port=free_port())
+    b.start()
+    yield b
+    b.stop()
+
+
+@pytest.fixture
+def bootstrap(broker) -> str:
+    return broker.bootstrap
+
+
+@pytest.fixture
+def topics(bootstrap):
+    """Factory: topics(name=partitions, ...) creates uniquely suffixed topics, deleted after the test."""
+    made: list[str] = []
+
+    def make(**partitions: int) -> dict[str, str]:
+        suffix = uuid.uuid4().hex[:8]
+        names = {k: f"{k}-{suffix}" for k in partitions}
+        ensure_topics(bootstrap, [TopicSpec(names[k], p) for k, p in partitions.items()])
+        made.extend(names.values())
+        return names
+
+    yield make
+    delete_topics(bootstrap, made)
