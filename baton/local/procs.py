@@ -78,26 +78,35 @@ class Managed:
             time.sleep(0.25)
         raise StartError(f"{what} not healthy after {timeout_s:.0f}s; see {self.log_file}:\n{tail(self.log_file)}")
 
-    def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 30.0) -> bool:
-        """Signal the process group, wait up to timeout_s, then SIGKILL the group. True if it was running."""
+    def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 30.0, leader_only: bool = False) -> bool:
+        """Signal the process group (or only its leader), wait up to timeout_s, then SIGKILL whatever
+        of the group is left. True if it was running."""
         pid = self.pid()
         if pid is None:
             return False
-        stop_group(pid, sig, timeout_s)
+        stop_group(pid, sig, timeout_s, leader_only)
+        _reap(pid)
         self.pid_file.unlink(missing_ok=True)
         return True
 
 
-def stop_group(pid: int, sig: int, timeout_s: float) -> None:
-    """Signal a session leader's process group; kill every member still alive after timeout_s."""
+def stop_group(pid: int, sig: int, timeout_s: float, leader_only: bool = False) -> None:
+    """Signal a session leader (or its whole group); kill every group member alive after timeout_s."""
     try:
         pgid = os.getpgid(pid)
     except ProcessLookupError:
         return
     members = group_members(pgid)
-    _signal_group(pgid, sig)
+    if leader_only:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+    else:
+        _signal_group(pgid, sig)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
+        members |= group_members(pgid)
         if not any(pid_alive(p) for p in members | {pid}):
             return
         time.sleep(0.2)
@@ -117,6 +126,14 @@ def _kill(pid: int) -> None:
     try:
         os.kill(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _reap(pid: int) -> None:
+    """Collect the exit status if pid is our own child, so it does not linger as a zombie."""
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
         pass
 
 

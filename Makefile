@@ -1,0 +1,51 @@
+# Baton: `make demo` (embedded platform + live demo) and `make test` (install + all tests).
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+UV     := $(BIN)/uv
+UV_VERSION := 0.13.9
+STAMP  := $(VENV)/.installed
+
+.PHONY: install test unit demo up down status bench lock clean
+
+# Re-runs only when the lock or the package metadata changed: a repeat `make` installs nothing.
+install: $(STAMP)
+
+$(STAMP): requirements.txt pyproject.toml scripts/check_prereqs.py
+	@command -v $(PYTHON) >/dev/null || { echo "Python 3.11+ is required ($(PYTHON) not found; set PYTHON=...)" >&2; exit 2; }
+	@$(PYTHON) scripts/check_prereqs.py
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@test -x $(UV) || $(BIN)/pip install -q uv==$(UV_VERSION)
+	# sync = exactly the lock: removes anything else (e.g. a stray pyspark-client).
+	$(UV) pip sync -q --python $(BIN)/python requirements.txt
+	$(UV) pip install -q --python $(BIN)/python --no-deps -e .
+	@touch $(STAMP)
+
+test: install
+	$(BIN)/python -m pytest
+
+unit: install
+	$(BIN)/python -m pytest tests/unit
+
+demo: install
+	$(BIN)/python -m baton.local demo
+
+up: install
+	$(BIN)/python -m baton.local up
+
+down:
+	$(BIN)/python -m baton.local down
+
+status:
+	$(BIN)/python -m baton.local status
+
+bench: install
+	$(BIN)/python -m bench
+
+# Re-resolve requirements.in into the lock (needs the registry).
+lock: install
+	$(UV) pip compile -q requirements.in --python-version 3.11 \
+	  --override constraints/overrides.txt --no-header -o requirements.txt
+
+clean:
+	rm -rf $(VENV) .state

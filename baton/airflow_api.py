@@ -1,0 +1,74 @@
+"""A small client for Airflow 3's REST API (/api/v2), used by the demo, tests and backfill scripts."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import httpx
+
+
+class AirflowAPIError(RuntimeError):
+    def __init__(self, status: int, body: str, what: str):
+        super().__init__(f"{what}: HTTP {status}: {body}")
+        self.status, self.body = status, body
+
+
+class AirflowClient:
+    def __init__(self, base_url: str, username: str, password: str, timeout_s: float = 30.0):
+        self.base_url = base_url.rstrip("/")
+        self._auth = (username, password)
+        self._http = httpx.Client(base_url=self.base_url, timeout=timeout_s)
+        self._token: str | None = None
+
+    def _headers(self) -> dict[str, str]:
+        if self._token is None:
+            r = self._http.post("/auth/token", json={"username": self._auth[0], "password": self._auth[1]})
+            if r.status_code >= 300:
+                raise AirflowAPIError(r.status_code, r.text, "login")
+            self._token = r.json()["access_token"]
+        return {"Authorization": f"Bearer {self._token}"}
+
+    def request(self, method: str, path: str, what: str, **kwargs: Any) -> Any:
+        r = self._http.request(method, f"/api/v2{path}", headers=self._headers(), **kwargs)
+        if r.status_code == 401:  # token expired: log in again once
+            self._token = None
+            r = self._http.request(method, f"/api/v2{path}", headers=self._headers(), **kwargs)
+        if r.status_code >= 300:
+            raise AirflowAPIError(r.status_code, r.text, what)
+        return r.json() if r.content else None
+
+    def dags(self) -> list[dict[str, Any]]:
+        return self.request("GET", "/dags", "list DAGs", params={"limit": 100})["dags"]
+
+    def wait_for_dags(self, timeout_s: float = 120.0, prefix: str = "baton_") -> list[dict[str, Any]]:
+        """Wait until the DAG processor has parsed at least one DAG whose id starts with prefix."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            dags = [d for d in self.dags() if d["dag_id"].startswith(prefix)]
+            if dags or time.monotonic() > deadline:
+                return sorted(dags, key=lambda d: d["dag_id"])
+            time.sleep(2)
+
+    def import_errors(self) -> list[dict[str, Any]]:
+        return self.request("GET", "/importErrors", "list import errors")["import_errors"]
+
+    def trigger(self, dag_id: str, conf: dict[str, Any], run_id: str | None = None) -> dict[str, Any]:
+        body: dict[str, Any] = {"conf": conf, "logical_date": None}
+        if run_id:
+            body["dag_run_id"] = run_id
+        return self.request("POST", f"/dags/{dag_id}/dagRuns", f"trigger {dag_id}", json=body)
+
+    def dag_run(self, dag_id: str, run_id: str) -> dict[str, Any]:
+        return self.request("GET", f"/dags/{dag_id}/dagRuns/{run_id}", f"get run {run_id}")
+
+    def wait_for_run(self, dag_id: str, run_id: str, timeout_s: float = 300.0) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            run = self.dag_run(dag_id, run_id)
+            if run["state"] in ("success", "failed") or time.monotonic() > deadline:
+                return run
+            time.sleep(2)
+
+    def close(self) -> None:
+        self._http.close()

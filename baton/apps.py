@@ -1,0 +1,165 @@
+"""The app registry: one YAML file per app under include/apps/, validated on load.
+
+A bad definition is an AppDefinitionError naming the file, the field and the problem; nothing
+that loads a registry with a bad file starts anything.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from baton.kafka.admin import TopicSpec
+from baton.settings import REPO_ROOT
+
+APPS_DIR = REPO_ROOT / "include" / "apps"
+NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,47}$")
+TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
+
+
+class AppDefinitionError(ValueError):
+    def __init__(self, path: Path | str, field_name: str, problem: str):
+        super().__init__(f"{path}: field '{field_name}': {problem}")
+        self.path, self.field, self.problem = str(path), field_name, problem
+
+
+@dataclass(frozen=True)
+class TopicRef:
+    topic: str
+    partitions: int
+
+
+@dataclass(frozen=True)
+class StateSettings:
+    # Rows and bytes the app's state may hold before the health DAG flags it (seed: RocksDB budgets).
+    max_rows: int = 5_000_000
+    max_bytes: int = 2 * 1024**3
+    # Minimum batches Spark keeps (changelog checkpointing snapshot cadence is in spark settings).
+    min_batches_to_retain: int = 20
+
+
+@dataclass(frozen=True)
+class AppDefinition:
+    name: str
+    module: str
+    version: str
+    input: TopicRef
+    output: TopicRef
+    trigger_ms: int = 1000
+    max_records_per_trigger: int = 500_000
+    batch_ms_budget: int = 2000
+    max_lag_records: int = 200_000
+    state: StateSettings = field(default_factory=StateSettings)
+    path: str = ""
+
+    @property
+    def dead_letter_topic(self) -> str:
+        return f"baton.{self.name}.deadletter"
+
+    @property
+    def commits_topic(self) -> str:
+        return f"baton.{self.name}.commits"
+
+    def topics(self) -> list[TopicSpec]:
+        """Every topic this app needs, with its partition count."""
+        return [
+            TopicSpec(self.input.topic, self.input.partitions),
+            TopicSpec(self.output.topic, self.output.partitions),
+            TopicSpec(self.dead_letter_topic, 1),
+            TopicSpec(self.commits_topic, 1),
+        ]
+
+
+def _get(d: dict[str, Any], key: str, typ: type | tuple[type, ...], path: Path, prefix: str = "", default: Any = ...) -> Any:
+    name = f"{prefix}{key}"
+    if key not in d:
+        if default is ...:
+            raise AppDefinitionError(path, name, "is required")
+        return default
+    value = d[key]
+    if isinstance(value, bool) and typ is int or not isinstance(value, typ):
+        want = typ.__name__ if isinstance(typ, type) else " or ".join(t.__name__ for t in typ)
+        raise AppDefinitionError(path, name, f"must be {want}, got {type(value).__name__} {value!r}")
+    return value
+
+
+def _positive(value: int, path: Path, name: str) -> int:
+    if value <= 0:
+        raise AppDefinitionError(path, name, f"must be > 0, got {value}")
+    return value
+
+
+def _topic(d: dict[str, Any], key: str, path: Path) -> TopicRef:
+    section = _get(d, key, dict, path)
+    topic = _get(section, "topic", str, path, f"{key}.")
+    if not TOPIC_RE.match(topic):
+        raise AppDefinitionError(path, f"{key}.topic", f"{topic!r} is not a valid Kafka topic name")
+    partitions = _positive(_get(section, "partitions", int, path, f"{key}."), path, f"{key}.partitions")
+    return TopicRef(topic, partitions)
+
+
+KNOWN_FIELDS = {
+    "name", "module", "version", "input", "output", "trigger_ms", "max_records_per_trigger",
+    "batch_ms_budget", "max_lag_records", "state",
+}
+
+
+def parse_definition(data: Any, path: Path) -> AppDefinition:
+    if not isinstance(data, dict):
+        raise AppDefinitionError(path, "(top level)", "must be a mapping")
+    unknown = sorted(set(data) - KNOWN_FIELDS)
+    if unknown:
+        raise AppDefinitionError(path, unknown[0], f"is not a known field (known: {', '.join(sorted(KNOWN_FIELDS))})")
+    name = _get(data, "name", str, path)
+    if not NAME_RE.match(name):
+        raise AppDefinitionError(path, "name", f"{name!r} must match {NAME_RE.pattern}")
+    module = _get(data, "module", str, path)
+    if not re.match(r"^[A-Za-z_][\w.]*$", module):
+        raise AppDefinitionError(path, "module", f"{module!r} is not a Python module path")
+    state_raw = _get(data, "state", dict, path, default={})
+    state = StateSettings(
+        max_rows=_positive(_get(state_raw, "max_rows", int, path, "state.", StateSettings.max_rows), path, "state.max_rows"),
+        max_bytes=_positive(_get(state_raw, "max_bytes", int, path, "state.", StateSettings.max_bytes), path, "state.max_bytes"),
+        min_batches_to_retain=_positive(
+            _get(state_raw, "min_batches_to_retain", int, path, "state.", StateSettings.min_batches_to_retain),
+            path, "state.min_batches_to_retain",
+        ),
+    )
+    app = AppDefinition(
+        name=name,
+        module=module,
+        version=str(_get(data, "version", (str, int), path)),
+        input=_topic(data, "input", path),
+        output=_topic(data, "output", path),
+        trigger_ms=_positive(_get(data, "trigger_ms", int, path, default=1000), path, "trigger_ms"),
+        max_records_per_trigger=_positive(
+            _get(data, "max_records_per_trigger", int, path, default=500_000), path, "max_records_per_trigger"
+        ),
+        batch_ms_budget=_positive(_get(data, "batch_ms_budget", int, path, default=2000), path, "batch_ms_budget"),
+        max_lag_records=_positive(_get(data, "max_lag_records", int, path, default=200_000), path, "max_lag_records"),
+        state=state,
+        path=str(path),
+    )
+    if app.input.topic == app.output.topic:
+        raise AppDefinitionError(path, "output.topic", "must differ from input.topic")
+    return app
+
+
+def load_definition(path: Path) -> AppDefinition:
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise AppDefinitionError(path, "(file)", f"is not valid YAML: {exc}") from None
+    app = parse_definition(data, path)
+    if app.name != path.stem:
+        raise AppDefinitionError(path, "name", f"{app.name!r} must match the file name {path.stem!r}")
+    return app
+
+
+def load_registry(apps_dir: Path = APPS_DIR) -> dict[str, AppDefinition]:
+    """Every app under apps_dir; any bad file fails the whole load (nothing half-registered)."""
+    return {app.name: app for app in (load_definition(p) for p in sorted(apps_dir.glob("*.yaml")))}

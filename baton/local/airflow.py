@@ -1,0 +1,115 @@
+"""Airflow 3 standalone for the embedded platform: this repo's dags/ and plugins/, examples off,
+parallelism 4, loopback only, one admin user whose password is kept at <state>/airflow/passwords.json.
+
+Standalone is stopped with SIGINT: on SIGTERM it exits without stopping its children.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import sys
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from baton.local.procs import Managed
+from baton.settings import REPO_ROOT
+
+ADMIN_USER = "admin"
+
+
+@dataclass(frozen=True)
+class Airflow:
+    state_dir: Path
+    port: int
+    kafka_bootstrap: str
+    host: str = "127.0.0.1"
+
+    @property
+    def home(self) -> Path:
+        return self.state_dir / "airflow"
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def password_file(self) -> Path:
+        return self.home / "passwords.json"
+
+    @property
+    def proc(self) -> Managed:
+        return Managed("airflow", self.state_dir)
+
+    def password(self) -> str:
+        return json.loads(self.password_file.read_text())[ADMIN_USER]
+
+    def env(self) -> dict[str, str]:
+        """The environment every Airflow process of the platform runs with."""
+        secret_file = self.home / "jwt_secret"
+        venv_bin = str(Path(sys.executable).parent)
+        return {
+            **os.environ,
+            "PATH": f"{venv_bin}:{os.environ.get('PATH', '')}",
+            "AIRFLOW_HOME": str(self.home),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(REPO_ROOT / "dags"),
+            "AIRFLOW__CORE__PLUGINS_FOLDER": str(REPO_ROOT / "plugins"),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__CORE__PARALLELISM": "4",
+            "AIRFLOW__CORE__MAX_ACTIVE_TASKS_PER_DAG": "4",
+            "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{ADMIN_USER}:admin",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(self.password_file),
+            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.url}/execution/",
+            "AIRFLOW__API__HOST": self.host,
+            "AIRFLOW__API__PORT": str(self.port),
+            "AIRFLOW__API__BASE_URL": self.url,
+            "AIRFLOW__API_AUTH__JWT_SECRET": secret_file.read_text().strip() if secret_file.exists() else "",
+            "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "30",
+            "AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK": "True",
+            "BATON_KAFKA_BOOTSTRAP": self.kafka_bootstrap,
+            # Baton's Kafka connection, read by the hooks (argument > connection extra > BATON_* env).
+            "AIRFLOW_CONN_BATON_KAFKA": json.dumps(
+                {"conn_type": "generic", "extra": {"bootstrap.servers": self.kafka_bootstrap}}
+            ),
+            "PYTHONPATH": os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH", "")) if p),
+        }
+
+    def prepare(self) -> None:
+        """Write the admin password and JWT secret once; later `up`s keep them."""
+        self.home.mkdir(parents=True, exist_ok=True)
+        if not self.password_file.exists():
+            self.password_file.write_text(json.dumps({ADMIN_USER: secrets.token_urlsafe(12)}))
+            self.password_file.chmod(0o600)
+        secret_file = self.home / "jwt_secret"
+        if not secret_file.exists():
+            secret_file.write_text(secrets.token_urlsafe(32))
+            secret_file.chmod(0o600)
+
+    def start(self, timeout_s: float = 180.0) -> None:
+        self.prepare()
+        airflow_bin = str(Path(sys.executable).parent / "airflow")
+        self.proc.start([airflow_bin, "standalone"], env=self.env(), cwd=self.home)
+        self.proc.wait_healthy(self.healthy, timeout_s, f"Airflow standalone on {self.url}")
+
+    def health(self) -> dict:
+        try:
+            with urllib.request.urlopen(f"{self.url}/api/v2/monitor/health", timeout=2) as resp:
+                return json.loads(resp.read())
+        except (urllib.error.URLError, OSError, ValueError):
+            return {}
+
+    def healthy(self) -> bool:
+        h = self.health()
+        parts = ("metadatabase", "scheduler", "triggerer", "dag_processor")
+        return bool(h) and all(h.get(p, {}).get("status") == "healthy" for p in parts)
+
+    def running(self) -> bool:
+        return self.proc.pid() is not None
+
+    def stop(self, timeout_s: float = 60.0) -> bool:
+        return self.proc.stop(sig=signal.SIGINT, timeout_s=timeout_s, leader_only=True)

@@ -1,0 +1,71 @@
+"""The embedded platform: broker, Baton's topics, Airflow standalone. up / down / status."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from baton.apps import load_registry
+from baton.kafka.admin import TopicSpec, ensure_topics
+from baton.local.airflow import ADMIN_USER, Airflow
+from baton.local.broker import Broker
+from baton.settings import CONTROL_TOPIC, STATUS_TOPIC, Settings
+
+
+def platform_topics() -> list[TopicSpec]:
+    """The control plane's topics and every registered app's topics."""
+    specs = [
+        # Latest desired state per app; compaction keeps the newest record per key.
+        TopicSpec(CONTROL_TOPIC, 1, {"cleanup.policy": "compact"}),
+        TopicSpec(STATUS_TOPIC, 1),
+    ]
+    for app in load_registry().values():
+        specs.extend(app.topics())
+    return specs
+
+
+@dataclass(frozen=True)
+class Platform:
+    settings: Settings
+
+    @property
+    def broker(self) -> Broker:
+        return Broker(self.settings.state_dir, self.settings.kafka_port)
+
+    @property
+    def airflow(self) -> Airflow:
+        return Airflow(self.settings.state_dir, self.settings.airflow_port, self.settings.kafka_bootstrap)
+
+    def up(self, with_airflow: bool = True, say=print) -> None:
+        # Validate app definitions before starting anything: a bad file must start nothing.
+        topics = platform_topics()
+        say(f"broker: starting Tansu on {self.broker.bootstrap} ...")
+        self.broker.start()
+        created = ensure_topics(self.broker.bootstrap, topics)
+        say(f"topics: {len(topics)} ready ({len(created)} created)")
+        if with_airflow:
+            say(f"airflow: starting standalone on {self.airflow.url} (about a minute) ...")
+            self.airflow.start()
+        say(self.status())
+
+    def down(self, say=print) -> None:
+        # Airflow first: its tasks may talk to the broker while shutting down.
+        if self.airflow.stop():
+            say("airflow: stopped")
+        if self.broker.stop():
+            say("broker: stopped")
+
+    def status(self) -> str:
+        s = self.settings
+        lines = [f"state dir: {s.state_dir}"]
+        b = self.broker
+        if b.running():
+            lines.append(f"broker:  running (pid {b.proc.pid()}), bootstrap {b.bootstrap}, healthy={b.healthy()}")
+        else:
+            lines.append("broker:  stopped")
+        a = self.airflow
+        if a.running():
+            lines.append(f"airflow: running (pid {a.proc.pid()}), UI {a.url}, healthy={a.healthy()}")
+            lines.append(f"         login: {ADMIN_USER} / {a.password()}  (password kept in {a.password_file})")
+        else:
+            lines.append("airflow: stopped")
+        return "\n".join(lines)

@@ -1,0 +1,275 @@
+"""The control-plane record formats: the one definition used by the Spark side and the Airflow side.
+
+Three records travel on Kafka, all JSON with a format version `v`:
+
+- ControlRecord, on the control topic, key = app. Desired state of an app: which slot is active,
+  the role epoch, fences, each slot's desired state and version. Written only by the control plane.
+  `revision` orders writes: a reader applies a record only if its revision is exactly one more than
+  the last applied one, so a stale or duplicated write is ignored by every reader the same way
+  (a compare-and-set on a log). `epoch` is the writer-role epoch: +1 at every cutover.
+- StatusRecord, on the status topic, key = "app/slot". What a slot observed and did, every batch.
+- CommitMarker, on the app's commits topic, key = app. "Emitted up to positions P, batch B, epoch E",
+  produced in the same Kafka transaction as the output rows (invariant 3).
+
+Positions are offset vectors {partition: next offset}, i.e. everything below has been consumed.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Mapping
+
+FORMAT_VERSION = 1
+
+
+class RecordError(ValueError):
+    """A record that cannot be decoded: names the record type and the field."""
+
+
+class Slot(str, enum.Enum):
+    BLUE = "blue"
+    GREEN = "green"
+
+    @property
+    def other(self) -> "Slot":
+        return Slot.GREEN if self is Slot.BLUE else Slot.BLUE
+
+
+class Role(str, enum.Enum):
+    ACTIVE = "active"
+    STANDBY = "standby"
+
+
+class SlotState(str, enum.Enum):
+    """Lifecycle of one slot; the legal moves are in baton.lifecycle.TRANSITIONS."""
+
+    STOPPED = "stopped"
+    STARTING = "starting"
+    RESTORING = "restoring"
+    RUNNING = "running"
+    STOPPING = "stopping"
+    FAILED = "failed"
+
+
+Positions = dict[int, int]
+
+
+def positions_to_json(p: Mapping[int, int] | None) -> dict[str, int] | None:
+    return None if p is None else {str(k): int(v) for k, v in sorted(p.items())}
+
+
+def positions_from_json(raw: Any, what: str) -> Positions | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise RecordError(f"{what}: expected an object of partition -> offset, got {type(raw).__name__}")
+    try:
+        out = {int(k): int(v) for k, v in raw.items()}
+    except (TypeError, ValueError) as exc:
+        raise RecordError(f"{what}: partitions and offsets must be integers ({exc})") from None
+    if any(v < 0 for v in out.values()) or any(k < 0 for k in out):
+        raise RecordError(f"{what}: partitions and offsets must be >= 0")
+    return out
+
+
+def covers(a: Mapping[int, int], b: Mapping[int, int]) -> bool:
+    """True if position vector a is at or beyond b on every partition of b."""
+    return all(a.get(p, 0) >= off for p, off in b.items())
+
+
+@dataclass(frozen=True)
+class SlotSpec:
+    """What the control plane wants of one slot."""
+
+    desired: SlotState = SlotState.STOPPED
+    version: str = ""
+    generation: int = 0
+    # Why the slot is in this state (e.g. the crash-loop guard's reason); shown in the UI.
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class ControlRecord:
+    app: str
+    revision: int
+    epoch: int
+    active: Slot
+    slots: dict[Slot, SlotSpec] = field(default_factory=dict)
+    # When set, every slot stops consuming at exactly these positions (cutover / failover fence).
+    fence: Positions | None = None
+    writer: str = ""
+    ts_ms: int = 0
+
+    def role_of(self, slot: Slot) -> Role:
+        return Role.ACTIVE if slot is self.active else Role.STANDBY
+
+    def key(self) -> bytes:
+        return self.app.encode()
+
+    def to_bytes(self) -> bytes:
+        body = {
+            "v": FORMAT_VERSION,
+            "app": self.app,
+            "revision": self.revision,
+            "epoch": self.epoch,
+            "active": self.active.value,
+            "slots": {s.value: {**asdict(spec), "desired": spec.desired.value} for s, spec in self.slots.items()},
+            "fence": positions_to_json(self.fence),
+            "writer": self.writer,
+            "ts_ms": self.ts_ms,
+        }
+        return json.dumps(body, separators=(",", ":")).encode()
+
+    @classmethod
+    def from_bytes(cls, raw: bytes) -> "ControlRecord":
+        d = _load(raw, "control record")
+        try:
+            slots = {
+                Slot(name): SlotSpec(
+                    desired=SlotState(spec.get("desired", "stopped")),
+                    version=str(spec.get("version", "")),
+                    generation=int(spec.get("generation", 0)),
+                    reason=str(spec.get("reason", "")),
+                )
+                for name, spec in d.get("slots", {}).items()
+            }
+            return cls(
+                app=_req(d, "app", str, "control record"),
+                revision=_req(d, "revision", int, "control record"),
+                epoch=_req(d, "epoch", int, "control record"),
+                active=Slot(_req(d, "active", str, "control record")),
+                slots=slots,
+                fence=positions_from_json(d.get("fence"), "control record field 'fence'"),
+                writer=str(d.get("writer", "")),
+                ts_ms=int(d.get("ts_ms", 0)),
+            )
+        except (ValueError, AttributeError, TypeError) as exc:
+            if isinstance(exc, RecordError):
+                raise
+            raise RecordError(f"control record: {exc}") from None
+
+
+@dataclass(frozen=True)
+class StatusRecord:
+    app: str
+    slot: Slot
+    state: SlotState
+    role: Role
+    epoch_seen: int
+    version: str = ""
+    generation: int = 0
+    batch_id: int = -1
+    processed: Positions = field(default_factory=dict)
+    emitted: Positions | None = None
+    input_rows: int = 0
+    input_rate: float = 0.0
+    processing_rate: float = 0.0
+    batch_ms: int = 0
+    state_rows: int = 0
+    state_bytes: int = 0
+    dead_letters: int = 0
+    restore_ms: int | None = None
+    state_digest: str | None = None
+    error: str = ""
+    pid: int = 0
+    host: str = ""
+    ts_ms: int = 0
+
+    def key(self) -> bytes:
+        return f"{self.app}/{self.slot.value}".encode()
+
+    def to_bytes(self) -> bytes:
+        body = {f.name: getattr(self, f.name) for f in fields(self)}
+        body.update(
+            v=FORMAT_VERSION,
+            slot=self.slot.value,
+            state=self.state.value,
+            role=self.role.value,
+            processed=positions_to_json(self.processed),
+            emitted=positions_to_json(self.emitted),
+        )
+        return json.dumps(body, separators=(",", ":")).encode()
+
+    @classmethod
+    def from_bytes(cls, raw: bytes) -> "StatusRecord":
+        d = _load(raw, "status record")
+        what = "status record"
+        try:
+            kwargs = {f.name: d[f.name] for f in fields(cls) if f.name in d}
+            kwargs.update(
+                app=_req(d, "app", str, what),
+                slot=Slot(_req(d, "slot", str, what)),
+                state=SlotState(_req(d, "state", str, what)),
+                role=Role(_req(d, "role", str, what)),
+                epoch_seen=_req(d, "epoch_seen", int, what),
+                processed=positions_from_json(d.get("processed", {}), f"{what} field 'processed'") or {},
+                emitted=positions_from_json(d.get("emitted"), f"{what} field 'emitted'"),
+            )
+            return cls(**kwargs)
+        except (ValueError, TypeError) as exc:
+            if isinstance(exc, RecordError):
+                raise
+            raise RecordError(f"{what}: {exc}") from None
+
+
+@dataclass(frozen=True)
+class CommitMarker:
+    """Produced inside the output transaction: the output up to `emitted` is committed."""
+
+    app: str
+    generation: int
+    epoch: int
+    slot: Slot
+    batch_id: int
+    emitted: Positions
+    ts_ms: int = 0
+
+    def key(self) -> bytes:
+        return self.app.encode()
+
+    def to_bytes(self) -> bytes:
+        body = {**asdict(self), "v": FORMAT_VERSION, "slot": self.slot.value, "emitted": positions_to_json(self.emitted)}
+        return json.dumps(body, separators=(",", ":")).encode()
+
+    @classmethod
+    def from_bytes(cls, raw: bytes) -> "CommitMarker":
+        d = _load(raw, "commit marker")
+        what = "commit marker"
+        try:
+            return cls(
+                app=_req(d, "app", str, what),
+                generation=_req(d, "generation", int, what),
+                epoch=_req(d, "epoch", int, what),
+                slot=Slot(_req(d, "slot", str, what)),
+                batch_id=_req(d, "batch_id", int, what),
+                emitted=positions_from_json(_req(d, "emitted", dict, what), f"{what} field 'emitted'") or {},
+                ts_ms=int(d.get("ts_ms", 0)),
+            )
+        except ValueError as exc:
+            if isinstance(exc, RecordError):
+                raise
+            raise RecordError(f"{what}: {exc}") from None
+
+
+def _load(raw: bytes, what: str) -> dict[str, Any]:
+    try:
+        d = json.loads(raw)
+    except (ValueError, TypeError) as exc:
+        raise RecordError(f"{what}: not JSON ({exc})") from None
+    if not isinstance(d, dict):
+        raise RecordError(f"{what}: expected a JSON object")
+    v = d.get("v")
+    if v != FORMAT_VERSION:
+        raise RecordError(f"{what}: format version {v!r} is not supported (this build reads {FORMAT_VERSION})")
+    return d
+
+
+def _req(d: Mapping[str, Any], name: str, typ: type, what: str) -> Any:
+    if name not in d:
+        raise RecordError(f"{what}: missing field {name!r}")
+    value = d[name]
+    if typ is int and isinstance(value, bool) or not isinstance(value, typ):
+        raise RecordError(f"{what}: field {name!r} must be {typ.__name__}, got {type(value).__name__}")
+    return value

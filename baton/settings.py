@@ -1,0 +1,48 @@
+"""Platform settings: one place, one precedence.
+
+Precedence (highest first): an explicit argument > environment variable (BATON_*) > default here.
+Airflow hooks add a layer on top: a task argument > the Airflow Connection's extra > these settings.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+# Topics of the control plane, shared by every app.
+CONTROL_TOPIC = "baton.control"
+STATUS_TOPIC = "baton.status"
+
+
+def _env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError(f"environment variable {name}={raw!r} must be an integer") from None
+
+
+@dataclass(frozen=True)
+class Settings:
+    state_dir: Path
+    kafka_port: int
+    airflow_port: int
+    kafka_bootstrap: str
+    spark_master: str
+
+    @classmethod
+    def load(cls) -> "Settings":
+        state_dir = Path(os.environ.get("BATON_HOME", REPO_ROOT / ".state")).resolve()
+        kafka_port = _env_int("BATON_KAFKA_PORT", 29092)
+        return cls(
+            state_dir=state_dir,
+            kafka_port=kafka_port,
+            airflow_port=_env_int("BATON_AIRFLOW_PORT", 28080),
+            kafka_bootstrap=os.environ.get("BATON_KAFKA_BOOTSTRAP", f"127.0.0.1:{kafka_port}"),
+            spark_master=os.environ.get("BATON_SPARK_MASTER", "local[2]"),
+        )

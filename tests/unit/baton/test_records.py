@@ -1,0 +1,61 @@
+"""Round trips and clear errors for the control-plane record formats."""
+
+import json
+
+import pytest
+
+from baton.records import (
+    CommitMarker, ControlRecord, RecordError, Role, Slot, SlotSpec, SlotState, StatusRecord, covers,
+)
+
+
+def test_control_record_round_trip_and_roles():
+    rec = ControlRecord(
+        app="clicks", revision=3, epoch=2, active=Slot.GREEN,
+        slots={Slot.BLUE: SlotSpec(SlotState.RUNNING, "v1", 1), Slot.GREEN: SlotSpec(SlotState.RUNNING, "v2", 1)},
+        fence={0: 10, 1: 7}, writer="airflow", ts_ms=5,
+    )
+    back = ControlRecord.from_bytes(rec.to_bytes())
+    assert back == rec
+    assert back.role_of(Slot.GREEN) is Role.ACTIVE and back.role_of(Slot.BLUE) is Role.STANDBY
+    assert Slot.BLUE.other is Slot.GREEN
+
+
+def test_status_record_round_trip():
+    st = StatusRecord(app="a", slot=Slot.BLUE, state=SlotState.RUNNING, role=Role.STANDBY, epoch_seen=4,
+                      batch_id=9, processed={0: 5}, emitted=None, state_rows=3, restore_ms=120)
+    assert StatusRecord.from_bytes(st.to_bytes()) == st
+    assert st.key() == b"a/blue"
+
+
+def test_commit_marker_round_trip():
+    m = CommitMarker(app="a", generation=1, epoch=2, slot=Slot.BLUE, batch_id=7, emitted={0: 100, 2: 3})
+    assert CommitMarker.from_bytes(m.to_bytes()) == m
+
+
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda d: d.pop("epoch"), "missing field 'epoch'"),
+        (lambda d: d.update(epoch="2"), "field 'epoch' must be int"),
+        (lambda d: d.update(epoch=True), "field 'epoch' must be int"),
+        (lambda d: d.update(v=99), "format version 99"),
+        (lambda d: d.update(fence={"x": 1}), "'fence'"),
+        (lambda d: d.update(active="purple"), "purple"),
+    ],
+)
+def test_bad_control_records_name_the_problem(mutate, message):
+    d = json.loads(ControlRecord(app="a", revision=1, epoch=1, active=Slot.BLUE).to_bytes())
+    mutate(d)
+    with pytest.raises(RecordError, match=message):
+        ControlRecord.from_bytes(json.dumps(d).encode())
+
+
+def test_not_json_is_a_record_error():
+    with pytest.raises(RecordError, match="not JSON"):
+        StatusRecord.from_bytes(b"{oops")
+
+
+def test_covers():
+    assert covers({0: 5, 1: 5}, {0: 5, 1: 4})
+    assert not covers({0: 5}, {0: 5, 1: 1})
