@@ -1,0 +1,94 @@
+"""Reading the control topic as a compare-and-set log.
+
+Records for one app are applied in log order; a record is applied only if its revision is exactly
+one more than the last applied revision (the first applied record may have any revision, since
+compaction may have removed older ones). So a stale writer (revision too low) or a duplicated
+write (revision repeated) is ignored identically by every reader, and a writer knows its write won
+by reading the log back. Shared by the Spark harness (follows its app) and the Airflow hooks.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from baton.records import ControlRecord, RecordError
+
+
+def apply_records(current: ControlRecord | None, records: Iterable[ControlRecord]) -> ControlRecord | None:
+    """Fold control records (one app, log order) into the current desired state."""
+    for rec in records:
+        if current is None or rec.revision == current.revision + 1:
+            current = rec
+    return current
+
+
+def decode_for_app(app: str, key: bytes | None, value: bytes | None) -> ControlRecord | None:
+    """The control record in a message if it is for `app` and well formed; None otherwise.
+
+    A malformed control record is skipped, not fatal: a reader must never crash-loop on the
+    control topic. The writer (the control plane) validates before writing.
+    """
+    if key != app.encode() or value is None:
+        return None
+    try:
+        rec = ControlRecord.from_bytes(value)
+    except RecordError:
+        return None
+    return rec if rec.app == app else None
+
+
+class WriteConflict(RuntimeError):
+    """Another writer applied a record first: re-read the state and decide again."""
+
+
+def read_control(bootstrap: str, app: str, control_topic: str | None = None, timeout_s: float = 15.0) -> ControlRecord | None:
+    """The applied control state of `app`, reading the control topic to its true end."""
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+    from baton.settings import CONTROL_TOPIC
+
+    topic = control_topic or CONTROL_TOPIC
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "baton-control-reader", "enable.auto.commit": False,
+                  "isolation.level": "read_committed", "enable.partition.eof": True})
+    try:
+        c.assign([TopicPartition(topic, 0, 0)])
+        state: ControlRecord | None = None
+        import time
+
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for m in c.consume(10_000, 0.5):
+                if m.error():
+                    if m.error().code() == KafkaError._PARTITION_EOF:
+                        return state
+                    continue
+                rec = decode_for_app(app, m.key(), m.value())
+                if rec is not None:
+                    state = apply_records(state, [rec])
+        raise TimeoutError(f"{topic} not read to its end within {timeout_s}s")
+    finally:
+        c.close()
+
+
+def write_control(bootstrap: str, record: ControlRecord, control_topic: str | None = None) -> ControlRecord:
+    """Append `record` (its revision must be the applied revision + 1) and confirm it was applied.
+
+    Raises WriteConflict if another write won. Writing the same record again after a crash is
+    harmless: its revision no longer follows the applied one, so readers ignore the copy.
+    """
+    from confluent_kafka import Producer
+
+    from baton.settings import CONTROL_TOPIC
+
+    topic = control_topic or CONTROL_TOPIC
+    p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 0})
+    p.produce(topic, record.to_bytes(), record.key())
+    if p.flush(15) != 0:
+        raise TimeoutError(f"control record for {record.app} not acknowledged by the broker")
+    applied = read_control(bootstrap, record.app, topic)
+    if applied != record:
+        raise WriteConflict(
+            f"control write for {record.app} revision {record.revision} lost: applied revision is "
+            f"{applied.revision if applied else None}"
+        )
+    return applied

@@ -1,0 +1,137 @@
+"""Follows the control topic (desired state of this app) and the app's commits topic (what the
+active writer has emitted), without restarting the query, and keeps the source's cap file true.
+
+The cap decides how far this slot's source may read in its next batch:
+- a fence F in the control record: every slot stops at exactly F (cutover / failover);
+- the standby role: the active's last committed position (follow mode: never ahead, invariant 2);
+- the active role, no fence: no cap.
+The cap file is replaced atomically, so the source never reads half a file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from pathlib import Path
+
+from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+from baton.kafka.control_log import apply_records, decode_for_app
+from baton.records import CommitMarker, ControlRecord, Positions, RecordError, Role, Slot
+from baton.settings import CONTROL_TOPIC
+
+
+def compute_cap(control: ControlRecord | None, slot: Slot, marker: CommitMarker | None,
+                partitions: int) -> Positions | None:
+    """The cap for `slot` given the desired state and the last committed marker (None = no cap)."""
+    if control is not None and control.fence is not None:
+        return dict(control.fence)
+    role = control.role_of(slot) if control is not None else Role.STANDBY
+    if role is Role.ACTIVE:
+        return None
+    emitted = marker.emitted if marker is not None else {}
+    return {p: emitted.get(p, 0) for p in range(partitions)}
+
+
+def write_cap_file(path: Path, cap: Positions | None) -> None:
+    """Atomically write the cap (or remove the file: no cap)."""
+    if cap is None:
+        path.unlink(missing_ok=True)
+        return
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps({str(p): o for p, o in sorted(cap.items())}))
+    os.replace(tmp, path)
+
+
+class Follower:
+    def __init__(self, bootstrap: str, app: str, slot: Slot, commits_topic: str, partitions: int,
+                 cap_file: Path, control_topic: str = CONTROL_TOPIC):
+        self.app, self.slot, self.partitions, self.cap_file = app, slot, partitions, cap_file
+        self.control: ControlRecord | None = None
+        self.marker: CommitMarker | None = None
+        self._topics = (control_topic, commits_topic)
+        self._consumer = Consumer({
+            "bootstrap.servers": bootstrap, "group.id": f"baton-follower-{app}-{slot.value}",
+            "enable.auto.commit": False, "isolation.level": "read_committed",
+            "enable.partition.eof": True, "fetch.wait.max.ms": 50,
+        })
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._changed = threading.Condition(self._lock)
+
+    def catch_up(self, timeout_s: float = 30.0) -> None:
+        """Read both topics to their current end and write the cap, before the query starts."""
+        self._consumer.assign([TopicPartition(t, 0, 0) for t in self._topics])
+        at_end: set[str] = set()
+        deadline = time.monotonic() + timeout_s
+        while at_end != set(self._topics):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"control/commits topics not read to their end within {timeout_s}s")
+            for m in self._consumer.consume(10_000, 0.5):
+                if m.error():
+                    if m.error().code() == KafkaError._PARTITION_EOF:
+                        at_end.add(m.topic())
+                    continue
+                self._apply(m)
+        self._publish_cap()
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name=f"baton-follower-{self.slot.value}", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5)
+        self._consumer.close()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            changed = False
+            for m in self._consumer.consume(1000, 0.2):
+                if not m.error():
+                    changed |= self._apply(m)
+            if changed:
+                self._publish_cap()
+
+    def _apply(self, m) -> bool:
+        topic = m.topic()
+        with self._lock:
+            if topic == self._topics[0]:
+                rec = decode_for_app(self.app, m.key(), m.value())
+                if rec is None:
+                    return False
+                before = self.control
+                self.control = apply_records(self.control, [rec])
+                changed = self.control is not before
+            else:
+                if m.key() != self.app.encode():
+                    return False
+                try:
+                    self.marker = CommitMarker.from_bytes(m.value())
+                except RecordError:
+                    return False
+                changed = True
+            if changed:
+                self._changed.notify_all()
+            return changed
+
+    def _publish_cap(self) -> None:
+        with self._lock:
+            cap = compute_cap(self.control, self.slot, self.marker, self.partitions)
+        write_cap_file(self.cap_file, cap)
+
+    def role(self) -> Role:
+        with self._lock:
+            return self.control.role_of(self.slot) if self.control is not None else Role.STANDBY
+
+    def snapshot(self) -> tuple[ControlRecord | None, CommitMarker | None]:
+        with self._lock:
+            return self.control, self.marker
+
+    def wait_for_change(self, timeout_s: float) -> None:
+        with self._changed:
+            self._changed.wait(timeout_s)

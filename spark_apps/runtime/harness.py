@@ -1,0 +1,273 @@
+"""The app harness: every Baton app runs inside it.
+
+It reads the app definition, builds one streaming query per slot (Baton source -> parse -> the app's
+stateful transform, unioned with the dead letters so the input is read once), and in foreachBatch
+emits exactly once when this slot holds the active role, or nothing when it is the standby.
+It follows the control topic without a restart, publishes a status record per batch, and stops
+at a batch boundary on request (control record or SIGTERM).
+
+An app module provides:
+    VALUE_SCHEMA: str                 Spark DDL of the JSON events
+    REQUIRED: tuple[str, ...]         fields that must be present (else dead letter)
+    transform(events) -> DataFrame    stateful; columns `key` and `value` (strings)
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import signal
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+
+from confluent_kafka import Producer
+
+from baton.apps import AppDefinition
+from baton.records import Positions, Role, Slot, SlotState, StatusRecord
+from baton.settings import STATUS_TOPIC
+from spark_apps.runtime.follower import Follower
+from spark_apps.runtime.kafka_sink import TransactionalEmitter, WriterFenced
+
+KIND_OUTPUT, KIND_DEAD = "o", "d"
+
+
+@dataclass
+class SlotPaths:
+    root: Path
+
+    @property
+    def checkpoint(self) -> Path:
+        return self.root / "checkpoint"
+
+    @property
+    def cap_file(self) -> Path:
+        return self.root / "cap.json"
+
+
+def slot_paths(state_dir: Path, app: str, slot: Slot, generation: int) -> SlotPaths:
+    return SlotPaths(state_dir / "slots" / app / slot.value / f"gen-{generation}")
+
+
+def read_offset_log(checkpoint: Path, batch_id: int) -> Positions | None:
+    """End positions of `batch_id` from Spark's offset log (written before the batch runs)."""
+    try:
+        lines = (checkpoint / "offsets" / str(batch_id)).read_text().splitlines()
+    except FileNotFoundError:
+        return None
+    # Line 0 is the log version, line 1 the batch metadata, then one line per source.
+    return {int(k): int(v) for k, v in json.loads(lines[2]).items()}
+
+
+@dataclass
+class Counters:
+    started: float = field(default_factory=time.monotonic)
+    first_batch_ms: int | None = None
+    dead_letters: int = 0
+    emitted_batches: int = 0
+    skipped_batches: int = 0
+
+
+class Harness:
+    def __init__(self, app: AppDefinition, slot: Slot, bootstrap: str, state_dir: Path, generation: int = 0,
+                 spark_conf: dict[str, str] | None = None, starting_offsets: str = "earliest"):
+        self.app, self.slot, self.bootstrap, self.generation = app, slot, bootstrap, generation
+        self.paths = slot_paths(state_dir, app.name, slot, generation)
+        self.paths.root.mkdir(parents=True, exist_ok=True)
+        self.spark_conf = spark_conf or {}
+        self.starting_offsets = starting_offsets
+        self.module: ModuleType = importlib.import_module(app.module)
+        self.follower = Follower(bootstrap, app.name, slot, app.commits_topic, app.input.partitions, self.paths.cap_file)
+        self.emitter = TransactionalEmitter(bootstrap, app.name, slot, generation, app.output.topic,
+                                            app.dead_letter_topic, app.commits_topic)
+        self.status_producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20})
+        self.counters = Counters()
+        self.state = SlotState.STARTING
+        self._stop = threading.Event()
+        self._batch_lock = threading.Lock()
+        self.query = None
+        self.spark = None
+
+    # --- status -------------------------------------------------------------------------------
+    def publish(self, progress: dict | None = None, error: str = "") -> None:
+        control, marker = self.follower.snapshot()
+        role = control.role_of(self.slot) if control else Role.STANDBY
+        st = _status_from_progress(progress) if progress else {}
+        rec = StatusRecord(
+            app=self.app.name, slot=self.slot, state=self.state, role=role,
+            epoch_seen=control.epoch if control else 0, version=self.app.version, generation=self.generation,
+            emitted=dict(marker.emitted) if marker else None, dead_letters=self.counters.dead_letters,
+            restore_ms=self.counters.first_batch_ms, error=error, pid=os.getpid(), host=socket.gethostname(),
+            ts_ms=int(time.time() * 1000), **st,
+        )
+        self.status_producer.produce(STATUS_TOPIC, rec.to_bytes(), rec.key())
+        self.status_producer.poll(0)
+
+    # --- the batch ----------------------------------------------------------------------------
+    def on_batch(self, df, batch_id: int) -> None:
+        with self._batch_lock:
+            table = df.toArrow()
+            kinds = table.column("kind").to_pylist()
+            keys = table.column("key").to_pylist()
+            values = table.column("value").to_pylist()
+            out = [(k, v) for kind, k, v in zip(kinds, keys, values) if kind == KIND_OUTPUT]
+            dead = []
+            if len(out) != len(kinds):
+                reasons = table.column("reason").to_pylist()
+                parts = table.column("src_partition").to_pylist()
+                offs = table.column("src_offset").to_pylist()
+                for kind, k, v, r, p, o in zip(kinds, keys, values, reasons, parts, offs):
+                    if kind == KIND_DEAD:
+                        dead.append((k, v, [("baton.reason", r.encode()),
+                                            ("baton.source", f"{self.app.input.topic}/{p}/{o}".encode())]))
+            self.counters.dead_letters += len(dead)
+            end = read_offset_log(self.paths.checkpoint, batch_id)
+            start = read_offset_log(self.paths.checkpoint, batch_id - 1) if batch_id > 0 else None
+            control, _ = self.follower.snapshot()
+            if control is not None and control.role_of(self.slot) is Role.ACTIVE:
+                self.emitter.acquire(control.epoch)
+                res = self.emitter.emit(batch_id, start or {}, end or {}, out, dead)
+                if res.skipped:
+                    self.counters.skipped_batches += 1
+                else:
+                    self.counters.emitted_batches += 1
+            elif self.emitter.holding:
+                self.emitter.release()
+
+    # --- the query ----------------------------------------------------------------------------
+    def build_query(self):
+        from pyspark.sql import functions as F
+
+        from spark_apps.runtime.kafka_source import KafkaSource
+        from spark_apps.runtime.spark import session
+
+        self.spark = session(f"baton-{self.app.name}-{self.slot.value}", self.app, self.spark_conf)
+        self.spark.dataSource.register(KafkaSource)
+        raw = (self.spark.readStream.format("baton-kafka")
+               .option("bootstrap.servers", self.bootstrap)
+               .option("topic", self.app.input.topic)
+               .option("startingOffsets", self.starting_offsets)
+               .option("maxRecordsPerTrigger", str(self.app.max_records_per_trigger))
+               .option("capFile", str(self.paths.cap_file))
+               .load())
+        mod = self.module
+        parsed = raw.select(
+            "key", "value", "partition", "offset",
+            F.from_json(F.col("value").cast("string"), mod.VALUE_SCHEMA).alias("e"),
+        )
+        missing = [F.when(F.col(f"e.{f}").isNull(), F.lit(f)) for f in mod.REQUIRED]
+        reason = F.when(F.col("e").isNull(), F.lit("not a JSON object")).otherwise(
+            F.concat_ws(", ", *missing))
+        parsed = parsed.withColumn("reason", reason)
+        good = parsed.where(F.col("reason") == "").select("e.*")
+        out = mod.transform(good).select(
+            F.lit(KIND_OUTPUT).alias("kind"),
+            F.col("key").cast("binary").alias("key"), F.col("value").cast("binary").alias("value"),
+            F.lit(None).cast("string").alias("reason"),
+            F.lit(None).cast("int").alias("src_partition"), F.lit(None).cast("long").alias("src_offset"),
+        )
+        dead = parsed.where(F.col("reason") != "").select(
+            F.lit(KIND_DEAD).alias("kind"), F.col("key").cast("binary").alias("key"),
+            F.col("value").cast("binary").alias("value"),
+            F.when(F.col("reason") == "not a JSON object", F.col("reason"))
+             .otherwise(F.concat(F.lit("missing or invalid field(s): "), F.col("reason"))).alias("reason"),
+            F.col("partition").cast("int").alias("src_partition"), F.col("offset").cast("long").alias("src_offset"),
+        )
+        return (out.unionByName(dead).writeStream.outputMode("update")
+                .foreachBatch(self.on_batch)
+                .option("checkpointLocation", str(self.paths.checkpoint))
+                .trigger(processingTime=f"{self.app.trigger_ms} milliseconds"))
+
+    def request_stop(self, *_args) -> None:
+        self._stop.set()
+
+    def run(self) -> int:
+        """Run until stopped; returns a process exit code."""
+        signal.signal(signal.SIGTERM, self.request_stop)
+        self.publish()
+        self.follower.catch_up()
+        self.follower.start()
+        writer = self.build_query()
+        self.spark.streams.addListener(_ProgressListener(self))
+        self.state = SlotState.RESTORING
+        self.publish()
+        self.query = writer.start()
+        code = 0
+        try:
+            while not self._stop.is_set():
+                if self.query.awaitTermination(0.5):
+                    break  # the query ended by itself: an error, reported below
+                control, _ = self.follower.snapshot()
+                spec = control.slots.get(self.slot) if control else None
+                if spec is not None and spec.desired in (SlotState.STOPPED, SlotState.STOPPING):
+                    break
+            self.state = SlotState.STOPPING
+            self.publish()
+            # Stop at a batch boundary: wait for the running batch's sink to finish.
+            with self._batch_lock:
+                self.query.stop()
+            self.state = SlotState.STOPPED
+        except Exception as exc:  # the query failed: report it, exit non-zero
+            self.state = SlotState.FAILED
+            self.publish(error=f"{type(exc).__name__}: {exc}"[:2000])
+            code = 1
+        finally:
+            exc = self.query.exception() if self.query is not None else None
+            if exc is not None and not isinstance(exc, WriterFenced):
+                self.state, code = SlotState.FAILED, 1
+                self.publish(error=str(exc)[:2000])
+            else:
+                self.publish()
+            self.status_producer.flush(5)
+            self.follower.stop()
+            self.emitter.release()
+        return code
+
+
+def _status_from_progress(p: dict) -> dict:
+    ops = p.get("stateOperators") or [{}]
+    sources = p.get("sources") or [{}]
+    end = sources[0].get("endOffset")
+    if isinstance(end, str):
+        end = json.loads(end)
+    return dict(
+        batch_id=int(p.get("batchId", -1)),
+        processed={int(k): int(v) for k, v in (end or {}).items()},
+        input_rows=int(p.get("numInputRows", 0)),
+        input_rate=float(p.get("inputRowsPerSecond") or 0.0),
+        processing_rate=float(p.get("processedRowsPerSecond") or 0.0),
+        batch_ms=int((p.get("durationMs") or {}).get("triggerExecution", 0)),
+        state_rows=int(ops[0].get("numRowsTotal", 0)),
+        # RocksDB's files on disk when reported (the seed's disk budget), else the memory figure.
+        state_bytes=int((ops[0].get("customMetrics") or {}).get("rocksdbSstFileSize") or ops[0].get("memoryUsedBytes", 0)),
+    )
+
+
+class _ProgressListener:
+    """Publishes a status record for every completed batch (runs on the driver)."""
+
+    def __new__(cls, harness: Harness):
+        from pyspark.sql.streaming import StreamingQueryListener
+
+        class Listener(StreamingQueryListener):
+            def onQueryStarted(self, event):
+                pass
+
+            def onQueryProgress(self, event):
+                c = harness.counters
+                if c.first_batch_ms is None:
+                    c.first_batch_ms = int((time.monotonic() - c.started) * 1000)
+                    harness.state = SlotState.RUNNING
+                harness.publish(json.loads(event.progress.json))
+
+            def onQueryIdle(self, event):
+                pass
+
+            def onQueryTerminated(self, event):
+                pass
+
+        return Listener()

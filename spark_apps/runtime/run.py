@@ -1,0 +1,49 @@
+"""Entry point of one slot: `python -m spark_apps.runtime.run --app NAME --slot blue|green`.
+
+Runs under plain `python` (local mode) or spark-submit (a cluster master). Exit code 0 after a
+requested stop, 1 when the query failed, 2 for bad arguments or a bad app definition.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from baton.apps import APPS_DIR, AppDefinitionError, load_definition
+from baton.records import Slot
+from baton.settings import Settings
+
+
+def main(argv: list[str] | None = None) -> int:
+    settings = Settings.load()
+    ap = argparse.ArgumentParser(prog="spark_apps.runtime.run")
+    ap.add_argument("--app", required=True, help="app name (include/apps/<name>.yaml) or a path to a definition")
+    ap.add_argument("--slot", required=True, choices=[s.value for s in Slot])
+    ap.add_argument("--generation", type=int, default=0)
+    ap.add_argument("--bootstrap", default=settings.kafka_bootstrap)
+    ap.add_argument("--state-dir", type=Path, default=settings.state_dir)
+    ap.add_argument("--starting-offsets", default="earliest")
+    ap.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark setting")
+    args = ap.parse_args(argv)
+    path = Path(args.app) if args.app.endswith(".yaml") else APPS_DIR / f"{args.app}.yaml"
+    try:
+        app = load_definition(path)
+    except (AppDefinitionError, FileNotFoundError) as exc:
+        print(f"bad app definition: {exc}", file=sys.stderr)
+        return 2
+    conf = {}
+    for item in args.conf:
+        key, sep, value = item.partition("=")
+        if not sep:
+            print(f"--conf {item!r}: expected KEY=VALUE", file=sys.stderr)
+            return 2
+        conf[key] = value
+    from spark_apps.runtime.harness import Harness
+
+    return Harness(app, Slot(args.slot), args.bootstrap, args.state_dir, args.generation, conf,
+                   args.starting_offsets).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

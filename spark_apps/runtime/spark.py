@@ -1,0 +1,43 @@
+"""The SparkSession every slot runs with: RocksDB state with changelog checkpointing."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from baton.apps import AppDefinition
+
+
+def session_conf(app: AppDefinition) -> dict[str, str]:
+    return {
+        # One shuffle partition per input partition: state is partitioned like the input.
+        "spark.sql.shuffle.partitions": str(app.input.partitions),
+        "spark.sql.streaming.stateStore.providerClass":
+            "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+        # Changelog checkpointing: a batch uploads only its changes; snapshots are made in the
+        # background, so restart replays at most a few changelogs on top of the last snapshot.
+        "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+        "spark.sql.streaming.stateStore.minDeltasForSnapshot": "10",
+        "spark.sql.streaming.minBatchesToRetain": str(app.state.min_batches_to_retain),
+        "spark.sql.streaming.stateStore.rocksdb.boundedMemoryUsage": "true",
+        "spark.sql.streaming.stateStore.rocksdb.maxMemoryUsageMB": "256",
+        "spark.sql.streaming.noDataMicroBatches.enabled": "false",
+        "spark.ui.enabled": "false",
+        "spark.sql.adaptive.enabled": "false",
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+    }
+
+
+def session(name: str, app: AppDefinition, extra: dict[str, str] | None = None):
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    builder = SparkSession.builder.appName(name)
+    if "spark.master" not in (extra or {}) and not os.environ.get("SPARK_MASTER_SET_BY_SUBMIT"):
+        builder = builder.master(os.environ.get("BATON_SPARK_MASTER", "local[2]"))
+    for k, v in {**session_conf(app), **(extra or {})}.items():
+        builder = builder.config(k, v)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    return spark
