@@ -1,0 +1,714 @@
+"""Baton's Kafka source for Spark Structured Streaming (format "baton-kafka").
+
+Built on confluent-kafka (librdkafka) and the Spark 4 Python data source API, because the JVM
+Kafka connector is not available and because owning the source is what makes fences possible
+(see `capfile`).
+
+    from spark_apps.runtime.kafka_source import KafkaSource
+    spark.dataSource.register(KafkaSource)
+    df = (spark.readStream.format("baton-kafka")
+          .option("kafka.bootstrap.servers", "127.0.0.1:9092")
+          .option("topic", "clicks")
+          .option("startingOffsets", "earliest")
+          .load())
+
+Options (Spark lower-cases option keys; any case works):
+  kafka.bootstrap.servers  required ("bootstrap.servers" is accepted as an alias).
+  kafka.<librdkafka key>   any other librdkafka consumer setting, passed through (security etc.).
+  topic                    required, one topic.
+  startingOffsets          "earliest" | "latest" (default) | JSON {"0": 42, "1": 7} naming EVERY
+                           partition (-2 = earliest, -1 = latest for one partition); offsets must lie
+                           within the partition's [earliest, latest]. Only used for a new query:
+                           a restarted query resumes from its checkpoint.
+  startingTimestamp        epoch millis; each partition starts at its first record whose timestamp is
+                           >= the value (the end if there is none). Exclusive with startingOffsets.
+  maxRecordsPerTrigger     admission control: at most this many offsets per micro-batch, split across
+                           partitions in proportion to their backlog (never stalls while data waits).
+  capFile                  path of a JSON file {"0": 120, "1": 99} naming EVERY partition; a batch's
+                           end per partition is min(available end, cap). Absent file = no cap. Read on
+                           every trigger; write it atomically (write + rename). A cap below the
+                           current position holds the partition where it is (never rewinds). This is
+                           how the control plane fences a slot or keeps a standby behind the active.
+  pollTimeoutMs            executor read: fail the task after this long without progress (120000).
+
+Schema: key binary, value binary, topic string, partition int, offset long, timestamp timestamp.
+Key and value are binary (like Spark's own Kafka source): no decoding on the hot path and no crash
+on bytes that are not UTF-8; apps do CAST(value AS STRING) / from_json and route what does not
+parse to their dead-letter topic. The timestamp is the record's timestamp in UTC (null when the
+record carries none).
+
+Offsets are {"<partition>": next offset to read} with partitions in numeric order (Spark compares
+offsets by their JSON text). One Spark input partition per Kafka partition with data in
+[start, end); empty ranges are skipped. Spark's checkpoint is the only record of positions: nothing
+is committed to Kafka (`commit` is a no-op, the fixed group.id exists only because librdkafka
+wants one; there is no group subscription).
+
+End offsets ("latest"), on both Tansu and Apache Kafka:
+  ListOffsets gives a lower bound L of the readable end on both brokers (exact on Kafka, where
+  librdkafka sends the consumer's isolation level so it is the last stable offset; on Tansu 0.6.0
+  it is the last batch's base offset + 1, too low). A long-lived driver-side consumer is then
+  assigned every partition at L and consumes to partition EOF: librdkafka signals EOF when its
+  fetch position reaches the end offset of a Fetch response (the last stable offset for
+  read_committed), and Fetch responses are right on Tansu too. On Kafka this costs one empty
+  fetch per partition; on Tansu it re-reads the rest of the last batch. A partition without EOF
+  within a bound (a producer outrunning the probe) falls back to the furthest position it
+  reached, which is never past the end.
+  `get_watermark_offsets(cached=True)` is not used: it is the high watermark, not the last
+  stable offset, so under read_committed it could place an end inside an open transaction.
+
+Timestamps: OffsetsForTimes is not used because Tansu 0.6.0 answers offset 0 for every timestamp.
+The start offset is found by a binary search over offsets that reads one record per step, which
+is right on every broker provided record timestamps do not decrease within a partition (always
+true for LogAppendTime and for producers stamping wall-clock time in order).
+
+Executors (`read`): a fresh consumer per task, assigned (topic, partition, start), read_committed;
+it stops when the next offset reaches `end`, not after a count, because transaction markers and
+aborted records use offsets but are never delivered. Rows are returned as Arrow record batches
+built column-wise (no per-row Python call beyond librdkafka's accessors).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from bisect import bisect_left
+from operator import itemgetter
+from typing import Any, Iterator, Mapping, Optional, Sequence
+
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import (
+    BinaryType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+log = logging.getLogger(__name__)
+
+FORMAT = "baton-kafka"
+GROUP_ID = "baton-source"
+
+SCHEMA = StructType([
+    StructField("key", BinaryType()),
+    StructField("value", BinaryType()),
+    StructField("topic", StringType()),
+    StructField("partition", IntegerType()),
+    StructField("offset", LongType()),
+    StructField("timestamp", TimestampType()),
+])
+
+EARLIEST, LATEST = -2, -1  # per-partition markers in a startingOffsets JSON, as in Spark's source
+
+# Executor read tuning. CHUNK bounds one consume() call and one Arrow batch. TAIL_WAIT_S bounds
+# a consume() that cannot fill up: consume(n) returns early only once n messages (or events)
+# are queued, and a range ending in transaction markers holds fewer than n messages.
+CHUNK = 10_000
+TAIL_WAIT_S = 0.05
+DEFAULT_POLL_TIMEOUT_MS = 120_000
+PROBE_TIMEOUT_S = 10.0
+METADATA_TIMEOUT_S = 15.0
+
+
+# --------------------------------------------------------------------------------------------
+# Options
+
+
+class SourceOptions:
+    """Parsed, validated options (everything but what needs the broker)."""
+
+    __slots__ = ("bootstrap", "topic", "starting", "starting_timestamp", "max_records",
+                 "cap_file", "poll_timeout_s", "kafka_conf")
+
+    def __init__(self, bootstrap: str, topic: str, starting: Any, starting_timestamp: Optional[int],
+                 max_records: Optional[int], cap_file: Optional[str], poll_timeout_s: float,
+                 kafka_conf: dict[str, str]):
+        self.bootstrap = bootstrap
+        self.topic = topic
+        self.starting = starting  # "earliest" | "latest" | {partition: offset or EARLIEST/LATEST}
+        self.starting_timestamp = starting_timestamp
+        self.max_records = max_records
+        self.cap_file = cap_file
+        self.poll_timeout_s = poll_timeout_s
+        self.kafka_conf = kafka_conf
+
+    def __getstate__(self):
+        return {k: getattr(self, k) for k in self.__slots__}
+
+    def __setstate__(self, state):
+        for k, v in state.items():
+            setattr(self, k, v)
+
+
+def _positive_int(name: str, raw: str) -> int:
+    try:
+        v = int(str(raw).strip())
+    except ValueError:
+        raise ValueError(f"option {name!r} must be a positive integer, got {raw!r}") from None
+    if v <= 0:
+        raise ValueError(f"option {name!r} must be a positive integer, got {raw!r}")
+    return v
+
+
+def _parse_partition_json(name: str, raw: str, topic: str, allow_markers: bool) -> dict[int, int]:
+    """{"0": 42, "1": 7} (or Spark's {"<topic>": {...}}) -> {0: 42, 1: 7}."""
+    try:
+        obj = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"option {name!r} is not valid JSON ({exc.msg}): {raw!r}") from None
+    if isinstance(obj, dict) and len(obj) == 1 and isinstance(obj.get(topic), dict):
+        obj = obj[topic]
+    if not isinstance(obj, dict) or not obj:
+        raise ValueError(f"option {name!r} must be a non-empty JSON object of partition -> offset, got {raw!r}")
+    out: dict[int, int] = {}
+    for k, v in obj.items():
+        try:
+            p = int(k)
+        except (TypeError, ValueError):
+            raise ValueError(f"option {name!r}: partition key {k!r} is not an integer") from None
+        if p < 0:
+            raise ValueError(f"option {name!r}: partition {k!r} is negative")
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise ValueError(f"option {name!r}: offset for partition {k!r} must be an integer, got {v!r}")
+        if v < 0 and not (allow_markers and v in (EARLIEST, LATEST)):
+            raise ValueError(f"option {name!r}: offset for partition {k!r} must be >= 0, got {v}")
+        out[p] = v
+    return out
+
+
+def parse_options(options: Mapping[str, str]) -> SourceOptions:
+    """Validate options; every error is a ValueError naming the option."""
+    opts = {str(k).lower(): v for k, v in dict(options).items()}
+    bootstrap = opts.pop("kafka.bootstrap.servers", None)
+    alias = opts.pop("bootstrap.servers", None)
+    if bootstrap and alias and bootstrap != alias:
+        raise ValueError("options 'kafka.bootstrap.servers' and 'bootstrap.servers' disagree; give one")
+    bootstrap = bootstrap or alias
+    if not bootstrap:
+        raise ValueError("option 'kafka.bootstrap.servers' is required")
+    topic = (opts.pop("topic", None) or "").strip()
+    if not topic:
+        raise ValueError("option 'topic' is required (one topic name)")
+    if "," in topic:
+        raise ValueError(f"option 'topic' takes one topic, got {topic!r}")
+
+    raw_start = opts.pop("startingoffsets", None)
+    raw_ts = opts.pop("startingtimestamp", None)
+    if raw_start is not None and raw_ts is not None:
+        raise ValueError("options 'startingOffsets' and 'startingTimestamp' are exclusive; give one")
+    starting_timestamp = None
+    starting: Any = "latest"
+    if raw_ts is not None:
+        try:
+            starting_timestamp = int(str(raw_ts).strip())
+        except ValueError:
+            raise ValueError(f"option 'startingTimestamp' must be epoch milliseconds, got {raw_ts!r}") from None
+        if starting_timestamp < 0:
+            raise ValueError(f"option 'startingTimestamp' must be >= 0, got {raw_ts!r}")
+        starting = None
+    elif raw_start is not None:
+        s = str(raw_start).strip()
+        if s.lower() in ("earliest", "latest"):
+            starting = s.lower()
+        elif s.startswith("{"):
+            starting = _parse_partition_json("startingOffsets", s, topic, allow_markers=True)
+        else:
+            raise ValueError(
+                f"option 'startingOffsets' must be 'earliest', 'latest' or a JSON object "
+                f"{{\"<partition>\": <offset>}}, got {raw_start!r}")
+
+    raw_max = opts.pop("maxrecordspertrigger", None)
+    max_records = _positive_int("maxRecordsPerTrigger", raw_max) if raw_max is not None else None
+    cap_file = opts.pop("capfile", None) or None
+    raw_poll = opts.pop("polltimeoutms", None)
+    poll_ms = _positive_int("pollTimeoutMs", raw_poll) if raw_poll is not None else DEFAULT_POLL_TIMEOUT_MS
+
+    kafka_conf: dict[str, str] = {}
+    for k in list(opts):
+        if k.startswith("kafka."):
+            key = k[len("kafka."):]
+            if key in _OWNED_CONF:
+                raise ValueError(f"option {k!r} is set by the source and cannot be overridden")
+            kafka_conf[key] = opts.pop(k)
+    # Anything left (e.g. a misspelt option) is ignored with a warning rather than an error, since
+    # Spark itself may add options (e.g. "path").
+    for k in opts:
+        if k != "path":
+            log.warning("baton-kafka: ignoring unknown option %r", k)
+    return SourceOptions(bootstrap, topic, starting, starting_timestamp, max_records, cap_file,
+                         poll_ms / 1000.0, kafka_conf)
+
+
+_OWNED_CONF = {"group.id", "enable.auto.commit", "enable.partition.eof", "isolation.level",
+               "auto.offset.reset", "enable.auto.offset.store"}
+
+
+# --------------------------------------------------------------------------------------------
+# Pure offset arithmetic (unit-tested without a broker)
+
+
+def offsets_to_json(offsets: Mapping[int, int]) -> dict[str, int]:
+    """{1: 7, 0: 42} -> {"0": 42, "1": 7}: numeric partition order, so equal offsets are equal JSON."""
+    return {str(p): int(offsets[p]) for p in sorted(offsets)}
+
+
+def offsets_from_json(offsets: Mapping[str, Any]) -> dict[int, int]:
+    return {int(p): int(o) for p, o in offsets.items()}
+
+
+def resolve_starting(spec: dict[int, int], partitions: Sequence[int], lows: Mapping[int, int],
+                     ends: Mapping[int, int]) -> dict[int, int]:
+    """Check a startingOffsets JSON against the topic and resolve the -2/-1 markers."""
+    unknown = sorted(set(spec) - set(partitions))
+    if unknown:
+        raise ValueError(f"option 'startingOffsets' names partitions {unknown} that the topic does not have "
+                         f"(it has {sorted(partitions)})")
+    missing = sorted(set(partitions) - set(spec))
+    if missing:
+        raise ValueError(f"option 'startingOffsets' must name every partition; missing {missing}")
+    out = {}
+    for p in sorted(partitions):
+        o = spec[p]
+        if o == EARLIEST:
+            o = lows[p]
+        elif o == LATEST:
+            o = ends[p]
+        elif not lows[p] <= o <= ends[p]:
+            raise ValueError(f"option 'startingOffsets': offset {o} for partition {p} is outside the "
+                             f"partition's available range [{lows[p]}, {ends[p]}]")
+        out[p] = o
+    return out
+
+
+def parse_cap(text: str, partitions: Sequence[int], path: str = "capFile") -> dict[int, int]:
+    """The cap file's JSON -> {partition: cap}; it must name exactly the topic's partitions."""
+    spec = _parse_partition_json(f"capFile ({path})", text, "", allow_markers=False)
+    unknown = sorted(set(spec) - set(partitions))
+    missing = sorted(set(partitions) - set(spec))
+    if unknown or missing:
+        raise ValueError(f"option 'capFile' ({path}) must name every partition of the topic "
+                         f"{sorted(partitions)}: missing {missing}, unknown {unknown}")
+    return spec
+
+
+def read_cap(path: str, partitions: Sequence[int], attempts: int = 3) -> Optional[dict[int, int]]:
+    """Read the cap file; None when it does not exist. A torn read is retried briefly."""
+    for i in range(attempts):
+        try:
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
+        except FileNotFoundError:
+            return None
+        try:
+            return parse_cap(text, partitions, path)
+        except ValueError:
+            if i == attempts - 1:
+                raise
+            time.sleep(0.05)
+    return None  # unreachable
+
+
+def split_limit(backlog: Mapping[int, int], limit: int) -> dict[int, int]:
+    """Share `limit` offsets across partitions in proportion to their backlog.
+
+    Largest-remainder apportionment: the result never exceeds a partition's backlog, sums to
+    min(limit, total backlog) exactly, and is therefore > 0 whenever anything is waiting (a
+    batch always makes progress, even when limit < number of partitions). Ties go to the lower
+    partition number, so the split is deterministic.
+    """
+    if limit <= 0:
+        raise ValueError("limit must be positive")
+    total = sum(backlog.values())
+    if total <= limit:
+        return dict(backlog)
+    share = {p: limit * b // total for p, b in backlog.items()}
+    left = limit - sum(share.values())
+    by_remainder = sorted(backlog, key=lambda p: (-(limit * backlog[p] % total), p))
+    for p in by_remainder:
+        if left == 0:
+            break
+        if share[p] < backlog[p]:
+            share[p] += 1
+            left -= 1
+    return share
+
+
+def plan_end(start: Mapping[int, int], available: Mapping[int, int], *,
+             cap: Optional[Mapping[int, int]] = None, max_records: Optional[int] = None,
+             target: Optional[Mapping[int, int]] = None) -> dict[int, int]:
+    """A batch's end offsets: available, bounded by cap and the availableNow target, never below
+    start (no rewind), then admission control. Partitions only in `available` start at their
+    `start` entry, which the caller fills in (new partitions)."""
+    end: dict[int, int] = {}
+    for p in sorted(available):
+        s = start[p]
+        upper = available[p]
+        if cap is not None:
+            upper = min(upper, cap[p])
+        if target is not None and p in target:
+            upper = min(upper, target[p])
+        end[p] = max(s, upper)
+    for p in start:
+        if p not in end:  # a partition that vanished from metadata keeps its position
+            end[p] = start[p]
+    if max_records is not None:
+        backlog = {p: end[p] - start[p] for p in end if end[p] > start[p]}
+        if backlog:
+            share = split_limit(backlog, max_records)
+            for p, n in share.items():
+                end[p] = start[p] + n
+    return {p: end[p] for p in sorted(end)}
+
+
+class KafkaInputPartition(InputPartition):
+    """Offsets [start, end) of one Kafka partition: one Spark task."""
+
+    def __init__(self, topic: str, partition: int, start: int, end: int):
+        super().__init__((partition, start, end))
+        self.topic = topic
+        self.partition = partition
+        self.start = start
+        self.end = end
+
+    def __repr__(self) -> str:
+        return f"KafkaInputPartition({self.topic}[{self.partition}] {self.start}..{self.end})"
+
+
+def plan_partitions(topic: str, start: Mapping[int, int], end: Mapping[int, int]) -> list[KafkaInputPartition]:
+    return [KafkaInputPartition(topic, p, start[p], end[p]) for p in sorted(end) if end[p] > start.get(p, end[p])]
+
+
+# --------------------------------------------------------------------------------------------
+# The source
+
+
+class KafkaSource(DataSource):
+    """Register with `spark.dataSource.register(KafkaSource)`; use format "baton-kafka"."""
+
+    @classmethod
+    def name(cls) -> str:
+        return FORMAT
+
+    def schema(self) -> StructType:
+        return SCHEMA
+
+    def streamReader(self, schema: StructType) -> "KafkaStreamReader":
+        if [(f.name, f.dataType) for f in schema.fields] != [(f.name, f.dataType) for f in SCHEMA.fields]:
+            raise ValueError(f"{FORMAT} has a fixed schema ({SCHEMA.simpleString()}); got {schema.simpleString()}")
+        return KafkaStreamReader(parse_options(self.options))
+
+
+def _fatal(err) -> bool:
+    """Consumer errors that no retry will fix. Transport errors are left to librdkafka's retries
+    (and the read's no-progress timeout)."""
+    from confluent_kafka import KafkaError
+
+    if err.fatal():
+        return True
+    return err.code() not in (KafkaError._PARTITION_EOF, KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN,
+                              KafkaError._TIMED_OUT, KafkaError._RESOLVE, KafkaError.NOT_LEADER_FOR_PARTITION,
+                              KafkaError.LEADER_NOT_AVAILABLE, KafkaError.REQUEST_TIMED_OUT) and not err.retriable()
+
+
+class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Runs in three processes (Spark's source runner on the driver, the planner, the executors),
+    each with its own copy: Kafka clients are created lazily and dropped when pickled."""
+
+    def __init__(self, options: SourceOptions):
+        self.opts = options
+        self._probe = None  # driver-side consumer for end offsets and timestamp search
+        self._latest: Optional[dict[int, int]] = None  # last available ends seen (uncapped)
+        self._lows: dict[int, int] = {}
+        self._target: Optional[dict[int, int]] = None  # Trigger.AvailableNow bound
+
+    # -- pickling: never ship a client
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state["_probe"] = None
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+
+    # -- clients
+    def _conf(self, **tuning) -> dict:
+        """Consumer settings: the source's own (not overridable: parse_options rejects them), then
+        per-role tuning, then the user's kafka.* pass-through (which may override the tuning)."""
+        conf = {
+            "bootstrap.servers": self.opts.bootstrap,
+            "group.id": GROUP_ID,  # required by librdkafka; no subscription, nothing committed
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "isolation.level": "read_committed",
+            "enable.partition.eof": True,
+            "auto.offset.reset": "error",  # a position that no longer exists fails, never skips
+        }
+        conf.update(tuning)
+        conf.update(self.opts.kafka_conf)
+        return conf
+
+    def _consumer(self):
+        if self._probe is None:
+            from confluent_kafka import Consumer
+
+            self._probe = Consumer(self._conf(**{"fetch.wait.max.ms": 10}))
+        return self._probe
+
+    # -- metadata and offsets (driver)
+    def _partition_ids(self) -> list[int]:
+        md = self._consumer().list_topics(self.opts.topic, timeout=METADATA_TIMEOUT_S)
+        t = md.topics.get(self.opts.topic)
+        if t is None or t.error is not None or not t.partitions:
+            why = f" ({t.error})" if t is not None and t.error is not None else ""
+            raise ValueError(f"option 'topic': topic {self.opts.topic!r} does not exist{why}")
+        return sorted(t.partitions)
+
+    def _watermarks(self, parts: Sequence[int]) -> tuple[dict[int, int], dict[int, int]]:
+        """(low, ListOffsets end) per partition: the end is a lower bound of the readable end."""
+        from confluent_kafka import TopicPartition
+
+        c = self._consumer()
+        lows, ends = {}, {}
+        for p in parts:
+            lo, hi = c.get_watermark_offsets(TopicPartition(self.opts.topic, p), timeout=METADATA_TIMEOUT_S,
+                                             cached=False)
+            lows[p], ends[p] = lo, hi
+        self._lows.update(lows)
+        return lows, ends
+
+    def available_ends(self, parts: Sequence[int]) -> dict[int, int]:
+        """Exact readable end per partition: ListOffsets lower bound, then consume to EOF."""
+        from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
+        _, bound = self._watermarks(parts)
+        c = self._consumer()
+        topic = self.opts.topic
+        reached = dict(bound)
+        eof: dict[int, int] = {}
+        c.assign([TopicPartition(topic, p, bound[p]) for p in parts])
+        try:
+            deadline = time.monotonic() + PROBE_TIMEOUT_S
+            while len(eof) < len(parts) and time.monotonic() < deadline:
+                for m in c.consume(100_000, 0.01):
+                    err = m.error()
+                    p = m.partition()
+                    if err is None:
+                        if m.offset() + 1 > reached[p]:
+                            reached[p] = m.offset() + 1
+                    elif err.code() == KafkaError._PARTITION_EOF:
+                        eof.setdefault(p, m.offset())
+                    elif _fatal(err):
+                        raise KafkaException(err)
+            if len(eof) < len(parts):
+                for tp in c.position([TopicPartition(topic, p) for p in parts if p not in eof]):
+                    if tp.offset > reached[tp.partition]:
+                        reached[tp.partition] = tp.offset
+                log.warning("baton-kafka: no partition EOF within %.0fs for %s; using positions reached",
+                            PROBE_TIMEOUT_S, sorted(set(parts) - set(eof)))
+        finally:
+            c.unassign()
+        return {p: eof.get(p, reached[p]) for p in parts}
+
+    def _first_record(self, p: int, offset: int, end: int) -> Optional[tuple[int, int]]:
+        """(offset, timestamp ms) of the first record at >= offset and < end, or None."""
+        from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
+        if offset >= end:
+            return None
+        c = self._consumer()
+        tp = TopicPartition(self.opts.topic, p, offset)
+        c.assign([tp])
+        try:
+            deadline = time.monotonic() + self.opts.poll_timeout_s
+            while time.monotonic() < deadline:
+                for m in c.consume(1, TAIL_WAIT_S):
+                    err = m.error()
+                    if err is None:
+                        return (m.offset(), m.timestamp()[1]) if m.offset() < end else None
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        if m.offset() >= end:
+                            return None
+                    elif _fatal(err):
+                        raise KafkaException(err)
+                pos = c.position([tp])[0].offset
+                if pos >= end:
+                    return None
+            raise TimeoutError(f"{self.opts.topic}[{p}]: no record between {offset} and {end} "
+                               f"within {self.opts.poll_timeout_s:.0f}s")
+        finally:
+            c.unassign()
+
+    def offset_for_timestamp(self, p: int, ts_ms: int, low: int, end: int) -> int:
+        """Smallest offset o such that every record at >= o has timestamp >= ts_ms (assuming
+        timestamps do not decrease within the partition): binary search, one record per step."""
+        lo, hi = low, end
+        while lo < hi:
+            mid = (lo + hi) // 2
+            rec = self._first_record(p, mid, end)
+            if rec is None or rec[1] >= ts_ms:
+                hi = mid
+            else:
+                lo = rec[0] + 1
+        return lo
+
+    # -- DataSourceStreamReader
+    def initialOffset(self) -> dict:
+        parts = self._partition_ids()
+        o = self.opts
+        if o.starting == "earliest":
+            lows, _ = self._watermarks(parts)
+            start = lows
+        elif o.starting == "latest":
+            start = self.available_ends(parts)
+        else:
+            ends = self.available_ends(parts)
+            lows = {p: self._lows[p] for p in parts}
+            if o.starting_timestamp is not None:
+                start = {p: self.offset_for_timestamp(p, o.starting_timestamp, lows[p], ends[p]) for p in parts}
+            else:
+                start = resolve_starting(o.starting, parts, lows, ends)
+        return offsets_to_json(start)
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.opts.max_records is not None:
+            return ReadMaxRows(self.opts.max_records)
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = self.available_ends(self._partition_ids())
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        parts = self._partition_ids()
+        available = self.available_ends(parts)
+        self._latest = available
+        begin = offsets_from_json(start)
+        for p in parts:
+            if p not in begin:  # a partition added since the query started: read it from its start
+                begin[p] = self._lows[p]
+        behind = {p: (begin[p], available[p]) for p in available if available[p] < begin[p]}
+        if behind:  # recreated or truncated topic: hold (never rewind), and say so
+            log.warning("baton-kafka: %s: end offsets below the query's positions {partition: (position, end)}"
+                        " %s; holding those partitions (topic recreated or truncated?)", self.opts.topic, behind)
+        cap = read_cap(self.opts.cap_file, parts) if self.opts.cap_file else None
+        max_records = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        end = plan_end(begin, available, cap=cap, max_records=max_records, target=self._target)
+        end_json = offsets_to_json(end)
+        return start if end_json == start else end_json
+
+    def reportLatestOffset(self) -> Optional[dict]:
+        return offsets_to_json(self._latest) if self._latest is not None else None
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        s, e = offsets_from_json(start), offsets_from_json(end)
+        missing = [p for p in e if p not in s]
+        if missing:
+            if any(p not in self._lows for p in missing):
+                self._watermarks(missing)
+            for p in missing:
+                s[p] = self._lows[p]
+        return plan_partitions(self.opts.topic, s, e)
+
+    def commit(self, end: dict) -> None:
+        """Nothing to do: Spark's checkpoint is the record of positions, Kafka holds none."""
+
+    def stop(self) -> None:
+        c, self._probe = self._probe, None
+        if c is not None:
+            c.close()
+
+    # -- executors: the hot path
+    def read(self, partition: KafkaInputPartition) -> Iterator[Any]:
+        import pyarrow as pa
+        from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        topic, p, start, end = partition.topic, partition.partition, partition.start, partition.end
+        if start >= end:
+            return
+        schema = to_arrow_schema(SCHEMA, timezone="UTC")
+        c = Consumer(self._conf(**{
+            "queued.min.messages": 1_000_000,
+            "fetch.queue.backoff.ms": 1,
+            "fetch.wait.max.ms": 100,
+        }))
+        try:
+            tp = TopicPartition(topic, p, start)
+            c.assign([tp])
+            consume, position = c.consume, c.position
+            m_key, m_value, m_offset, m_ts, m_err = (Message.key, Message.value, Message.offset,
+                                                     Message.timestamp, Message.error)
+            ts_ms = itemgetter(1)
+            binary, int64 = pa.binary(), pa.int64()
+            ts_type, ts_out = pa.timestamp("ms", tz="UTC"), schema.field("timestamp").type
+            from_arrays, array = pa.RecordBatch.from_arrays, pa.array
+            size = min(CHUNK, end - start)
+            topic_col = array([topic] * size, pa.string())
+            part_col = array([p] * size, pa.int32())
+            EOF = KafkaError._PARTITION_EOF
+            timeout = self.opts.poll_timeout_s
+            nxt = start
+            progress_at = time.monotonic()
+            while nxt < end:
+                want = end - nxt
+                if want > CHUNK:
+                    want = CHUNK
+                msgs = consume(want, TAIL_WAIT_S)
+                got = len(msgs)
+                done = False
+                if got:
+                    if any(map(m_err, msgs)):
+                        data = []
+                        for m in msgs:
+                            err = m.error()
+                            if err is None:
+                                data.append(m)
+                            elif err.code() == EOF:
+                                if m.offset() >= end:
+                                    done = True
+                            elif _fatal(err):
+                                raise KafkaException(err)
+                        msgs = data
+                    if msgs:
+                        offs = list(map(m_offset, msgs))
+                        if offs[-1] >= end:
+                            k = bisect_left(offs, end)
+                            msgs, offs, done = msgs[:k], offs[:k], True
+                    if msgs:
+                        n = len(msgs)
+                        nxt = offs[-1] + 1
+                        stamps = list(map(ts_ms, map(m_ts, msgs)))
+                        if min(stamps) < 0:  # TIMESTAMP_NOT_AVAILABLE
+                            stamps = [t if t >= 0 else None for t in stamps]
+                        yield from_arrays([
+                            array(list(map(m_key, msgs)), binary),
+                            array(list(map(m_value, msgs)), binary),
+                            topic_col.slice(0, n) if n <= size else array([topic] * n, pa.string()),
+                            part_col.slice(0, n) if n <= size else array([p] * n, pa.int32()),
+                            array(offs, int64),
+                            array(stamps, ts_type).cast(ts_out),
+                        ], schema=schema)
+                        progress_at = time.monotonic()
+                if done:
+                    break
+                if got < want:
+                    # Short: caught up with the fetcher, or only markers/aborted records remain
+                    # before `end`. The position moves past transaction markers.
+                    pos = position([tp])[0].offset
+                    if pos > nxt:
+                        nxt = pos
+                        progress_at = time.monotonic()
+                    elif time.monotonic() - progress_at > timeout:
+                        raise TimeoutError(
+                            f"{topic}[{p}]: no progress at offset {nxt} (reading to {end}) for {timeout:.0f}s")
+        finally:
+            c.close()

@@ -1,0 +1,37 @@
+"""One local Spark session for every Spark test of the session (starting one costs seconds)."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def spark(tmp_path_factory):
+    # Python workers must run this interpreter (the venv), not whatever `python3` is on PATH.
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+
+    root = tmp_path_factory.mktemp("spark")
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("baton-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.default.parallelism", "2")
+        .config("spark.sql.warehouse.dir", str(root / "warehouse"))
+        .config("spark.sql.streaming.checkpointLocation", str(root / "checkpoints"))
+        .config("spark.local.dir", str(root / "local"))
+        .config("spark.driver.extraJavaOptions", f"-Dderby.system.home={root / 'derby'}")
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    for q in session.streams.active:
+        q.stop()
+    session.stop()
