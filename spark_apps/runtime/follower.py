@@ -60,7 +60,6 @@ class Follower:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._changed = threading.Condition(self._lock)
 
     def catch_up(self, timeout_s: float = 30.0) -> None:
         """Read both topics to their current end and write the cap, before the query starts."""
@@ -115,8 +114,6 @@ class Follower:
                 except RecordError:
                     return False
                 changed = True
-            if changed:
-                self._changed.notify_all()
             return changed
 
     def _publish_cap(self) -> None:
@@ -131,7 +128,3 @@ class Follower:
     def snapshot(self) -> tuple[ControlRecord | None, CommitMarker | None]:
         with self._lock:
             return self.control, self.marker
-
-    def wait_for_change(self, timeout_s: float) -> None:
-        with self._changed:
-            self._changed.wait(timeout_s)

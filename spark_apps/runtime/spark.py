@@ -34,7 +34,9 @@ def session(name: str, app: AppDefinition, extra: dict[str, str] | None = None):
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(name)
-    if "spark.master" not in (extra or {}) and not os.environ.get("SPARK_MASTER_SET_BY_SUBMIT"):
+    # Under spark-submit (which sets PYSPARK_GATEWAY_PORT for the Python driver) the master comes
+    # from the submit command and must not be overridden; under plain `python` Baton picks it.
+    if "spark.master" not in (extra or {}) and "PYSPARK_GATEWAY_PORT" not in os.environ:
         builder = builder.master(os.environ.get("BATON_SPARK_MASTER", "local[2]"))
     for k, v in {**session_conf(app), **(extra or {})}.items():
         builder = builder.config(k, v)

@@ -116,7 +116,8 @@ def test_kill_9_mid_stream_then_restart_is_exactly_once(bootstrap, app, tmp_path
     assert any(s.restore_ms is not None for s in running)
 
 
-def read_dead(bootstrap, topic):
+def read_topic(bootstrap, topic, keep):
+    """keep(message) -> item or None for every record of a one-partition topic, read to its end."""
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": uuid.uuid4().hex, "isolation.level": "read_committed",
                   "enable.partition.eof": True})
     c.assign([TopicPartition(topic, 0, 0)])
@@ -125,21 +126,16 @@ def read_dead(bootstrap, topic):
         m = c.poll(5)
         if m is None or (m.error() and m.error().code() == KafkaError._PARTITION_EOF):
             break
-        if not m.error():
-            out.append({k: v.decode() for k, v in m.headers()})
+        if not m.error() and (item := keep(m)) is not None:
+            out.append(item)
     c.close()
     return out
+
+
+def read_dead(bootstrap, topic):
+    return read_topic(bootstrap, topic, lambda m: {k: v.decode() for k, v in m.headers()})
 
 
 def read_status(bootstrap, app_name):
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": uuid.uuid4().hex, "enable.partition.eof": True})
-    c.assign([TopicPartition(STATUS_TOPIC, 0, 0)])
-    out = []
-    while True:
-        m = c.poll(5)
-        if m is None or (m.error() and m.error().code() == KafkaError._PARTITION_EOF):
-            break
-        if not m.error() and m.key() == f"{app_name}/blue".encode():
-            out.append(StatusRecord.from_bytes(m.value()))
-    c.close()
-    return out
+    key = f"{app_name}/blue".encode()
+    return read_topic(bootstrap, STATUS_TOPIC, lambda m: StatusRecord.from_bytes(m.value()) if m.key() == key else None)
