@@ -2,9 +2,9 @@
 active writer has emitted), without restarting the query, and keeps the source's cap file true.
 
 The cap decides how far this slot's source may read in its next batch:
-- a fence F in the control record: every slot stops at exactly F (cutover / failover);
-- the standby role: the active's last committed position (follow mode: never ahead, invariant 2);
-- the active role, no fence: no cap.
+- the active role: the fence F if one is set (it stops emitting at exactly F), else no cap;
+- the standby role: the active's last committed position (follow mode: never ahead, invariant 2),
+  and never beyond F; once the active has emitted up to F the standby reaches F too.
 The cap file is replaced atomically, so the source never reads half a file.
 """
 
@@ -25,14 +25,21 @@ from baton.settings import CONTROL_TOPIC
 
 def compute_cap(control: ControlRecord | None, slot: Slot, marker: CommitMarker | None,
                 partitions: int) -> Positions | None:
-    """The cap for `slot` given the desired state and the last committed marker (None = no cap)."""
-    if control is not None and control.fence is not None:
-        return dict(control.fence)
+    """The cap for `slot` given the desired state and the last committed marker (None = no cap).
+
+    The active reads freely up to the fence, if any. The standby never passes what the active has
+    emitted, fence or not: if the active dies before reaching the fence, failover re-fences at the
+    active's last emitted position, and a standby that had run ahead could not go back (lost output).
+    """
+    fence = control.fence if control is not None else None
     role = control.role_of(slot) if control is not None else Role.STANDBY
     if role is Role.ACTIVE:
-        return None
+        return dict(fence) if fence is not None else None
     emitted = marker.emitted if marker is not None else {}
-    return {p: emitted.get(p, 0) for p in range(partitions)}
+    cap = {p: emitted.get(p, 0) for p in range(partitions)}
+    if fence is not None:
+        cap = {p: min(o, fence.get(p, o)) for p, o in cap.items()}
+    return cap
 
 
 def write_cap_file(path: Path, cap: Positions | None) -> None:

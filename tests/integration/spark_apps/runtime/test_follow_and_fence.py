@@ -1,0 +1,145 @@
+"""Invariant 2 with both slots running as real processes: the standby (follow mode) never passes what
+the active has emitted, and a fence stops both slots at exactly the fence offsets."""
+
+import dataclasses
+import json
+import time
+import uuid
+from collections import Counter
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+
+from baton.kafka.admin import delete_topics
+from baton.kafka.control_log import read_control, write_control
+from baton.records import CommitMarker, ControlRecord, Slot, SlotSpec, SlotState, covers
+from baton.tools.verify import read_output, verify
+from spark_apps.runtime.kafka_sink import read_last_marker
+from tests.support.slots import make_app, produce_clicks, read_status, read_topic, start_slot, stop_slot
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def app(bootstrap, tmp_path):
+    app, path = make_app(bootstrap, tmp_path)
+    both = {s: SlotSpec(SlotState.RUNNING, "v1") for s in Slot}
+    write_control(bootstrap, ControlRecord(app=app.name, revision=1, epoch=1, active=Slot.BLUE, slots=both))
+    yield app, path
+    delete_topics(bootstrap, [t.name for t in app.topics()])
+
+
+def markers(bootstrap, app):
+    key = app.name.encode()
+    return read_topic(bootstrap, app.commits_topic,
+                      lambda m: CommitMarker.from_bytes(m.value()) if m.key() == key else None)
+
+
+def wait_for(what, check, timeout_s=180, procs=()):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if (value := check()):
+            return value
+        for p in procs:
+            assert p.poll() is None, f"a slot exited (code {p.returncode}) while waiting for {what}"
+        time.sleep(0.5)
+    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+
+
+def last_processed(bootstrap, app, slot):
+    done = [s for s in read_status(bootstrap, app.name, slot) if s.batch_id >= 0]
+    return done[-1] if done else None
+
+
+def truth_below(bootstrap, topic, fence):
+    """Ground truth per user from the input records below the fence offsets."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": uuid.uuid4().hex, "enable.auto.commit": False})
+    truth = Counter()
+    try:
+        for p, end in fence.items():
+            c.assign([TopicPartition(topic, p, 0)])
+            pos = 0
+            while pos < end:
+                for m in c.consume(min(10_000, end - pos), 5):
+                    if m.error() or m.offset() >= end:
+                        continue
+                    pos = m.offset() + 1
+                    try:
+                        truth[json.loads(m.value())["user_id"]] += 1
+                    except (ValueError, KeyError):
+                        pass
+    finally:
+        c.close()
+    return truth
+
+
+def test_standby_follows_and_never_passes_the_active(bootstrap, app, tmp_path):
+    app, path = app
+    truth, _ = produce_clicks(bootstrap, app.input.topic, 12_000, users=300)
+    blue = start_slot(bootstrap, path, tmp_path, "blue")
+    green = start_slot(bootstrap, path, tmp_path, "green")
+    try:
+        done = wait_for("the active to emit all input",
+                        lambda: (m := read_last_marker(bootstrap, app.commits_topic, app.name))
+                        and sum(m.emitted.values()) == 12_000 and m, procs=(blue, green))
+        wait_for("the standby to catch up with the active",
+                 lambda: (s := last_processed(bootstrap, app, "green")) and s.processed == done.emitted,
+                 procs=(blue, green))
+        # The active stops; new input arrives. The standby must stay exactly where the active stopped.
+        assert stop_slot(blue) == 0
+        stopped_at = read_last_marker(bootstrap, app.commits_topic, app.name).emitted
+        produce_clicks(bootstrap, app.input.topic, 4_000, users=300, start=12_000)
+        time.sleep(8)  # ~25 of the standby's triggers with input waiting
+        assert green.poll() is None
+        assert last_processed(bootstrap, app, "green").processed == stopped_at
+    finally:
+        stop_slot(blue)
+        assert stop_slot(green) == 0
+    # Throughout the run, every position the standby reported had been emitted by the active before.
+    history = markers(bootstrap, app)
+    assert history and all(m.slot is Slot.BLUE for m in history)
+    statuses = [s for s in read_status(bootstrap, app.name, "green") if s.batch_id >= 0]
+    assert len(statuses) >= 2
+    for s in statuses:
+        if not any(s.processed.values()):
+            continue  # nothing read yet: trivially behind
+        assert any(m.ts_ms <= s.ts_ms and covers(m.emitted, s.processed) for m in history), \
+            f"standby batch {s.batch_id} at {s.processed} was ahead of the active's emitted position"
+    # The standby holds the same state and wrote nothing: the output is exactly the active's.
+    assert statuses[-1].state_rows == len(truth)
+    verdict = verify(truth, read_output(bootstrap, app.output.topic, app.output.partitions))
+    assert verdict.ok, verdict.summary()
+
+
+def test_a_fence_stops_both_slots_at_exactly_the_fence(bootstrap, app, tmp_path):
+    app, path = app
+    produce_clicks(bootstrap, app.input.topic, 24_000, users=400)
+    blue = start_slot(bootstrap, path, tmp_path, "blue")
+    green = start_slot(bootstrap, path, tmp_path, "green")
+    try:
+        # Mid-stream: at most one batch (max 2000 records) is planned beyond the last marker, so a
+        # fence 3000 beyond it on every partition is still ahead of both slots.
+        first = wait_for("the active to emit a few batches",
+                         lambda: (m := read_last_marker(bootstrap, app.commits_topic, app.name))
+                         and sum(m.emitted.values()) >= 4_000 and m, procs=(blue, green))
+        fence = {p: first.emitted.get(p, 0) + 3_000 for p in range(app.input.partitions)}
+        current = read_control(bootstrap, app.name)
+        write_control(bootstrap, dataclasses.replace(current, revision=current.revision + 1, fence=fence))
+        wait_for("the active to emit up to the fence",
+                 lambda: read_last_marker(bootstrap, app.commits_topic, app.name).emitted == fence, procs=(blue, green))
+        wait_for("the standby to reach the fence",
+                 lambda: (s := last_processed(bootstrap, app, "green")) and s.processed == fence, procs=(blue, green))
+        time.sleep(6)  # input is waiting beyond the fence: neither slot may read on
+        assert read_last_marker(bootstrap, app.commits_topic, app.name).emitted == fence
+        assert last_processed(bootstrap, app, "blue").processed == fence
+        assert last_processed(bootstrap, app, "green").processed == fence
+    finally:
+        assert stop_slot(blue) == 0
+        assert stop_slot(green) == 0
+    # Both slots hold the state of exactly the input below the fence; the output is exactly that input.
+    truth = truth_below(bootstrap, app.input.topic, fence)
+    assert sum(truth.values()) == sum(fence.values())
+    assert last_processed(bootstrap, app, "green").state_rows == len(truth)
+    assert last_processed(bootstrap, app, "blue").state_rows == len(truth)
+    verdict = verify(truth, read_output(bootstrap, app.output.topic, app.output.partitions))
+    assert verdict.ok, verdict.summary()

@@ -1,0 +1,116 @@
+"""Helpers for tests that run app slots as real processes against the real broker."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+
+from baton.apps import AppDefinition, load_definition
+from baton.kafka.admin import TopicSpec, ensure_topics
+from baton.records import StatusRecord
+from baton.settings import CONTROL_TOPIC, STATUS_TOPIC
+from spark_apps.runtime.kafka_sink import read_last_marker
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def make_app(bootstrap: str, directory: Path, module: str = "spark_apps.apps.click_counts", partitions: int = 2,
+             trigger_ms: int = 300, max_records: int = 2000, prefix: str = "cc") -> tuple[AppDefinition, Path]:
+    """A uniquely named app definition file with its topics created (the caller deletes them)."""
+    name = f"{prefix}_{uuid.uuid4().hex[:8]}"
+    path = directory / f"{name}.yaml"
+    path.write_text(
+        f"name: {name}\nmodule: {module}\nversion: v1\n"
+        f"input: {{topic: in-{name}, partitions: {partitions}}}\noutput: {{topic: out-{name}, partitions: {partitions}}}\n"
+        f"trigger_ms: {trigger_ms}\nmax_records_per_trigger: {max_records}\n"
+    )
+    app = load_definition(path)
+    ensure_topics(bootstrap, [TopicSpec(CONTROL_TOPIC, 1, {"cleanup.policy": "compact"}), TopicSpec(STATUS_TOPIC, 1),
+                              *app.topics()])
+    return app, path
+
+
+def start_slot(bootstrap: str, path: Path, state_dir: Path, slot: str = "blue") -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    log = open(state_dir / f"{path.stem}-{slot}.log", "ab")
+    return subprocess.Popen([sys.executable, "-m", "spark_apps.runtime.run", "--app", str(path), "--slot", slot,
+                             "--bootstrap", bootstrap, "--state-dir", str(state_dir)], env=env,
+                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def stop_slot(proc: subprocess.Popen, timeout_s: float = 90) -> int:
+    """SIGTERM (graceful stop at a batch boundary); kill the group if it does not end in time."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            return proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(30)
+            raise AssertionError(f"slot pid {proc.pid} did not stop within {timeout_s}s of SIGTERM")
+    return proc.returncode
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(30)
+
+
+def click(user: str, ts: int) -> bytes:
+    return json.dumps({"user_id": user, "timestamp": ts}).encode()
+
+
+def produce_clicks(bootstrap: str, topic: str, n: int, users: int, bad_every: int = 0, start: int = 0):
+    """n click events round-robin over `users` users; every `bad_every`-th one malformed. -> (truth, bad)."""
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    truth, bad = Counter(), 0
+    for i in range(start, start + n):
+        if bad_every and i % bad_every == 0:
+            p.produce(topic, b"{broken" if i % 2 else b'{"timestamp": 1}', b"bad")
+            bad += 1
+            continue
+        u = f"user{i % users}"
+        truth[u] += 1
+        p.produce(topic, click(u, 1678886400 + i), u.encode())
+    p.flush()
+    return truth, bad
+
+
+def wait_until_emitted(bootstrap: str, app: AppDefinition, total: int, timeout_s: float = 180):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        m = read_last_marker(bootstrap, app.commits_topic, app.name)
+        if m is not None and sum(m.emitted.values()) >= total:
+            return m
+        time.sleep(1)
+    raise AssertionError(f"output did not reach {total} input records in {timeout_s}s")
+
+
+def read_topic(bootstrap: str, topic: str, keep) -> list:
+    """keep(message) -> item or None for every record of a one-partition topic, read to its end."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": uuid.uuid4().hex, "isolation.level": "read_committed",
+                  "enable.partition.eof": True})
+    c.assign([TopicPartition(topic, 0, 0)])
+    out = []
+    while True:
+        m = c.poll(5)
+        if m is None or (m.error() and m.error().code() == KafkaError._PARTITION_EOF):
+            break
+        if not m.error() and (item := keep(m)) is not None:
+            out.append(item)
+    c.close()
+    return out
+
+
+def read_status(bootstrap: str, app_name: str, slot: str = "blue") -> list[StatusRecord]:
+    key = f"{app_name}/{slot}".encode()
+    return read_topic(bootstrap, STATUS_TOPIC, lambda m: StatusRecord.from_bytes(m.value()) if m.key() == key else None)
