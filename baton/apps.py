@@ -6,6 +6,7 @@ that loads a registry with a bad file starts anything.
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,6 +55,8 @@ class AppDefinition:
     batch_ms_budget: int = 2000
     max_lag_records: int = 200_000
     state: StateSettings = field(default_factory=StateSettings)
+    # Overrides of baton.health.HealthPolicy for this app (e.g. max_restarts, restart_window_s).
+    health: dict[str, float] = field(default_factory=dict)
     path: str = ""
 
     @property
@@ -104,8 +107,28 @@ def _topic(d: dict[str, Any], key: str, path: Path) -> TopicRef:
 
 KNOWN_FIELDS = {
     "name", "module", "version", "input", "output", "trigger_ms", "max_records_per_trigger",
-    "batch_ms_budget", "max_lag_records", "state",
+    "batch_ms_budget", "max_lag_records", "state", "health",
 }
+
+
+def _health(data: dict[str, Any], path: Path) -> dict[str, float]:
+    """The `health` section: HealthPolicy overrides, checked by building the policy once."""
+    import dataclasses
+
+    from baton.health import HealthPolicy
+
+    section = _get(data, "health", dict, path, default={})
+    known = {f.name for f in dataclasses.fields(HealthPolicy)}
+    for key, value in section.items():
+        if key not in known:
+            raise AppDefinitionError(path, f"health.{key}", f"is not a known setting (known: {', '.join(sorted(known))})")
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise AppDefinitionError(path, f"health.{key}", f"must be a number, got {type(value).__name__} {value!r}")
+    try:
+        HealthPolicy(**section)
+    except ValueError as exc:
+        raise AppDefinitionError(path, "health", str(exc)) from None
+    return dict(section)
 
 
 def parse_definition(data: Any, path: Path) -> AppDefinition:
@@ -142,6 +165,7 @@ def parse_definition(data: Any, path: Path) -> AppDefinition:
         batch_ms_budget=_positive(_get(data, "batch_ms_budget", int, path, default=2000), path, "batch_ms_budget"),
         max_lag_records=_positive(_get(data, "max_lag_records", int, path, default=200_000), path, "max_lag_records"),
         state=state,
+        health=_health(data, path),
         path=str(path),
     )
     if app.input.topic == app.output.topic:
@@ -160,6 +184,26 @@ def load_definition(path: Path) -> AppDefinition:
     return app
 
 
-def load_registry(apps_dir: Path = APPS_DIR) -> dict[str, AppDefinition]:
-    """Every app under apps_dir; any bad file fails the whole load (nothing half-registered)."""
-    return {app.name: app for app in (load_definition(p) for p in sorted(apps_dir.glob("*.yaml")))}
+def apps_dir() -> Path:
+    """The registry folder: BATON_APPS_DIR when set (another deployment, tests), else include/apps."""
+    return Path(os.environ.get("BATON_APPS_DIR") or APPS_DIR)
+
+
+def definition_path(app: str) -> Path:
+    """An app's definition file from its registry name, or a path to a .yaml file as given."""
+    return Path(app).resolve() if app.endswith(".yaml") else apps_dir() / f"{app}.yaml"
+
+
+def load_app(app: str) -> AppDefinition:
+    """One app by registry name (or path); an unknown name is an AppDefinitionError listing the known ones."""
+    path = definition_path(app)
+    if not path.exists():
+        known = ", ".join(sorted(p.stem for p in apps_dir().glob("*.yaml"))) or "none"
+        raise AppDefinitionError(path, "name", f"no app {app!r} is registered (known: {known})")
+    return load_definition(path)
+
+
+def load_registry(folder: Path | None = None) -> dict[str, AppDefinition]:
+    """Every app under the registry folder; any bad file fails the whole load (nothing half-registered)."""
+    folder = apps_dir() if folder is None else folder
+    return {app.name: app for app in (load_definition(p) for p in sorted(folder.glob("*.yaml")))}

@@ -1,7 +1,11 @@
 """The slot lifecycle: one enum (baton.records.SlotState) and an explicit transition table.
 
     STOPPED ──start──▶ STARTING ──▶ RESTORING ──▶ RUNNING ──stop──▶ STOPPING ──▶ STOPPED
+    RUNNING ──died, health restart──▶ STARTING
         any state ──crash / crash-loop guard──▶ FAILED ──start (operator)──▶ STARTING
+
+The control plane records the slot's desired lifecycle state in the control record before it acts
+(intent first); the slot's observed state is in its status records.
 
 A move not in the table is a programming or operator error and raises IllegalTransition.
 """
@@ -17,10 +21,11 @@ TRANSITIONS: dict[SlotState, frozenset[SlotState]] = {
     # A slot can die before its first batch (bad code): STARTING -> FAILED.
     S.STARTING: frozenset({S.RESTORING, S.RUNNING, S.STOPPING, S.FAILED, S.STOPPED}),
     S.RESTORING: frozenset({S.RUNNING, S.STOPPING, S.FAILED, S.STOPPED}),
-    S.RUNNING: frozenset({S.STOPPING, S.FAILED, S.STOPPED}),
+    # RUNNING -> STARTING: the health DAG restarts a slot that died (counted by the crash-loop guard).
+    S.RUNNING: frozenset({S.STARTING, S.STOPPING, S.FAILED, S.STOPPED}),
     S.STOPPING: frozenset({S.STOPPED, S.FAILED}),
     # Leaving FAILED is an explicit operator action (start), never automatic.
-    S.FAILED: frozenset({S.STARTING, S.STOPPED}),
+    S.FAILED: frozenset({S.STARTING, S.STOPPING, S.STOPPED}),
 }
 
 

@@ -88,6 +88,10 @@ class SlotSpec:
     generation: int = 0
     # Why the slot is in this state (e.g. the crash-loop guard's reason); shown in the UI.
     reason: str = ""
+    # Restart times (ms) the crash-loop guard still counts (baton.health.prune_restarts), and when the
+    # slot was last launched or restarted (start grace for baton.health.assess).
+    restarts: tuple[int, ...] = ()
+    started_ms: int = 0
 
 
 @dataclass(frozen=True)
@@ -115,7 +119,8 @@ class ControlRecord:
             "revision": self.revision,
             "epoch": self.epoch,
             "active": self.active.value,
-            "slots": {s.value: {**asdict(spec), "desired": spec.desired.value} for s, spec in self.slots.items()},
+            "slots": {s.value: {**asdict(spec), "desired": spec.desired.value, "restarts": list(spec.restarts)}
+                      for s, spec in self.slots.items()},
             "fence": positions_to_json(self.fence),
             "writer": self.writer,
             "ts_ms": self.ts_ms,
@@ -132,6 +137,8 @@ class ControlRecord:
                     version=str(spec.get("version", "")),
                     generation=int(spec.get("generation", 0)),
                     reason=str(spec.get("reason", "")),
+                    restarts=tuple(int(t) for t in spec.get("restarts", ())),
+                    started_ms=int(spec.get("started_ms", 0)),
                 )
                 for name, spec in d.get("slots", {}).items()
             }

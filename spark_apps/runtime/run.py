@@ -7,10 +7,11 @@ requested stop, 1 when the query failed, 2 for bad arguments or a bad app defini
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from pathlib import Path
 
-from baton.apps import APPS_DIR, AppDefinitionError, load_definition
+from baton.apps import AppDefinitionError, load_app
 from baton.records import Slot
 from baton.settings import Settings
 
@@ -26,10 +27,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--starting-offsets", default="earliest")
     ap.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark setting")
     args = ap.parse_args(argv)
-    path = Path(args.app) if args.app.endswith(".yaml") else APPS_DIR / f"{args.app}.yaml"
     try:
-        app = load_definition(path)
-    except (AppDefinitionError, FileNotFoundError) as exc:
+        app = load_app(args.app)
+    except AppDefinitionError as exc:
         print(f"bad app definition: {exc}", file=sys.stderr)
         return 2
     conf = {}
@@ -41,8 +41,12 @@ def main(argv: list[str] | None = None) -> int:
         conf[key] = value
     from spark_apps.runtime.harness import Harness
 
-    return Harness(app, Slot(args.slot), args.bootstrap, args.state_dir, args.generation, conf,
+    code = Harness(app, Slot(args.slot), args.bootstrap, args.state_dir, args.generation, conf,
                    args.starting_offsets).run()
+    # The query has stopped and its last status is out: a late SIGTERM (a stop backing up the control
+    # request) must not turn this clean exit into a signal death while the JVM shuts down.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    return code
 
 
 if __name__ == "__main__":

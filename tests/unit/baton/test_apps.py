@@ -2,7 +2,7 @@
 
 import pytest
 
-from baton.apps import APPS_DIR, AppDefinitionError, load_definition, load_registry
+from baton.apps import APPS_DIR, AppDefinitionError, load_app, load_definition, load_registry
 
 GOOD = """name: demo
 module: spark_apps.apps.click_counts
@@ -55,3 +55,35 @@ def test_one_bad_file_fails_the_whole_registry(tmp_path):
     write(tmp_path, "name: broken\n", name="broken")
     with pytest.raises(AppDefinitionError, match="broken.yaml"):
         load_registry(tmp_path)
+
+
+@pytest.mark.parametrize("health, field, problem", [
+    ("{max_restart: 2}", "health.max_restart", "is not a known setting"),
+    ("{max_restarts: two}", "health.max_restarts", "must be a number"),
+    ("{max_restarts: true}", "health.max_restarts", "must be a number"),
+    ("{max_restarts: 0}", "health", "must be > 0"),
+])
+def test_bad_health_overrides_name_the_setting(tmp_path, health, field, problem):
+    with pytest.raises(AppDefinitionError) as err:
+        load_definition(write(tmp_path, GOOD + f"health: {health}\n"))
+    assert err.value.field == field
+    assert problem in err.value.problem
+
+
+def test_health_overrides_reach_the_policy(tmp_path):
+    from baton.health import HealthPolicy
+
+    app = load_definition(write(tmp_path, GOOD + "health: {max_restarts: 2, restart_backoff_s: 1}\n"))
+    policy = HealthPolicy.from_app(app)
+    assert (policy.max_restarts, policy.restart_backoff_s) == (2, 1)
+    assert policy.heartbeat_max_age_s == HealthPolicy().heartbeat_max_age_s
+
+
+def test_load_app_by_name_from_the_registry_folder(tmp_path, monkeypatch):
+    write(tmp_path, GOOD)
+    monkeypatch.setenv("BATON_APPS_DIR", str(tmp_path))
+    assert load_app("demo").input.topic == "clicks"
+    assert set(load_registry()) == {"demo"}
+    with pytest.raises(AppDefinitionError) as err:
+        load_app("nope")
+    assert err.value.field == "name" and "known: demo" in err.value.problem

@@ -25,4 +25,4 @@ def test_illegal_move_names_both_states():
 
 
 def test_failed_is_left_only_by_an_explicit_start_or_stop():
-    assert TRANSITIONS[S.FAILED] == {S.STARTING, S.STOPPED}
+    assert TRANSITIONS[S.FAILED] == {S.STARTING, S.STOPPING, S.STOPPED}

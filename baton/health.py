@@ -1,0 +1,357 @@
+"""Health rules and crash-loop guard of the baton_health DAG: pure functions, no I/O.
+
+Per app and slot the DAG gathers the desired SlotSpec (control topic), the slot's recent status records
+(oldest first, always including the latest one however old), the input end offsets, the size of the slot's
+checkpoint directory, its cap (follower.compute_cap) and its own earlier lag samples; `assess` turns them
+into findings and a verdict, and `decide_restart` says whether to restart a DEAD slot now, later or never.
+
+Liveness. The harness publishes when a batch completes (and at start, restore, stop, failure), never while
+idle: Spark runs no batch without new data. So silence means death only when input has been waiting
+longer than a batch could take:
+    silence = now - max(last record, waiting since) > heartbeat_max_age_s (restore_max_s while RESTORING)
+"Waiting": the reachable end (input end, capped for a standby at the active's emitted position and for an
+active at the fence) is beyond `processed`; without the cap a standby correctly holding back looks dead.
+"Waiting since": `waiting_since_ms` if the caller knows it (timestamp of the oldest unprocessed input
+record), else the oldest of an unbroken run of earlier lag samples that saw input waiting after the last
+record, else now. So one look never declares a slot dead and an app just woken from a long idle is not
+restarted; the price is detection one DAG run later. A STARTING record must move on within start_grace_s.
+"""
+
+from __future__ import annotations
+
+import enum
+import statistics
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from baton.apps import AppDefinition
+from baton.records import Positions, Role, Slot, SlotSpec, SlotState, StatusRecord
+
+RUNNABLE = (SlotState.STARTING, SlotState.RESTORING, SlotState.RUNNING)
+
+
+class Severity(str, enum.Enum):
+    INFO = "info"
+    WARN = "warn"
+    CRITICAL = "critical"
+
+
+class Verdict(str, enum.Enum):
+    HEALTHY = "healthy"
+    STARTING = "starting"   # within its start/restore grace: neither healthy nor dead yet
+    DEGRADED = "degraded"   # alive, with WARN/CRITICAL findings: an operator should look
+    DEAD = "dead"           # should run and does not: the DAG restarts it (see decide_restart)
+    STOPPED = "stopped"     # not desired running: not checked
+    FAILED = "failed"       # the crash-loop guard gave up: left alone until an operator starts it
+
+
+@dataclass(frozen=True)
+class HealthPolicy:
+    heartbeat_max_age_s: float = 30.0
+    # Time to get from launch to the RESTORING record: JVM and Spark session start, plus the follower's
+    # catch-up on the control and commits topics (its own timeout is 30 s).
+    start_grace_s: float = 120.0
+    # The first batch after a start also restores the state store, so it can take much longer than a normal batch.
+    restore_max_s: float = 1800.0
+    # Ten completed batches in a row with no progress while input waits is not one slow or replayed batch.
+    stuck_after_triggers: int = 10
+    max_lag_records: int = 200_000
+    lag_window_s: float = 600.0         # growth is judged over the last ~10 runs of the every-minute DAG
+    batch_ms_budget: int = 2000
+    recent_window_s: float = 300.0      # only batches this recent count for the batch-time and dead-letter rules
+    min_batch_samples: int = 3          # a median of one or two batches is just noise
+    state_max_rows: int = 5_000_000
+    state_max_bytes: int = 2 * 1024**3
+    disk_max_bytes: int = 6 * 1024**3
+    # Some malformed events are normal; one in twenty means a producer or schema change broke the input.
+    dead_letter_max_share: float = 0.05
+    dead_letter_min_rows: int = 100     # do not compute a share from a few rows (1 bad row in 3 is not "33%")
+    clock_skew_tolerance_s: float = 5.0
+    # Restarts wait 0, 30, 60 s... A slot that dies three times in ten minutes will die again: FAILED with
+    # its reason is better than an endless series of restore pauses (and output gaps while it is active).
+    restart_backoff_s: float = 30.0
+    restart_backoff_max_s: float = 300.0
+    max_restarts: int = 3
+    restart_window_s: float = 600.0
+
+    def __post_init__(self) -> None:
+        for name in ("heartbeat_max_age_s", "start_grace_s", "restore_max_s", "stuck_after_triggers", "max_lag_records",
+                     "batch_ms_budget", "state_max_rows", "state_max_bytes", "disk_max_bytes", "max_restarts",
+                     "restart_window_s", "restart_backoff_s", "lag_window_s", "recent_window_s",
+                     "dead_letter_max_share", "min_batch_samples"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"HealthPolicy.{name} must be > 0, got {getattr(self, name)}")
+        # The guard counts restarts inside the window. If the backoffs alone spread N restarts wider than
+        # the window, the count never reaches N and a crash loop would go on forever.
+        spread = sum(self.backoff_s(k) for k in range(1, self.max_restarts))
+        if spread >= self.restart_window_s:
+            raise ValueError(f"HealthPolicy.restart_window_s={self.restart_window_s:g} must exceed the {spread:g} s "
+                             f"that backoff puts between {self.max_restarts} restarts, "
+                             "or the crash-loop guard never trips")
+
+    def backoff_s(self, recent_restarts: int) -> float:
+        """How long to wait after the last restart when `recent_restarts` are in the window: 0, b, 2b, 4b ... cap."""
+        if recent_restarts <= 0:
+            return 0.0
+        return min(self.restart_backoff_s * 2 ** (recent_restarts - 1), self.restart_backoff_max_s)
+
+    @classmethod
+    def from_app(cls, app: AppDefinition, **overrides) -> "HealthPolicy":
+        # Five times (trigger + batch budget): a busy slot publishes once per trigger, so missing
+        # five in a row is not jitter or a GC pause. Never under 30 s, so fast triggers do not cause false alarms.
+        heartbeat = max(30.0, 5 * (app.trigger_ms + app.batch_ms_budget) / 1000)
+        # The checkpoint holds the live RocksDB files plus the snapshots and changelogs kept for
+        # min_batches_to_retain. Three times the state budget leaves room for that and for compaction,
+        # and still catches retention that grows without limit (the seed's disk lesson).
+        base = dict(heartbeat_max_age_s=heartbeat, batch_ms_budget=app.batch_ms_budget,
+                    max_lag_records=app.max_lag_records, state_max_rows=app.state.max_rows,
+                    state_max_bytes=app.state.max_bytes, disk_max_bytes=3 * app.state.max_bytes)
+        return cls(**{**base, **app.health, **overrides})
+
+
+@dataclass(frozen=True)
+class Finding:
+    rule: str
+    severity: Severity
+    message: str
+
+
+@dataclass(frozen=True)
+class SlotHealth:
+    app: str
+    slot: Slot
+    verdict: Verdict
+    findings: list[Finding] = field(default_factory=list)
+    last: StatusRecord | None = None
+    lag: int | None = None  # records waiting now; store (ts_ms, lag) and pass it back next run as lag_history
+    ts_ms: int = 0
+
+    @property
+    def reason(self) -> str:
+        """The most severe finding: the one line that explains the verdict."""
+        order = [Severity.CRITICAL, Severity.WARN, Severity.INFO]
+        worst = sorted(self.findings, key=lambda f: order.index(f.severity))
+        return worst[0].message if worst else ""
+
+
+def _s(ms: float) -> str:
+    return f"{ms / 1000:.0f} s"
+
+
+def _mib(n: int) -> str:
+    return f"{n / 1024**2:,.0f} MiB"
+
+
+def _lag(end: Positions, cap: Positions | None, processed: Positions) -> int:
+    # A cap names every partition (follower.compute_cap): one it omits may not be read. A partition missing
+    # from `processed` has consumed nothing. An end behind processed counts as caught up: the end was read
+    # before the slot's last batch, or it is Tansu's high watermark (last batch's base + 1).
+    reachable = {p: e if cap is None else min(e, cap.get(p, 0)) for p, e in end.items()}
+    return sum(max(0, e - processed.get(p, 0)) for p, e in reachable.items())
+
+
+def assess(app_def: AppDefinition, slot: Slot, desired: SlotSpec | None, history: Sequence[StatusRecord],
+           input_end: Positions | None, disk_bytes: int | None, now_ms: int, policy: HealthPolicy, *,
+           cap: Positions | None = None, started_ms: int | None = None, waiting_since_ms: int | None = None,
+           lag_history: Sequence[tuple[int, int]] = ()) -> SlotHealth:
+    """The health of one slot at now_ms (see the module docstring for liveness).
+
+    cap: follower.compute_cap(control, slot, latest marker, partitions); None = no cap for an active slot,
+      and for a slot whose last record says STANDBY, that record's `emitted`.
+    started_ms: when the slot was last launched or restarted. Records older than that are from the old
+      process, and a slot with no newer record is STARTING for start_grace_s, then DEAD.
+    lag_history: (ts_ms, lag) of earlier runs (SlotHealth.ts_ms, .lag), oldest first.
+    """
+    for r in history:
+        if r.app != app_def.name or r.slot is not slot:
+            raise ValueError(f"history for {app_def.name}/{slot.value} holds a record of {r.app}/{r.slot.value}")
+    if desired is None or desired.desired not in RUNNABLE:
+        verdict = Verdict.FAILED if desired is not None and desired.desired is SlotState.FAILED else Verdict.STOPPED
+        note = [Finding("desired", Severity.INFO, desired.reason)] if desired is not None and desired.reason else []
+        return SlotHealth(app_def.name, slot, verdict, note, history[-1] if history else None, None, now_ms)
+    # Records of another generation belong to a state that was thrown away (reprocess).
+    recs = [r for r in history if r.generation == desired.generation]
+    last = recs[-1] if recs else None
+    progress = [r for r in recs if r.batch_id >= 0]
+    findings: list[Finding] = []
+    tolerance_ms = policy.clock_skew_tolerance_s * 1000
+    if last is not None and last.ts_ms - now_ms > tolerance_ms:
+        findings.append(Finding("clock_skew", Severity.WARN, f"last record is {_s(last.ts_ms - now_ms)} in the future "
+                                f"(tolerance {policy.clock_skew_tolerance_s:g} s): heartbeat ages are unreliable"))
+
+    def done(verdict: Verdict, lag: int | None = None, rule: str = "", severity: Severity = Severity.INFO,
+             message: str = "") -> SlotHealth:
+        if message:
+            findings.append(Finding(rule, severity, message))
+        if verdict in (Verdict.HEALTHY, Verdict.STARTING) and any(f.severity is not Severity.INFO for f in findings):
+            verdict = Verdict.DEGRADED
+        return SlotHealth(app_def.name, slot, verdict, findings, last, lag, now_ms)
+
+    dead = Severity.CRITICAL
+    # 1. Not started yet, or (re)started after its last record.
+    if last is None or (started_ms is not None and last.ts_ms < started_ms - tolerance_ms):
+        if started_ms is None:
+            return done(Verdict.DEAD, None, "liveness", dead, f"no status record of generation {desired.generation} "
+                        "and no start time known")
+        since, grace = now_ms - started_ms, f"grace {policy.start_grace_s:g} s"
+        if since > policy.start_grace_s * 1000:
+            return done(Verdict.DEAD, None, "liveness", dead, f"no status record {_s(since)} after start ({grace})")
+        return done(Verdict.STARTING, None, "starting", message=f"started {_s(since)} ago, no status yet ({grace})")
+    # 2. A process that ended, is still starting, or is stopping.
+    age, wanted = max(0, now_ms - last.ts_ms), desired.desired.value
+    if last.state in (SlotState.FAILED, SlotState.STOPPED):
+        error = f": {last.error[:500]}" if last.error else ""  # the harness keeps up to 2000 chars
+        return done(Verdict.DEAD, None, "liveness", dead, f"slot is {last.state.value} since {_s(age)} "
+                    f"while desired {wanted}{error}")
+    if last.state is SlotState.STARTING:
+        if age > policy.start_grace_s * 1000:
+            return done(Verdict.DEAD, None, "liveness", dead,
+                        f"starting for {_s(age)} (grace {policy.start_grace_s:g} s)")
+        return done(Verdict.STARTING, None, "starting", message=f"starting for {_s(age)}")
+    if last.state is SlotState.STOPPING:
+        limit = f"limit {policy.heartbeat_max_age_s:g} s"
+        if age > policy.heartbeat_max_age_s * 1000:
+            return done(Verdict.DEAD, None, "liveness", dead,
+                        f"stopping for {_s(age)} while desired {wanted} ({limit})")
+        return done(Verdict.HEALTHY, None, "liveness", Severity.WARN, f"stopping for {_s(age)} while desired {wanted}")
+
+    # 3. RESTORING or RUNNING: silence counts only while input is waiting.
+    processed = progress[-1].processed if progress else {}
+    if cap is None and last.role is Role.STANDBY:
+        cap = last.emitted or {}
+    lag = None if input_end is None else _lag(input_end, cap, processed)
+    limit_s = policy.restore_max_s if last.state is SlotState.RESTORING else policy.heartbeat_max_age_s
+    if lag is None and age > limit_s * 1000:
+        findings.append(Finding("liveness", Severity.WARN, f"no status for {_s(age)} and input end unknown: "
+                                f"cannot tell idle from dead (limit {limit_s:g} s)"))
+    elif lag:
+        since = now_ms if waiting_since_ms is None else min(waiting_since_ms, now_ms)
+        for t, n in lag_history if waiting_since_ms is None else ():
+            if t >= last.ts_ms + tolerance_ms:  # an unbroken run of waiting samples since the last record
+                since = min(since, t) if n > 0 else now_ms
+        silence = now_ms - max(last.ts_ms, since)
+        if silence > limit_s * 1000:
+            return done(Verdict.DEAD, lag, "liveness", dead, f"no status for {_s(silence)} while {lag:,} records "
+                        f"wait (limit {limit_s:g} s, last record {_s(age)} ago, {last.state.value})")
+    if last.state is SlotState.RESTORING:
+        if lag != 0:
+            waiting = "input end unknown" if lag is None else f"{lag:,} records waiting"
+            return done(Verdict.STARTING, lag, "restore", message=f"restoring for {_s(age)}, {waiting}")
+        findings.append(Finding("restore", Severity.INFO, "idle since the start (state loads with the first batch)"))
+
+    # 4. Progress and budgets.
+    k = policy.stuck_after_triggers
+    if lag and len(progress) >= k and all(r.processed == processed for r in progress[-k:]):
+        findings.append(Finding("stuck", Severity.CRITICAL, f"processed unchanged over the last {k} batches "
+                                f"({progress[-k].batch_id}..{progress[-1].batch_id}) while {lag:,} records wait"))
+    if lag is not None and lag > policy.max_lag_records:
+        findings.append(_lag_finding(lag, lag_history, now_ms, policy))
+    findings.extend(_budget_findings(progress, disk_bytes, now_ms, policy))
+    return done(Verdict.HEALTHY, lag)
+
+
+def _lag_finding(lag: int, lag_history: Sequence[tuple[int, int]], now_ms: int, policy: HealthPolicy) -> Finding:
+    # Over the limit is a WARN (a burst being worked off); over the limit and never shrinking across the
+    # window is CRITICAL: the slot consumes slower than input arrives and will not catch up by itself.
+    earlier = [(t, n) for t, n in lag_history if now_ms - policy.lag_window_s * 1000 <= t <= now_ms]
+    series = [n for _, n in earlier] + [lag]
+    growing = bool(earlier) and lag > series[0] and all(a <= b for a, b in zip(series, series[1:]))
+    trend = f", up from {series[0]:,} {_s(now_ms - earlier[0][0])} ago" if growing else ""
+    return Finding("lag", Severity.CRITICAL if growing else Severity.WARN,
+                   f"lag {lag:,} records (limit {policy.max_lag_records:,}){trend}")
+
+
+def _same_process(a: StatusRecord, b: StatusRecord) -> bool:
+    # A pid alone is reused across restarts in a container, and a lower running total also means a new process.
+    return (a.host, a.pid) == (b.host, b.pid)
+
+
+def _budget_findings(progress: list[StatusRecord], disk_bytes: int | None, now_ms: int,
+                     policy: HealthPolicy) -> list[Finding]:
+    out = []
+    window_start = now_ms - policy.recent_window_s * 1000
+    in_window = [(prev, r) for prev, r in zip(progress, progress[1:]) if r.ts_ms >= window_start]
+    # The first batch of a process is left out: it includes the state restore and warm-up (see restore_ms).
+    times = [r.batch_ms for prev, r in in_window if _same_process(prev, r)]
+    if len(times) >= policy.min_batch_samples and statistics.median(times) > policy.batch_ms_budget:
+        out.append(Finding("batch_time", Severity.WARN, f"median batch {statistics.median(times):,.0f} ms over the "
+                           f"last {len(times)} batches (budget {policy.batch_ms_budget:,} ms)"))
+    if progress and progress[-1].state_rows > policy.state_max_rows:
+        out.append(Finding("state_rows", Severity.WARN,
+                           f"state holds {progress[-1].state_rows:,} rows (budget {policy.state_max_rows:,})"))
+    if progress and progress[-1].state_bytes > policy.state_max_bytes:
+        out.append(Finding("state_bytes", Severity.WARN,
+                           f"state uses {_mib(progress[-1].state_bytes)} (budget {_mib(policy.state_max_bytes)})"))
+    if disk_bytes is not None and disk_bytes > policy.disk_max_bytes:
+        out.append(Finding("disk", Severity.WARN,
+                           f"checkpoint uses {_mib(disk_bytes)} on disk (budget {_mib(policy.disk_max_bytes)})"))
+    # dead_letters is a running total per process (back to 0 when it restarts): a batch's count is the
+    # difference from the batch before in the same process.
+    bad = sum(r.dead_letters - prev.dead_letters if _same_process(prev, r) and r.dead_letters >= prev.dead_letters
+              else r.dead_letters for prev, r in in_window)
+    rows = sum(r.input_rows for _, r in in_window)
+    if rows >= policy.dead_letter_min_rows and bad > policy.dead_letter_max_share * rows:
+        out.append(Finding("dead_letters", Severity.WARN, f"{bad:,} of {rows:,} input rows ({bad / rows:.1%}) went to "
+                           f"the dead-letter topic in the last {len(in_window)} batches "
+                           f"(limit {policy.dead_letter_max_share:.0%})"))
+    return out
+
+
+class RestartAction(str, enum.Enum):
+    RESTART = "restart"
+    WAIT = "wait"
+    GIVE_UP = "give_up"
+
+
+@dataclass(frozen=True)
+class RestartDecision:
+    action: RestartAction
+    at_ms: int       # when a restart is allowed (now for RESTART)
+    reason: str
+
+
+def _recent(restarts: Sequence[int], now_ms: int, policy: HealthPolicy) -> list[int]:
+    # A restart stamped after now is a clock difference between DAG workers, so it still counts.
+    return sorted(t for t in restarts if t > now_ms - policy.restart_window_s * 1000)
+
+
+def decide_restart(restarts_ms: Sequence[int], now_ms: int, policy: HealthPolicy,
+                   last_error: str = "") -> RestartDecision:
+    """What to do with a DEAD slot, given the times of its earlier restarts (persisted by the caller).
+
+    On RESTART the caller restarts the slot and appends now_ms to the list. On GIVE_UP it marks the
+    slot FAILED with the reason. On WAIT it does nothing, and the next run asks again.
+    """
+    recent = _recent(restarts_ms, now_ms, policy)
+    window = f"{policy.restart_window_s:g} s"
+    if len(recent) >= policy.max_restarts:
+        error = f"; last error: {last_error}" if last_error else ""
+        return RestartDecision(RestartAction.GIVE_UP, now_ms, f"crash loop: {len(recent)} restarts in {window} "
+                               f"(limit {policy.max_restarts}){error}")
+    backoff_s = policy.backoff_s(len(recent))
+    at_ms = int(recent[-1] + backoff_s * 1000) if recent else now_ms
+    if at_ms > now_ms:
+        return RestartDecision(RestartAction.WAIT, at_ms, f"backoff {backoff_s:g} s after restart {len(recent)} "
+                               f"in {window}: next restart in {(at_ms - now_ms) / 1000:.0f} s")
+    return RestartDecision(RestartAction.RESTART, now_ms, f"restart {len(recent) + 1} of {policy.max_restarts} "
+                           f"in {window}")
+
+
+def prune_restarts(restarts_ms: Sequence[int], now_ms: int, policy: HealthPolicy) -> list[int]:
+    """The restarts the guard still counts (inside the window), oldest first; at most max_restarts kept."""
+    return _recent(restarts_ms, now_ms, policy)[-policy.max_restarts:]
+
+
+def summarize(healths: Sequence[SlotHealth]) -> str:
+    """A table for the task log: one line per slot, then its findings indented below it."""
+    counts = {v: sum(h.verdict is v for h in healths) for v in Verdict}
+    head = ", ".join(f"{n} {v.value}" for v, n in counts.items() if n)
+    lines = [f"baton_health: {len(healths)} slot(s): {head or 'none'}",
+             f"{'APP':<24} {'SLOT':<6} {'VERDICT':<9} {'BATCH':>8} {'LAG':>12} {'LAST':>8}"]
+    for h in sorted(healths, key=lambda h: (h.app, h.slot.value)):
+        batch = str(h.last.batch_id) if h.last is not None and h.last.batch_id >= 0 else "-"
+        lag = f"{h.lag:,}" if h.lag is not None else "-"
+        ago = f"{max(0, h.ts_ms - h.last.ts_ms) / 1000:.0f} s" if h.last is not None else "never"
+        lines.append(f"{h.app:<24} {h.slot.value:<6} {h.verdict.value.upper():<9} {batch:>8} {lag:>12} {ago:>8}")
+        lines += [f"    {f.severity.value.upper():<8} {f.rule}: {f.message}" for f in h.findings]
+    return "\n".join(lines)
