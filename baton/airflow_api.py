@@ -70,5 +70,18 @@ class AirflowClient:
                 return run
             time.sleep(2)
 
+    def xcom(self, dag_id: str, run_id: str, task_id: str, key: str = "return_value", map_index: int = -1) -> Any:
+        return self.request("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/xcomEntries/{key}",
+                            f"xcom {task_id}", params={"map_index": map_index, "deserialize": True})["value"]
+
+    def task_instances(self, dag_id: str, run_id: str) -> list[dict[str, Any]]:
+        return self.request("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances", f"tasks of {run_id}")["task_instances"]
+
+    def clear_tasks(self, dag_id: str, run_id: str, task_ids: list[str]) -> Any:
+        """Clear (re-run) tasks of a run, as the UI's Clear does: the retry path of an operator."""
+        body = {"dry_run": False, "dag_run_id": run_id, "task_ids": task_ids, "only_failed": False,
+                "reset_dag_runs": True}
+        return self.request("POST", f"/dags/{dag_id}/clearTaskInstances", f"clear {task_ids} of {run_id}", json=body)
+
     def close(self) -> None:
         self._http.close()

@@ -3,7 +3,13 @@ its own uniquely named topics (see `topic_names`) and deletes them afterwards.""
 
 from __future__ import annotations
 
+import os
+import tempfile
 import uuid
+
+# Airflow reads its home at first import: tests that import hooks or DAGs get a throwaway one, never ~/airflow.
+os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="baton-test-airflow-"))
+os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 
 import pytest
 

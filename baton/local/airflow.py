@@ -72,6 +72,8 @@ class Airflow:
             "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "30",
             "AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK": "True",
             "BATON_KAFKA_BOOTSTRAP": self.kafka_bootstrap,
+            # Tasks launch slots under the platform's state dir (identity records, logs, checkpoints).
+            "BATON_HOME": str(self.state_dir),
             # Baton's Kafka connection, read by the hooks (argument > connection extra > BATON_* env).
             "AIRFLOW_CONN_BATON_KAFKA": json.dumps(
                 {"conn_type": "generic", "extra": {"bootstrap.servers": self.kafka_bootstrap}}

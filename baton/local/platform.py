@@ -47,10 +47,22 @@ class Platform:
             self.airflow.start()
         say(self.status())
 
+    def stop_slots(self, say=print) -> None:
+        """Stop every app slot launched under this state dir (they outlive the tasks that started them)."""
+        from baton.launcher import Launcher
+
+        launcher = Launcher(self.settings.state_dir)
+        for record in sorted(self.settings.state_dir.glob("slots/*/*/driver.json")):
+            app, slot = record.parent.parent.name, record.parent.name
+            result = launcher.stop(app, slot, grace_s=30)
+            if result.was_running:
+                say(f"slot {app}/{slot}: stopped ({'graceful' if result.graceful else 'killed'})")
+
     def down(self, say=print) -> None:
-        # Airflow first: its tasks may talk to the broker while shutting down.
+        # Airflow first (its tasks may talk to the broker and start slots), then the slots, then the broker.
         if self.airflow.stop():
             say("airflow: stopped")
+        self.stop_slots(say)
         if self.broker.stop():
             say("broker: stopped")
 

@@ -34,6 +34,7 @@ from spark_apps.runtime.follower import Follower
 from spark_apps.runtime.kafka_sink import TransactionalEmitter, WriterFenced
 
 KIND_OUTPUT, KIND_DEAD = "o", "d"
+IDLE_HEARTBEAT_S = 5.0
 
 
 @dataclass
@@ -80,7 +81,6 @@ class Harness:
         self.paths.root.mkdir(parents=True, exist_ok=True)
         self.spark_conf = spark_conf or {}
         self.starting_offsets = starting_offsets
-        self.module: ModuleType = importlib.import_module(app.module)
         self.follower = Follower(bootstrap, app.name, slot, app.commits_topic, app.input.partitions, self.paths.cap_file)
         self.emitter = TransactionalEmitter(bootstrap, app.name, slot, generation, app.output.topic,
                                             app.dead_letter_topic, app.commits_topic)
@@ -91,6 +91,8 @@ class Harness:
         self._batch_lock = threading.Lock()
         self.query = None
         self.spark = None
+        self.last_progress: dict | None = None  # the last batch's progress, repeated by idle heartbeats
+        self.last_publish = 0.0
 
     # --- status -------------------------------------------------------------------------------
     def publish(self, progress: dict | None = None, error: str = "") -> None:
@@ -106,6 +108,7 @@ class Harness:
         )
         self.status_producer.produce(STATUS_TOPIC, rec.to_bytes(), rec.key())
         self.status_producer.poll(0)
+        self.last_publish = time.monotonic()
 
     # --- the batch ----------------------------------------------------------------------------
     def on_batch(self, df, batch_id: int) -> None:
@@ -140,6 +143,13 @@ class Harness:
 
     # --- the query ----------------------------------------------------------------------------
     def build_query(self):
+        return (self.build_frame().writeStream.outputMode("update")
+                .foreachBatch(self.on_batch)
+                .option("checkpointLocation", str(self.paths.checkpoint))
+                .trigger(processingTime=f"{self.app.trigger_ms} milliseconds"))
+
+    def build_frame(self):
+        """The streaming frame the sink sees: the app's output rows and the dead letters, by `kind`."""
         from pyspark.sql import functions as F
 
         from spark_apps.runtime.kafka_source import KafkaSource
@@ -154,7 +164,9 @@ class Harness:
                .option("maxRecordsPerTrigger", str(self.app.max_records_per_trigger))
                .option("capFile", str(self.paths.cap_file))
                .load())
-        mod = self.module
+        # Imported here, inside run()'s error handling: an app module that fails to import is reported
+        # as FAILED with the error in the status topic like any other bad app code.
+        mod: ModuleType = importlib.import_module(self.app.module)
         parsed = raw.select(
             "key", "value", "partition", "offset",
             F.from_json(F.col("value").cast("string"), mod.VALUE_SCHEMA).alias("e"),
@@ -177,10 +189,7 @@ class Harness:
              .otherwise(F.concat(F.lit("missing or invalid field(s): "), F.col("reason"))).alias("reason"),
             F.col("partition").cast("int").alias("src_partition"), F.col("offset").cast("long").alias("src_offset"),
         )
-        return (out.unionByName(dead).writeStream.outputMode("update")
-                .foreachBatch(self.on_batch)
-                .option("checkpointLocation", str(self.paths.checkpoint))
-                .trigger(processingTime=f"{self.app.trigger_ms} milliseconds"))
+        return out.unionByName(dead)
 
     def request_stop(self, *_args) -> None:
         self._stop.set()
@@ -189,13 +198,20 @@ class Harness:
         """Run until stopped; returns a process exit code."""
         signal.signal(signal.SIGTERM, self.request_stop)
         self.publish()
-        self.follower.catch_up()
-        self.follower.start()
-        writer = self.build_query()
-        self.spark.streams.addListener(_ProgressListener(self))
-        self.state = SlotState.RESTORING
-        self.publish()
-        self.query = writer.start()
+        try:
+            self.follower.catch_up()
+            self.follower.start()
+            writer = self.build_query()
+            self.spark.streams.addListener(_ProgressListener(self))
+            self.state = SlotState.RESTORING
+            self.publish()
+            self.query = writer.start()
+        except Exception as exc:  # bad app code or settings: say why in the status topic, exit non-zero
+            self.state = SlotState.FAILED
+            self.publish(error=f"{type(exc).__name__}: {exc}"[:2000])
+            self.status_producer.flush(5)
+            self.follower.stop()
+            raise
         code = 0
         try:
             while not self._stop.is_set():
@@ -203,7 +219,7 @@ class Harness:
                     break  # the query ended by itself: an error, reported below
                 control, _ = self.follower.snapshot()
                 spec = control.slots.get(self.slot) if control else None
-                if spec is not None and spec.desired in (SlotState.STOPPED, SlotState.STOPPING):
+                if spec is not None and spec.desired in (SlotState.STOPPED, SlotState.STOPPING, SlotState.FAILED):
                     break
             self.state = SlotState.STOPPING
             self.publish()
@@ -262,10 +278,16 @@ class _ProgressListener:
                 if c.first_batch_ms is None:
                     c.first_batch_ms = int((time.monotonic() - c.started) * 1000)
                     harness.state = SlotState.RUNNING
-                harness.publish(json.loads(event.progress.json))
+                harness.last_progress = json.loads(event.progress.json)
+                harness.publish(harness.last_progress)
 
             def onQueryIdle(self, event):
-                pass
+                # No new input (or the cap holds this slot back): the query is up and polling. Say so,
+                # at most every IDLE_HEARTBEAT_S, so an idle slot is RUNNING and visibly alive.
+                now = time.monotonic()
+                if harness.state is SlotState.RESTORING or now - harness.last_publish >= IDLE_HEARTBEAT_S:
+                    harness.state = SlotState.RUNNING
+                    harness.publish(harness.last_progress)
 
             def onQueryTerminated(self, event):
                 pass

@@ -1,0 +1,68 @@
+"""What the control plane's sensors wait for, as pure functions of what a slot reported.
+
+Each check returns a Check: met (stop waiting, succeed), failed (stop waiting, fail with the reason)
+or neither (keep waiting). Status is observed, never assumed: "running" means a status record of the
+launched process says so, not that a process exists.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from baton.records import Positions, SlotState, StatusRecord, covers
+
+
+@dataclass(frozen=True)
+class Check:
+    met: bool = False
+    failed: bool = False
+    message: str = ""
+
+
+WAIT = Check()
+
+
+def _since(history: Sequence[StatusRecord], since_ms: int, pid: int | None) -> list[StatusRecord]:
+    return [r for r in history if r.ts_ms >= since_ms and (pid is None or r.pid == pid)]
+
+
+def slot_running(history: Sequence[StatusRecord], since_ms: int, pid: int | None = None) -> Check:
+    """The launched process reports RUNNING: it completed a batch (the first includes the state restore)
+    or its query is up and polling with no input to read."""
+    recent = _since(history, since_ms, pid)
+    if not recent:
+        return WAIT
+    last = recent[-1]
+    if last.state is SlotState.FAILED:
+        return Check(failed=True, message=f"slot failed: {last.error or 'no error reported'}")
+    if last.state is SlotState.STOPPED:
+        return Check(failed=True, message="slot stopped before it was running")
+    if last.state is SlotState.RUNNING:  # after its first batch, or polling with no input waiting
+        batch = f"batch {last.batch_id}" if last.batch_id >= 0 else "idle, no batch yet"
+        return Check(met=True, message=f"running ({batch}, restore {last.restore_ms} ms)")
+    return WAIT
+
+
+def position_reached(history: Sequence[StatusRecord], target: Positions, since_ms: int = 0) -> Check:
+    """The slot's processed position covers `target` on every partition."""
+    recent = [r for r in history if r.ts_ms >= since_ms and r.batch_id >= 0]
+    if recent and recent[-1].state is SlotState.FAILED:
+        return Check(failed=True, message=f"slot failed: {recent[-1].error}")
+    if recent and covers(recent[-1].processed, target):
+        return Check(met=True, message=f"processed {recent[-1].processed} covers {target}")
+    return WAIT
+
+
+def lag_within(history: Sequence[StatusRecord], end: Positions, max_records: int, since_ms: int = 0) -> Check:
+    """Records left between the slot's processed position and `end` at most max_records."""
+    recent = [r for r in history if r.ts_ms >= since_ms and r.batch_id >= 0]
+    if not recent:
+        return WAIT
+    last = recent[-1]
+    if last.state is SlotState.FAILED:
+        return Check(failed=True, message=f"slot failed: {last.error}")
+    lag = sum(max(0, o - last.processed.get(p, 0)) for p, o in end.items())
+    if lag <= max_records:
+        return Check(met=True, message=f"lag {lag} records (limit {max_records})")
+    return WAIT

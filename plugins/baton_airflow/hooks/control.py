@@ -1,0 +1,64 @@
+"""The control plane's Kafka I/O: the control topic (compare-and-set writes through
+baton.control_plane), the status topic, commit markers and input positions.
+
+Connection settings come from BatonKafkaHook (argument > connection `baton_kafka` > environment).
+"""
+
+from __future__ import annotations
+
+from airflow.sdk import BaseHook
+
+from baton.apps import AppDefinition
+from baton.control_plane import ControlPlane, KafkaControlStore
+from baton.kafka.tail import end_offsets, read_tail
+from baton.records import CommitMarker, RecordError, Slot, StatusRecord
+from baton.settings import STATUS_TOPIC
+from baton_airflow.hooks.kafka import BatonKafkaHook
+
+
+def read_slot_status(bootstrap: str, app: str, slot: Slot | str | None = None, last_n: int = 5000) -> list[StatusRecord]:
+    """Status records of `app` (one slot, or all) among the last `last_n` of the status topic, oldest first."""
+    prefix = f"{app}/".encode()
+    key = f"{app}/{Slot(slot).value}".encode() if slot is not None else None
+
+    def keep(m):
+        k = m.key() or b""
+        if (key is not None and k != key) or (key is None and not k.startswith(prefix)):
+            return None
+        try:
+            return StatusRecord.from_bytes(m.value())
+        except RecordError:
+            return None  # a malformed status record is skipped, never fatal
+
+    return read_tail(bootstrap, STATUS_TOPIC, keep, last_n=last_n)
+
+
+def read_last_commit(bootstrap: str, app: AppDefinition) -> CommitMarker | None:
+    from spark_apps.runtime.kafka_sink import read_last_marker
+
+    return read_last_marker(bootstrap, app.commits_topic, app.name)
+
+
+class BatonControlHook(BaseHook):
+    hook_name = "Baton control plane"
+
+    def __init__(self, kafka_conn_id: str = BatonKafkaHook.default_conn_name, writer: str = "airflow"):
+        super().__init__()
+        self.kafka = BatonKafkaHook(kafka_conn_id)
+        self.writer = writer
+
+    @property
+    def bootstrap(self) -> str:
+        return self.kafka.bootstrap
+
+    def plane(self) -> ControlPlane:
+        return ControlPlane(KafkaControlStore(self.bootstrap), writer=self.writer)
+
+    def status(self, app: str, slot: Slot | str | None = None, last_n: int = 5000) -> list[StatusRecord]:
+        return read_slot_status(self.bootstrap, app, slot, last_n)
+
+    def last_commit(self, app: AppDefinition) -> CommitMarker | None:
+        return read_last_commit(self.bootstrap, app)
+
+    def input_end(self, app: AppDefinition) -> dict[int, int]:
+        return end_offsets(self.bootstrap, app.input.topic, range(app.input.partitions))

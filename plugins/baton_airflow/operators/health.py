@@ -1,0 +1,165 @@
+"""The health check of every registered app and slot (the baton_health DAG, every minute).
+
+Per slot: gather what it reported (status topic), what it should be doing (control topic), how far it
+may read (commit marker + fence: follower.compute_cap), the input's end and the checkpoint's size on
+disk; judge with baton.health; act on a DEAD slot through the crash-loop guard (restart with backoff,
+or mark it FAILED with the reason). The findings are logged as one table and returned (XCom); a FAILED
+slot's reason is in the control record, where the UI and the next run see it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from airflow.sdk import BaseOperator
+
+from baton.apps import AppDefinition, load_registry
+from baton.local.procs import tail
+from baton.health import (Finding, HealthPolicy, RestartAction, Severity, SlotHealth, Verdict, assess, decide_restart,
+                          prune_restarts, summarize)
+from baton.records import ControlRecord, Slot, SlotState
+from baton_airflow.hooks.control import BatonControlHook
+from baton_airflow.hooks.kafka import BatonKafkaHook
+from baton_airflow.hooks.spark import BatonSparkHook
+from spark_apps.runtime.follower import compute_cap
+
+LAG_VARIABLE = "baton_health_lag"  # (ts_ms, lag) samples per slot between runs: lag growth, input waiting
+
+
+def disk_bytes(root: Path) -> int | None:
+    if not root.exists():
+        return None
+    total = 0
+    for dirpath, _dirs, files in os.walk(root):
+        for f in files:
+            try:
+                total += os.lstat(os.path.join(dirpath, f)).st_size
+            except FileNotFoundError:
+                pass  # a checkpoint file removed by Spark's maintenance while we walk
+    return total
+
+
+class HealthCheckOperator(BaseOperator):
+    def __init__(self, *, kafka_conn_id: str = BatonKafkaHook.default_conn_name,
+                 spark_conn_id: str = BatonSparkHook.default_conn_name, act: bool = True, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.kafka_conn_id, self.spark_conn_id, self.act = kafka_conn_id, spark_conn_id, act
+        self.clock = time.time  # injected in unit tests
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        from airflow.sdk import Variable
+
+        control = BatonControlHook(self.kafka_conn_id, writer=f"baton_health:{context['run_id']}")
+        spark = BatonSparkHook(conn_id=self.spark_conn_id)
+        lag_samples: dict[str, list[list[int]]] = json.loads(Variable.get(LAG_VARIABLE, default="{}"))
+        healths, actions = [], []
+        for app in load_registry().values():
+            record = control.plane().current(app.name)
+            if record is None:
+                continue  # never started: nothing is desired of it
+            for slot, health in self.assess_app(app, record, control, spark, lag_samples):
+                healths.append(health)
+                action = self.act_on(app, slot, health, record, control, spark) if self.act else ""
+                if action:
+                    actions.append(f"{app.name}/{slot.value}: {action}")
+        Variable.set(LAG_VARIABLE, json.dumps(lag_samples))
+        self.log.info("%s", summarize(healths))
+        for a in actions:
+            self.log.warning("action: %s", a)
+        return {"slots": {f"{h.app}/{h.slot.value}": {"verdict": h.verdict.value, "reason": h.reason,
+                                                       "findings": [f"{f.rule}: {f.message}" for f in h.findings]}
+                          for h in healths},
+                "actions": actions}
+
+    def assess_app(self, app: AppDefinition, record: ControlRecord, control: BatonControlHook,
+                   spark: BatonSparkHook, lag_samples: dict) -> list[tuple[Slot, SlotHealth]]:
+        now_ms = int(self.clock() * 1000)
+        policy = HealthPolicy.from_app(app)
+        statuses = control.status(app.name)
+        marker = control.last_commit(app)
+        end = control.input_end(app)
+        out = []
+        for slot in Slot:
+            spec = record.slots.get(slot)
+            key = f"{app.name}/{slot.value}"
+            history = [s for s in statuses if s.slot is slot][-200:]
+            samples = [tuple(s) for s in lag_samples.get(key, []) if s[0] > now_ms - policy.lag_window_s * 1000]
+            health = assess(app, slot, spec, history, end, disk_bytes(spark.state_dir / "slots" / app.name / slot.value),
+                            now_ms, policy, cap=compute_cap(record, slot, marker, app.input.partitions),
+                            started_ms=spec.started_ms if spec and spec.started_ms else None, lag_history=samples)
+            health = self.with_process_check(app, slot, spec, health, spark)
+            if health.lag is not None:
+                samples.append((health.ts_ms, health.lag))
+            lag_samples[key] = [list(s) for s in samples]
+            out.append((slot, health))
+        return out
+
+    @staticmethod
+    def with_process_check(app: AppDefinition, slot: Slot, spec, health: SlotHealth, spark: BatonSparkHook) -> SlotHealth:
+        """A slot that should run but whose recorded launch has ended is dead now, whatever its last
+        status record says (a kill -9 leaves no record): no need to wait for the silence rule."""
+        if spec is None or spec.desired not in (SlotState.STARTING, SlotState.RUNNING) or health.verdict is Verdict.DEAD:
+            return health
+        launcher = spark.launcher()
+        launch = launcher.read_record(app.name, slot)
+        if launch is None or spark.find(app.name, slot) is not None:
+            return health
+        ended = launcher.exit_info(launch)
+        code = ended.code if ended is not None else "unknown"
+        gone = Finding("process", Severity.CRITICAL, f"driver of launch {launch.launch_id[:8]} (pid {launch.pid}) "
+                                                     f"has exited (code {code})")
+        return dataclasses.replace(health, verdict=Verdict.DEAD, findings=[gone, *health.findings])
+
+    @staticmethod
+    def last_error(app: AppDefinition, slot: Slot, spec, health: SlotHealth, control: BatonControlHook,
+                   spark: BatonSparkHook) -> str:
+        """Why the slot's last launch died, for the FAILED reason. The status was read before the
+        process check, so a driver that published its error and exited in between is read again;
+        one that died without a word (kill -9, a JVM crash) is described by its exit code and log."""
+        if health.last is not None and health.last.error:
+            return health.last.error
+        since = (spec.started_ms or 0) if spec is not None else 0
+        for rec in reversed(control.status(app.name, slot)):
+            if rec.error and rec.ts_ms >= since:
+                return rec.error
+        launcher = spark.launcher()
+        launch = launcher.read_record(app.name, slot)
+        if launch is None:
+            return ""
+        ended = launcher.exit_info(launch)
+        lines = [ln for ln in tail(Path(launch.log_path), 40).splitlines() if ln.strip() and not ln.startswith("[baton]")]
+        code = ended.code if ended is not None else "unknown"
+        return f"driver exited with code {code}" + (f": {lines[-1].strip()}" if lines else "") + f" (log {launch.log_path})"
+
+    def act_on(self, app: AppDefinition, slot: Slot, health: SlotHealth, record: ControlRecord,
+               control: BatonControlHook, spark: BatonSparkHook) -> str:
+        spec = record.slots.get(slot)
+        if spec is None or spec.desired not in (SlotState.STARTING, SlotState.RUNNING):
+            return ""
+        plane = control.plane()
+        if health.verdict is Verdict.HEALTHY and spec.desired is SlotState.STARTING:
+            plane.move_slot(app.name, slot, SlotState.RUNNING, reason="")  # a restart came up
+            return "running again"
+        if health.verdict is not Verdict.DEAD:
+            return ""
+        policy = HealthPolicy.from_app(app)
+        now_ms = int(self.clock() * 1000)
+        decision = decide_restart(spec.restarts, now_ms, policy, self.last_error(app, slot, spec, health, control, spark))
+        if decision.action is RestartAction.WAIT:
+            return f"dead ({health.reason}); {decision.reason}"
+        if decision.action is RestartAction.GIVE_UP:
+            # Intent first: the harness stops on FAILED by itself if it is somehow still alive.
+            plane.move_slot(app.name, slot, SlotState.FAILED, reason=decision.reason)
+            spark.stop(app.name, slot, grace_s=30)
+            return f"FAILED: {decision.reason}"
+        restarts = tuple(prune_restarts(spec.restarts, now_ms, policy)) + (now_ms,)
+        plane.move_slot(app.name, slot, SlotState.STARTING, reason=f"restarted: {health.reason}",
+                        restarts=restarts, started_ms=now_ms)
+        spark.stop(app.name, slot, grace_s=10)  # whatever is left of the dead launch (a hung driver)
+        proc = spark.ensure_started(app.name, slot, control.bootstrap, generation=spec.generation)
+        return f"restarted (pid {proc.pid}; {decision.reason}): {health.reason}"

@@ -1,0 +1,120 @@
+"""Operators that move one slot through its lifecycle. Each records its intent in the control topic
+before acting, observes the result in the status topic, and converges when re-run (a retried task
+reattaches to the launch it started instead of starting a second copy: baton.launcher)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+from baton.apps import AppDefinition, AppDefinitionError, load_app
+from baton.lifecycle import IllegalTransition
+from baton.records import Slot, SlotState
+from baton_airflow.hooks.control import BatonControlHook
+from baton_airflow.hooks.kafka import BatonKafkaHook
+from baton_airflow.hooks.spark import BatonSparkHook
+from baton_airflow.triggers.status import SlotStatusTrigger
+
+
+def resolve(app: str, slot: str) -> tuple[AppDefinition, Slot]:
+    """The app and slot named by a task's arguments; bad ones fail the task without retries."""
+    try:
+        definition = load_app(app)
+    except AppDefinitionError as exc:
+        raise AirflowFailException(str(exc)) from None
+    try:
+        return definition, Slot(slot)
+    except ValueError:
+        raise AirflowFailException(f"slot {slot!r} is not one of {[s.value for s in Slot]}") from None
+
+
+class _SlotOperator(BaseOperator):
+    template_fields = ("app", "slot")
+
+    def __init__(self, *, app: str, slot: str, kafka_conn_id: str = BatonKafkaHook.default_conn_name,
+                 spark_conn_id: str = BatonSparkHook.default_conn_name, **kwargs: Any):
+        kwargs.setdefault("retry_delay", timedelta(seconds=10))
+        super().__init__(**kwargs)
+        self.app, self.slot = app, slot
+        self.kafka_conn_id, self.spark_conn_id = kafka_conn_id, spark_conn_id
+
+    def hooks(self) -> tuple[BatonControlHook, BatonSparkHook]:
+        return BatonControlHook(self.kafka_conn_id), BatonSparkHook(conn_id=self.spark_conn_id)
+
+
+class EnsureSlotRunningOperator(_SlotOperator):
+    """Start the slot unless it runs; wait (deferred) until its process reports RUNNING."""
+
+    def __init__(self, *, wait_timeout_s: float = 600.0, **kwargs: Any):
+        kwargs.setdefault("retries", 2)  # apache/airflow#71580: a deferred task can end "success but queued"
+        super().__init__(**kwargs)
+        self.wait_timeout_s = wait_timeout_s
+
+    def execute(self, context: Any) -> None:
+        app, slot = resolve(self.app, self.slot)
+        control, spark = self.hooks()
+        plane = control.plane()
+        current = plane.current(app.name)
+        spec = current.slots.get(slot) if current else None
+        alive = spark.find(app.name, slot)
+        if alive is None or spec is None or spec.desired not in (SlotState.STARTING, SlotState.RUNNING):
+            # Intent first. Starting a FAILED slot is the operator's explicit decision: the crash-loop
+            # guard's count starts again.
+            fields = {"restarts": ()} if spec is not None and spec.desired is SlotState.FAILED else {}
+            try:
+                plane.move_slot(app.name, slot, SlotState.STARTING, version=app.version,
+                                reason=f"start requested by {context['run_id']}", **fields)
+            except IllegalTransition as exc:
+                raise AirflowFailException(f"{app.name}/{slot.value}: {exc}") from None
+        generation = spec.generation if spec is not None else 0
+        proc = spark.ensure_started(app.name, slot, control.bootstrap, generation=generation)
+        self.log.info("%s/%s launch %s (pid %s, log %s); waiting for RUNNING", app.name, slot.value,
+                      proc.launch_id, proc.pid, proc.log_path)
+        self.defer(trigger=SlotStatusTrigger(app=app.name, slot=slot.value, condition="running",
+                                             bootstrap=control.bootstrap, since_ms=int(proc.launched_at * 1000),
+                                             timeout_s=self.wait_timeout_s),
+                   method_name="execute_complete", kwargs={"launch": BatonSparkHook.describe(proc)})
+
+    def execute_complete(self, context: Any, event: dict[str, Any], launch: dict[str, Any]) -> dict[str, Any]:
+        app, slot = resolve(self.app, self.slot)
+        if event.get("status") == "failed":  # the slot itself failed: retrying the wait cannot help
+            raise AirflowFailException(f"{event.get('message')}; driver log: {launch.get('log')}")
+        if event.get("status") != "met":
+            raise AirflowException(f"{event.get('message')}; driver log: {launch.get('log')}")
+        control, _ = self.hooks()
+        control.plane().move_slot(app.name, slot, SlotState.RUNNING, reason="")
+        self.log.info("%s", event["message"])
+        return {**launch, "message": event["message"]}
+
+
+class StopSlotOperator(_SlotOperator):
+    """Stop the slot gracefully: the control-topic request (the slot ends by itself at a batch
+    boundary within `self_stop_s`), then SIGTERM, then kill after `grace_s`."""
+
+    def __init__(self, *, grace_s: float = 60.0, self_stop_s: float = 60.0, **kwargs: Any):
+        kwargs.setdefault("retries", 1)
+        super().__init__(**kwargs)
+        self.grace_s, self.self_stop_s = grace_s, self_stop_s
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        app, slot = resolve(self.app, self.slot)
+        control, spark = self.hooks()
+        plane = control.plane()
+        current = plane.current(app.name)
+        spec = current.slots.get(slot) if current else None
+        if spec is not None and spec.desired is not SlotState.STOPPED:
+            try:
+                plane.move_slot(app.name, slot, SlotState.STOPPING, reason=f"stop requested by {context['run_id']}")
+            except IllegalTransition as exc:
+                raise AirflowFailException(f"{app.name}/{slot.value}: {exc}") from None
+        result = spark.stop(app.name, slot, self.grace_s, self.self_stop_s)
+        if spec is not None and spec.desired is not SlotState.STOPPED:
+            plane.move_slot(app.name, slot, SlotState.STOPPED, reason=f"stopped by {context['run_id']}")
+        exit_code = result.exit.code if result.exit else None
+        self.log.info("%s/%s: %s (graceful: %s, exit code %s)", app.name, slot.value,
+                      "stopped" if result.was_running else "was not running", result.graceful, exit_code)
+        return {"app": app.name, "slot": slot.value, "was_running": result.was_running,
+                "graceful": result.graceful, "exit_code": exit_code}

@@ -1,0 +1,85 @@
+"""Deferrable gates on what slots report: each defers at once to SlotStatusTrigger, so a long wait
+holds no worker slot, and fails with the trigger's reason when the condition fails or times out."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from airflow.sdk import BaseSensorOperator
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+from baton.apps import load_app
+from baton_airflow.hooks.kafka import BatonKafkaHook
+from baton_airflow.triggers.status import SlotStatusTrigger
+
+
+class _SlotSensor(BaseSensorOperator):
+    template_fields = ("app", "slot")
+
+    def __init__(self, *, app: str, slot: str, wait_timeout_s: float = 600.0,
+                 kafka_conn_id: str = BatonKafkaHook.default_conn_name, **kwargs: Any):
+        kwargs.setdefault("retry_delay", timedelta(seconds=10))
+        kwargs.setdefault("retries", 2)  # apache/airflow#71580: a deferred task can end "success but queued"
+        super().__init__(**kwargs)
+        self.app, self.slot, self.wait_timeout_s, self.kafka_conn_id = app, slot, wait_timeout_s, kafka_conn_id
+
+    def trigger_args(self, context: Any) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def execute(self, context: Any) -> None:
+        app = load_app(self.app)
+        self.defer(trigger=SlotStatusTrigger(
+            app=app.name, slot=self.slot, bootstrap=BatonKafkaHook(self.kafka_conn_id).bootstrap,
+            timeout_s=self.wait_timeout_s, **self.trigger_args(context)), method_name="execute_complete")
+
+    def poke(self, context: Any) -> bool:  # deferrable only; never poked
+        raise AirflowException(f"{type(self).__name__} only runs deferred")
+
+    def execute_complete(self, context: Any, event: dict[str, Any]) -> str:
+        if event.get("status") == "failed":
+            raise AirflowFailException(event.get("message", ""))
+        if event.get("status") != "met":
+            raise AirflowException(event.get("message", f"unexpected trigger event {event!r}"))
+        self.log.info("%s", event["message"])
+        return event["message"]
+
+
+class SlotRunningSensor(_SlotSensor):
+    """The slot's process (launched at or after `since_ms`) reports RUNNING with a completed batch."""
+
+    template_fields = (*_SlotSensor.template_fields, "since_ms", "pid")
+
+    def __init__(self, *, since_ms: int | str = 0, pid: int | str | None = None, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.since_ms, self.pid = since_ms, pid
+
+    def trigger_args(self, context: Any) -> dict[str, Any]:
+        return dict(condition="running", since_ms=int(self.since_ms or 0),
+                    pid=int(self.pid) if self.pid not in (None, "", "None") else None)
+
+
+class PositionReachedSensor(_SlotSensor):
+    """The slot has processed at least `target` ({partition: offset}) on every partition."""
+
+    template_fields = (*_SlotSensor.template_fields, "target")
+
+    def __init__(self, *, target: dict[str, int], **kwargs: Any):
+        super().__init__(**kwargs)
+        self.target = target
+
+    def trigger_args(self, context: Any) -> dict[str, Any]:
+        return dict(condition="position", target={str(p): int(o) for p, o in self.target.items()})
+
+
+class LagWithinSensor(_SlotSensor):
+    """The slot is within `max_lag` records of the input topic's end (default: the app's budget)."""
+
+    def __init__(self, *, max_lag: int | None = None, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.max_lag = max_lag
+
+    def trigger_args(self, context: Any) -> dict[str, Any]:
+        app = load_app(self.app)
+        return dict(condition="lag", input_topic=app.input.topic, partitions=app.input.partitions,
+                    max_lag=self.max_lag if self.max_lag is not None else app.max_lag_records)

@@ -1,0 +1,73 @@
+"""Waits in the triggerer (no worker slot held) until a slot's status records meet a condition.
+
+Serialisable: only plain values cross to the triggerer. Each poll reads the status topic's tail in a
+thread with a fresh consumer that is closed before the poll returns, so a cancelled trigger leaves
+nothing open.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any, AsyncIterator
+
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+CONDITIONS = ("running", "position", "lag")
+
+
+class SlotStatusTrigger(BaseTrigger):
+    def __init__(self, app: str, slot: str, condition: str, bootstrap: str, *, since_ms: int = 0,
+                 pid: int | None = None, target: dict[str, int] | None = None, input_topic: str = "",
+                 partitions: int = 0, max_lag: int = 0, timeout_s: float = 600.0, poll_s: float = 2.0,
+                 deadline_ts: float | None = None):
+        super().__init__()
+        if condition not in CONDITIONS:
+            raise ValueError(f"condition {condition!r} is not one of {CONDITIONS}")
+        self.app, self.slot, self.condition, self.bootstrap = app, slot, condition, bootstrap
+        self.since_ms, self.pid, self.target = since_ms, pid, target or {}
+        self.input_topic, self.partitions, self.max_lag = input_topic, partitions, max_lag
+        self.timeout_s, self.poll_s = timeout_s, poll_s
+        # Absolute, so a trigger re-created after a triggerer restart keeps the original deadline.
+        self.deadline_ts = deadline_ts if deadline_ts is not None else time.time() + timeout_s
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (f"{type(self).__module__}.{type(self).__qualname__}", dict(
+            app=self.app, slot=self.slot, condition=self.condition, bootstrap=self.bootstrap,
+            since_ms=self.since_ms, pid=self.pid, target=self.target, input_topic=self.input_topic,
+            partitions=self.partitions, max_lag=self.max_lag, timeout_s=self.timeout_s, poll_s=self.poll_s,
+            deadline_ts=self.deadline_ts))
+
+    def check(self):
+        """One blocking poll (runs in a thread): the condition's Check."""
+        from baton import conditions
+        from baton.kafka.tail import end_offsets
+        from baton_airflow.hooks.control import read_slot_status
+
+        history = read_slot_status(self.bootstrap, self.app, self.slot, last_n=2000)
+        if self.condition == "running":
+            return conditions.slot_running(history, self.since_ms, self.pid)
+        if self.condition == "position":
+            return conditions.position_reached(history, {int(p): o for p, o in self.target.items()}, self.since_ms)
+        end = end_offsets(self.bootstrap, self.input_topic, range(self.partitions))
+        return conditions.lag_within(history, end, self.max_lag, self.since_ms)
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        what = f"{self.app}/{self.slot} {self.condition}"
+        last_error = ""
+        while True:
+            try:
+                result = await asyncio.to_thread(self.check)
+                last_error = ""
+            except Exception as exc:  # the broker may blip: keep waiting, report it if we time out
+                result, last_error = None, f"{type(exc).__name__}: {exc}"
+            if result is not None and (result.met or result.failed):
+                status = "met" if result.met else "failed"
+                yield TriggerEvent({"status": status, "message": f"{what}: {result.message}"})
+                return
+            if time.time() >= self.deadline_ts:
+                extra = f" (last error: {last_error})" if last_error else ""
+                yield TriggerEvent({"status": "timeout",
+                                    "message": f"{what}: not met within {self.timeout_s:.0f}s{extra}"})
+                return
+            await asyncio.sleep(self.poll_s)

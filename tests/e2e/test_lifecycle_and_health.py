@@ -1,0 +1,176 @@
+"""The Airflow control plane end to end: real broker, real Spark slots, real Airflow standalone, DAGs
+triggered through the REST API.
+
+- baton_lifecycle refuses a bad conf (400 naming the field) and starts nothing;
+- it starts both slots of the click-count app; baton_health sees them RUNNING;
+- a re-run (cleared) start task reattaches to the running launches instead of starting second copies;
+- kill -9 of a driver is detected and the slot restarted by baton_health; output stays exactly once;
+- an app with bad code is restarted up to its limit, then marked FAILED with the reason;
+- stop ends both slots gracefully.
+"""
+
+import os
+import signal
+import time
+
+import pytest
+
+from baton.airflow_api import AirflowAPIError, AirflowClient
+from baton.apps import load_registry
+from baton.kafka.control_log import read_control
+from baton.launcher import Launcher
+from baton.local.platform import Platform
+from baton.local.procs import free_port, pid_alive
+from baton.records import Slot, SlotState
+from baton.settings import Settings
+from baton.tools.verify import read_output, verify
+from tests.support.slots import produce_clicks, read_status, wait_until_emitted
+
+pytestmark = pytest.mark.e2e
+
+APPS = {
+    "cc_e2e": "module: spark_apps.apps.click_counts\ntrigger_ms: 500\nmax_records_per_trigger: 5000\n",
+    "crashy": "module: tests.support.crashing_app\n"
+              # Restart at once, then after 1 s; the third death in the window gives up.
+              "health: {max_restarts: 2, restart_backoff_s: 1, restart_window_s: 600, start_grace_s: 90}\n",
+}
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    root = tmp_path_factory.mktemp("e2e")
+    apps_dir = root / "apps"
+    apps_dir.mkdir()
+    for name, body in APPS.items():
+        (apps_dir / f"{name}.yaml").write_text(
+            f"name: {name}\nversion: v1\ninput: {{topic: in-{name}, partitions: 2}}\n"
+            f"output: {{topic: out-{name}, partitions: 2}}\n{body}")
+    saved = {k: os.environ.get(k) for k in ("BATON_APPS_DIR", "BATON_HOME")}
+    os.environ["BATON_APPS_DIR"] = str(apps_dir)
+    os.environ["BATON_HOME"] = str(root / "state")
+    kafka_port = free_port()
+    platform = Platform(Settings(state_dir=root / "state", kafka_port=kafka_port, airflow_port=free_port(),
+                                 kafka_bootstrap=f"127.0.0.1:{kafka_port}", spark_master="local[2]"))
+    try:
+        platform.up(say=lambda *_: None)
+        client = AirflowClient(platform.airflow.url, "admin", platform.airflow.password())
+        ids = {d["dag_id"] for d in client.wait_for_dags()}
+        deadline = time.monotonic() + 120
+        while not {"baton_lifecycle", "baton_health"} <= ids and time.monotonic() < deadline:
+            time.sleep(3)
+            ids = {d["dag_id"] for d in client.dags()}
+        assert client.import_errors() == []
+        yield platform, client, load_registry()
+        client.close()
+    finally:
+        platform.down(say=lambda *_: None)
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def run_dag(client, dag_id, conf=None, timeout_s=420):
+    run = client.trigger(dag_id, conf or {})
+    return client.wait_for_run(dag_id, run["dag_run_id"], timeout_s=timeout_s)
+
+
+def desired(platform, app, slot):
+    rec = read_control(platform.broker.bootstrap, app)
+    return rec.slots.get(slot) if rec else None
+
+
+def wait_for(what, check, timeout_s=300, every_s=3):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if (value := check()):
+            return value
+        time.sleep(every_s)
+    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+
+
+@pytest.mark.parametrize("conf, field", [
+    ({"app": "no_such_app", "action": "start"}, "app"),
+    ({"app": "cc_e2e", "action": "start", "slot": "purple"}, "slot"),
+    ({"app": "cc_e2e", "action": 7}, "action"),
+])
+def test_a_bad_conf_is_refused_with_the_field_and_starts_nothing(stack, conf, field):
+    platform, client, _ = stack
+    with pytest.raises(AirflowAPIError) as err:
+        client.trigger("baton_lifecycle", conf)
+    assert 400 <= err.value.status < 500
+    assert field in err.value.body
+    assert read_control(platform.broker.bootstrap, "cc_e2e") is None
+    assert not list((platform.settings.state_dir / "slots").glob("*/*/driver.json"))
+
+
+def test_start_health_restart_after_kill_9_and_stop(stack):
+    platform, client, apps = stack
+    app, bootstrap = apps["cc_e2e"], platform.broker.bootstrap
+    launcher = Launcher(platform.settings.state_dir)
+    truth, _ = produce_clicks(bootstrap, app.input.topic, 20_000, users=400)
+
+    started = run_dag(client, "baton_lifecycle", {"app": app.name, "action": "start", "slot": "both"})
+    assert started["state"] == "success", started
+    for slot in Slot:
+        assert desired(platform, app.name, slot).desired is SlotState.RUNNING
+    launches = {slot: launcher.find(app.name, slot) for slot in Slot}
+    assert all(launches.values())
+
+    health = run_dag(client, "baton_health")
+    assert health["state"] == "success"
+    verdicts = client.xcom("baton_health", health["dag_run_id"], "check")["slots"]
+    assert verdicts[f"{app.name}/blue"]["verdict"] == "healthy", verdicts
+    assert verdicts[f"{app.name}/green"]["verdict"] == "healthy", verdicts
+
+    # A retried start task (cleared, as after a worker crash) reattaches: no second launch.
+    client.clear_tasks("baton_lifecycle", started["dag_run_id"], ["start"])
+    rerun = client.wait_for_run("baton_lifecycle", started["dag_run_id"], timeout_s=300)
+    assert rerun["state"] == "success"
+    for slot in Slot:
+        again = launcher.find(app.name, slot)
+        assert again is not None and again.launch_id == launches[slot].launch_id
+
+    # kill -9 of the active's Python driver (the pid its status records carry).
+    wait_until_emitted(bootstrap, app, 20_000)
+    driver_pid = read_status(bootstrap, app.name, "blue")[-1].pid
+    os.kill(driver_pid, signal.SIGKILL)
+    wait_for("the launch to be seen gone", lambda: launcher.find(app.name, Slot.BLUE) is None, 60, 1)
+    more, _ = produce_clicks(bootstrap, app.input.topic, 10_000, users=400, start=20_000)
+    wait_for("baton_health to restart blue",
+             lambda: run_dag(client, "baton_health")["state"] == "success"
+             and (d := desired(platform, app.name, Slot.BLUE)) and len(d.restarts) >= 1, 300, 1)
+    relaunch = launcher.find(app.name, Slot.BLUE)
+    assert relaunch is not None and relaunch.launch_id != launches[Slot.BLUE].launch_id
+    wait_until_emitted(bootstrap, app, 30_000, timeout_s=300)
+    verdict = verify(truth + more, read_output(bootstrap, app.output.topic, app.output.partitions))
+    assert verdict.ok, verdict.summary()
+    wait_for("health to see blue running again",
+             lambda: run_dag(client, "baton_health")["state"] == "success"
+             and desired(platform, app.name, Slot.BLUE).desired is SlotState.RUNNING, 300, 1)
+
+    stopped = run_dag(client, "baton_lifecycle", {"app": app.name, "action": "stop", "slot": "both"})
+    assert stopped["state"] == "success"
+    for slot in Slot:
+        assert desired(platform, app.name, slot).desired is SlotState.STOPPED
+        assert launcher.find(app.name, slot) is None
+        assert read_status(bootstrap, app.name, slot.value)[-1].state is SlotState.STOPPED
+    assert not pid_alive(relaunch.pid)
+
+
+def test_a_crash_looping_app_is_marked_failed_with_the_reason(stack):
+    platform, client, apps = stack
+    app = apps["crashy"]
+    start = run_dag(client, "baton_lifecycle", {"app": app.name, "action": "start", "slot": "blue"})
+    assert start["state"] == "failed"  # the start gate reports the slot's own error
+    failed = wait_for(
+        "the crash-loop guard to mark the slot FAILED",
+        lambda: run_dag(client, "baton_health")["state"] == "success"
+        and (d := desired(platform, app.name, Slot.BLUE)).desired is SlotState.FAILED and d, 600, 1)
+    assert "crash loop: 2 restarts" in failed.reason and "injected bug" in failed.reason
+    # FAILED is final until an operator starts it again: further health runs restart nothing.
+    launches = Launcher(platform.settings.state_dir).read_record(app.name, Slot.BLUE).launch_id
+    assert run_dag(client, "baton_health")["state"] == "success"
+    assert Launcher(platform.settings.state_dir).read_record(app.name, Slot.BLUE).launch_id == launches
+    assert desired(platform, app.name, Slot.BLUE).desired is SlotState.FAILED

@@ -1,0 +1,47 @@
+"""The DAG files parse, and their forms refuse bad input before a run exists."""
+
+import copy
+from datetime import timedelta
+
+import pytest
+
+from airflow.sdk.exceptions import ParamValidationError
+
+from baton.settings import REPO_ROOT
+
+
+@pytest.fixture(scope="module")
+def dagbag():
+    from airflow.dag_processing.dagbag import DagBag
+
+    return DagBag(dag_folder=str(REPO_ROOT / "dags"))
+
+
+def test_every_dag_file_imports(dagbag):
+    assert dagbag.import_errors == {}
+    assert {"baton_topics", "baton_lifecycle", "baton_health"} <= set(dagbag.dag_ids)
+
+
+def test_health_runs_every_minute_one_run_at_a_time(dagbag):
+    dag = dagbag.dags["baton_health"]
+    assert dag.max_active_runs == 1
+    assert dag.schedule == timedelta(minutes=1)
+
+
+@pytest.mark.parametrize("conf, field", [
+    ({"app": "no_such_app"}, "app"),
+    ({"app": "click_counts", "slot": "purple"}, "slot"),
+    ({"app": "click_counts", "action": 3}, "action"),
+    ({"app": "click_counts", "action": "explode"}, "action"),
+])
+def test_lifecycle_form_rejects_bad_conf_naming_the_field(dagbag, conf, field):
+    params = copy.deepcopy(dagbag.dags["baton_lifecycle"].params)
+    with pytest.raises(ParamValidationError, match=f"param {field}"):
+        params.update(conf)
+        params.validate()
+
+
+def test_lifecycle_form_accepts_a_good_conf(dagbag):
+    params = copy.deepcopy(dagbag.dags["baton_lifecycle"].params)
+    params.update({"app": "click_counts", "action": "restart", "slot": "green"})
+    assert params.validate() == {"app": "click_counts", "action": "restart", "slot": "green"}
