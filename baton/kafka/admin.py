@@ -20,13 +20,24 @@ class TopicMismatch(RuntimeError):
     """A topic exists with a different partition count than its spec asks for."""
 
 
+def unique_specs(specs: Iterable[TopicSpec]) -> list[TopicSpec]:
+    """Each topic once (apps may share an input topic; a broker may answer a repeated name twice,
+    which librdkafka cannot parse). Two different specs for one name are an error naming both."""
+    seen: dict[str, TopicSpec] = {}
+    for s in specs:
+        if s.name in seen and seen[s.name] != s:
+            raise TopicMismatch(f"topic {s.name!r} is asked for twice, differently: {seen[s.name]} and {s}")
+        seen.setdefault(s.name, s)
+    return list(seen.values())
+
+
 def ensure_topics(bootstrap: str, specs: Iterable[TopicSpec], timeout_s: float = 15.0) -> list[str]:
     """Create the topics that are missing; "already exists" is success. Returns the names created.
 
     An existing topic with fewer or more partitions than asked is an error, not a silent pass:
     offsets vectors and fences are per partition.
     """
-    specs = list(specs)
+    specs = unique_specs(specs)
     admin = AdminClient({"bootstrap.servers": bootstrap})
     created: list[str] = []
     futures = admin.create_topics(

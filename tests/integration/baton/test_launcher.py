@@ -106,7 +106,8 @@ def test_local_retry_after_kill_reattaches_and_stop_is_graceful(bootstrap, app, 
     # Graceful stop: the control-topic request first, then stop() (which signals only if needed).
     write_control(bootstrap, control(app.name, 2, SlotState.STOPPED))
     result = launcher.stop(app.name, Slot.BLUE, grace_s=60, self_stop_s=120)
-    assert result.was_running and result.graceful
+    # The slot may already have ended by itself (was_running False): either way no signal was needed.
+    assert result.graceful
     assert result.exit.code == 0 and not result.exit.killed_by_stop
     assert read_status(bootstrap, app.name)[-1].state is SlotState.STOPPED
     assert launcher.find(app.name, Slot.BLUE) is None and drivers_of(definition) == []
