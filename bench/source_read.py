@@ -10,6 +10,7 @@ CPU seconds per record of the read phase, counted over this process and all its 
 (Spark's JVM and its Python workers) from /proc, excluding the broker, whose CPU is shown apart;
 plus resource.getrusage(self + children) over the whole run (children are counted once they
 have exited, i.e. after Spark and the broker stop). Stops the broker and Spark at the end.
+Writes bench/results/source_read.json and source_read.png.
 """
 
 from __future__ import annotations
@@ -29,6 +30,9 @@ sys.path.insert(0, str(REPO))
 from baton.kafka.admin import TopicSpec, ensure_topics  # noqa: E402
 from baton.local.broker import Broker  # noqa: E402
 from baton.local.procs import free_port  # noqa: E402
+
+sys.path.insert(0, str(REPO / "bench"))
+from common import machine, pyplot, write_result  # noqa: E402
 
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -139,7 +143,7 @@ def main() -> None:
             bcpu = proc_cpu(broker_pid) - bcpu0
             rows = sum(p["numInputRows"] for p in q.recentProgress)
             assert rows == args.records, f"read {rows} rows, produced {args.records}"
-            print(json.dumps({
+            result = {
                 "records": rows,
                 "partitions": args.partitions,
                 "spark_cores": args.cores,
@@ -149,7 +153,8 @@ def main() -> None:
                 "cpu_s_per_record_spark": f"{cpu / rows:.3e}",
                 "cpu_s_spark": round(cpu, 2),
                 "cpu_s_broker": round(bcpu, 2),
-            }, indent=1), flush=True)
+            }
+            print(json.dumps(result, indent=1), flush=True)
         finally:
             if spark is not None:
                 spark.stop()
@@ -160,6 +165,29 @@ def main() -> None:
     total = ru_self.ru_utime + ru_self.ru_stime + ru_children.ru_utime + ru_children.ru_stime
     print(f"whole run (produce, Spark start-up, warm-up, read), getrusage self + reaped children "
           f"(the JVM; not the broker, which runs detached): {total:.1f} CPU s")
+    result["cpu_s_whole_run"] = round(total, 1)
+    result["machine"] = machine()
+    path = write_result("source_read", result)
+    plot(result, path.with_suffix(".png"))
+    print(f"wrote {path} and {path.with_suffix('.png')}")
+
+
+def plot(result: dict, path: Path) -> None:
+    plt = pyplot()
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(8, 3.5))
+    ax1.bar(["records/s"], [result["records_per_s"]], color="#3182bd")
+    ax1.text(0, result["records_per_s"], f"{result['records_per_s']:,}", ha="center", va="bottom")
+    ax1.set_title(f"baton-kafka source read, {result['records']:,} records", fontsize=9)
+    us = 1e6 / result["records"]
+    parts = {"Spark (JVM + Python)": result["cpu_s_spark"] * us, "broker": result["cpu_s_broker"] * us}
+    ax2.bar(list(parts), list(parts.values()), color=["#3182bd", "#9ecae1"])
+    for i, v in enumerate(parts.values()):
+        ax2.text(i, v, f"{v:.2f}", ha="center", va="bottom")
+    ax2.set_ylabel("CPU µs per record")
+    ax2.set_title(f"{result['partitions']} partitions, local[{result['spark_cores']}]", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def stop_jvm(timeout_s: float = 30.0) -> None:

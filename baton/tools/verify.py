@@ -3,17 +3,39 @@
 Reads the output topic with read_committed and compares every key with ground truth computed
 from the input: per key, the counts emitted must be strictly increasing (a repeated count is a
 duplicate emission), and the last one must equal the number of valid events for that key.
+
+End-to-end latency: `OutputTailer` reads the output topic while the load runs and stamps every
+record with the wall time it became readable (the time the consume call returned it; resolution
+about FETCH_WAIT_MS plus CONSUME_WAIT_S). The n-th valid event of user u (sent at t_send) is
+reflected once an output record for u with count >= n is readable (update mode emits only the
+latest count per batch, hence >= n), so its latency is
+    (first readable time of an output record for u with count >= n) - t_send.
+
+    python -m baton.tools.verify tail --bootstrap H:P --topic T --partitions N --out seen.npz
+tails until SIGTERM/SIGINT, then reads on to the end of every partition and writes what it saw.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
+import math
+import signal
+import sys
+import threading
 import time
 import uuid
+from array import array
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
 
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+import numpy as np
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+
+FETCH_WAIT_MS = 50
+CONSUME_WAIT_S = 0.02
 
 
 @dataclass
@@ -69,3 +91,257 @@ def verify(truth: Counter, output: list[tuple[str, int]]) -> Verdict:
         if user not in seen or seen[user][-1] < n:
             v.lost.append(user)
     return v
+
+
+# --- what the tailer saw ----------------------------------------------------------------------
+
+@dataclass
+class Observations:
+    """Output records in read order (per partition): users[i] indexes user_ids; times are epoch s.
+    `unreadable` counts records whose value was not {"user_id": str, "count": int}."""
+
+    user_ids: list[str]
+    users: np.ndarray
+    counts: np.ndarray
+    times: np.ndarray
+    unreadable: int = 0
+
+    def pairs(self) -> list[tuple[str, int]]:
+        """(user_id, count) per record, the input of `verify`."""
+        names = self.user_ids
+        return [(names[u], c) for u, c in zip(self.users.tolist(), self.counts.tolist())]
+
+    def save(self, path: Path) -> None:
+        with open(path, "wb") as f:
+            np.savez(f, user_ids=np.array(self.user_ids, dtype=str), users=self.users, counts=self.counts,
+                     times=self.times, unreadable=np.int64(self.unreadable))
+
+    @classmethod
+    def load(cls, path: Path) -> "Observations":
+        with np.load(path) as z:
+            return cls(user_ids=z["user_ids"].tolist(), users=z["users"], counts=z["counts"], times=z["times"],
+                       unreadable=int(z["unreadable"]))
+
+
+class OutputTailer:
+    """Reads an output topic (read_committed) from the beginning, stamping each record's readable time."""
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int):
+        self.bootstrap, self.topic, self.partitions = bootstrap, topic, partitions
+        self._index: dict[str, int] = {}
+        self._names: list[str] = []
+        self._users, self._counts, self._times = array("i"), array("q"), array("d")
+        self._unreadable = 0
+        self._next: dict[int, int] = {p: OFFSET_BEGINNING for p in range(partitions)}
+
+    def _consumer(self) -> Consumer:
+        c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": f"baton-tail-{uuid.uuid4().hex}",
+                      "isolation.level": "read_committed", "enable.partition.eof": True,
+                      "enable.auto.commit": False, "fetch.wait.max.ms": FETCH_WAIT_MS})
+        c.assign([TopicPartition(self.topic, p, off) for p, off in self._next.items()])
+        return c
+
+    def _take(self, msgs, now: float, at_end: set[int]) -> None:
+        index, names, loads = self._index, self._names, json.loads
+        for m in msgs:
+            err = m.error()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
+                    at_end.add(m.partition())
+                continue
+            at_end.discard(m.partition())
+            self._next[m.partition()] = m.offset() + 1
+            try:
+                v = loads(m.value())
+                user, count = v["user_id"], v["count"]
+                if not isinstance(user, str) or not isinstance(count, int):
+                    raise TypeError
+            except (ValueError, TypeError, KeyError):
+                self._unreadable += 1
+                continue
+            u = index.get(user)
+            if u is None:
+                u = index[user] = len(names)
+                names.append(user)
+            self._users.append(u)
+            self._counts.append(count)
+            self._times.append(now)
+
+    def run(self, stop: threading.Event, drain_timeout_s: float = 120.0) -> Observations:
+        """Tail until `stop` is set, then read on to the end of every partition and return."""
+        c = self._consumer()
+        try:
+            while not stop.is_set():
+                msgs = c.consume(5000, CONSUME_WAIT_S)
+                self._take(msgs, time.time(), set())
+        finally:
+            c.close()
+        # A fresh consumer from the current positions: an end-of-partition it reports comes from
+        # a fetch made after the stop, so nothing committed before the stop is missed.
+        c, at_end = self._consumer(), set()
+        deadline = time.monotonic() + drain_timeout_s
+        try:
+            while len(at_end) < self.partitions:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{self.topic} not read to its end within {drain_timeout_s}s of the stop")
+                msgs = c.consume(5000, CONSUME_WAIT_S)
+                self._take(msgs, time.time(), at_end)
+        finally:
+            c.close()
+        return Observations(user_ids=list(self._names), users=np.frombuffer(self._users, dtype=np.int32).copy(),
+                            counts=np.frombuffer(self._counts, dtype=np.int64).copy(),
+                            times=np.frombuffer(self._times, dtype=np.float64).copy(), unreadable=self._unreadable)
+
+
+# --- latency ----------------------------------------------------------------------------------
+
+def event_latencies(send_users: np.ndarray, send_times: np.ndarray, out_users: np.ndarray,
+                    out_counts: np.ndarray, out_times: np.ndarray) -> np.ndarray:
+    """Latency (s) of every valid event, in send order; NaN where no output reached it.
+
+    Users are integer ids shared by both sides. Event i is the n-th event of send_users[i]
+    (counting in send order); it is reflected by the earliest-readable output record of that user
+    with count >= n.
+    """
+    send_users = np.asarray(send_users, dtype=np.int64)
+    send_times = np.asarray(send_times, dtype=np.float64)
+    lat = np.full(send_users.size, np.nan)
+    if send_users.size == 0 or len(out_users) == 0:
+        return lat
+    # n of every event: its 1-based rank among its user's events in send order.
+    order = np.argsort(send_users, kind="stable")
+    su = send_users[order]
+    first = np.r_[0, np.flatnonzero(np.diff(su)) + 1]
+    group_start = np.repeat(first, np.diff(np.r_[first, su.size]))
+    n = np.empty_like(send_users)
+    n[order] = np.arange(su.size) - group_start + 1
+
+    ou = np.asarray(out_users, dtype=np.int64)
+    oc = np.asarray(out_counts, dtype=np.int64)
+    t0 = min(float(np.min(out_times)), float(np.min(send_times)))
+    # In integer microseconds the lifted running minimum below is exact.
+    ot = np.round((np.asarray(out_times, dtype=np.float64) - t0) * 1e6).astype(np.int64)
+    # (user, count) as one integer key, sorted ascending. Counts are clipped to [-1, max n + 1]:
+    # beyond max n every count answers every event alike, and the key cannot overflow.
+    top = int(n.max()) + 1
+    width = top + 2
+    okey = ou * width + np.clip(oc, -1, top) + 1
+    by = np.argsort(okey, kind="stable")
+    okey, ou, ot = okey[by], ou[by], ot[by]
+    # Earliest readable time among a user's records at or after each position (count >= this
+    # one): a running minimum from the end that must not leak from one user into the previous
+    # one, so each user's times are lifted by an offset that grows with the user's rank.
+    span = int(ot.max()) + 1
+    lift = np.r_[0, np.cumsum(np.diff(ou) != 0)] * span
+    earliest = np.minimum.accumulate((ot + lift)[::-1])[::-1] - lift
+    # For each event, the first record of its user with count >= n.
+    ekey = send_users * width + n + 1
+    pos = np.searchsorted(okey, ekey, side="left")
+    hit = pos < okey.size
+    hit[hit] = ou[pos[hit]] == send_users[hit]
+    lat[hit] = (earliest[pos[hit]] / 1e6 + t0) - send_times[hit]
+    return lat
+
+
+def percentile(values: np.ndarray, p: float) -> float:
+    """Nearest-rank percentile: the smallest value with at least p% of the values at or below it."""
+    v = np.sort(np.asarray(values, dtype=np.float64))
+    if v.size == 0:
+        return math.nan
+    k = max(1, math.ceil(p / 100.0 * v.size))
+    return float(v[min(k, v.size) - 1])
+
+
+def longest_gap(times: np.ndarray) -> float:
+    """Longest time (s) between two consecutive distinct readable times of output records."""
+    t = np.unique(np.asarray(times, dtype=np.float64))
+    return float(np.max(np.diff(t))) if t.size > 1 else 0.0
+
+
+@dataclass
+class LatencyReport:
+    events: int
+    reflected: int       # events some output record reached
+    unreflected: int     # events no output record reached (their keys are lost)
+    p50_ms: float
+    p99_ms: float
+    p99_99_ms: float
+    max_ms: float
+    longest_output_gap_s: float
+
+    def summary(self) -> dict:
+        return {k: (round(v, 1) if isinstance(v, float) else v) for k, v in self.__dict__.items()}
+
+
+def latency_report(lat: np.ndarray, out_times: np.ndarray) -> LatencyReport:
+    ok = lat[~np.isnan(lat)]
+    ms = ok * 1000.0
+    return LatencyReport(events=int(lat.size), reflected=int(ok.size), unreflected=int(lat.size - ok.size),
+                         p50_ms=percentile(ms, 50), p99_ms=percentile(ms, 99), p99_99_ms=percentile(ms, 99.99),
+                         max_ms=float(ms.max()) if ms.size else math.nan,
+                         longest_output_gap_s=longest_gap(out_times))
+
+
+def latency_timeline(send_times: np.ndarray, lat: np.ndarray, bucket_s: float = 1.0,
+                     start: float | None = None) -> list[dict]:
+    """Per bucket of send time: events, p50/p99/max latency (ms) of the reflected ones."""
+    send_times = np.asarray(send_times, dtype=np.float64)
+    if send_times.size == 0:
+        return []
+    t0 = float(send_times.min()) if start is None else start
+    bucket = np.floor((send_times - t0) / bucket_s).astype(np.int64)
+    rows = []
+    order = np.argsort(bucket, kind="stable")
+    b_sorted, l_sorted = bucket[order], lat[order] * 1000.0
+    edges = np.r_[0, np.flatnonzero(np.diff(b_sorted)) + 1, b_sorted.size]
+    for a, z in zip(edges[:-1], edges[1:]):
+        vals = l_sorted[a:z]
+        ok = vals[~np.isnan(vals)]
+        rows.append({"t_s": float(b_sorted[a] * bucket_s), "events": int(z - a),
+                     "p50_ms": percentile(ok, 50), "p99_ms": percentile(ok, 99),
+                     "max_ms": float(ok.max()) if ok.size else math.nan})
+    return rows
+
+
+def latencies_by_user(sends: Sequence[tuple[str, float]], outputs: Sequence[tuple[str, int, float]]) -> list[float | None]:
+    """event_latencies for user ids as strings: sends (user, t_send) in send order, outputs
+    (user, count, t_readable). None where no output reached the event."""
+    index: dict[str, int] = {}
+    su = [index.setdefault(u, len(index)) for u, _ in sends]
+    ou = [index.setdefault(u, len(index)) for u, _, _ in outputs]
+    lat = event_latencies(np.array(su, dtype=np.int64), np.array([t for _, t in sends], dtype=np.float64),
+                          np.array(ou, dtype=np.int64), np.array([c for _, c, _ in outputs], dtype=np.int64),
+                          np.array([t for _, _, t in outputs], dtype=np.float64))
+    return [None if math.isnan(x) else float(x) for x in lat]
+
+
+def align_users(obs: Observations, index: dict[str, int]) -> np.ndarray:
+    """The observations' users as ids of `index` (-1 for a user it does not know)."""
+    table = np.array([index.get(name, -1) for name in obs.user_ids], dtype=np.int64)
+    return table[obs.users] if obs.users.size else np.empty(0, dtype=np.int64)
+
+
+# --- CLI --------------------------------------------------------------------------------------
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="baton.tools.verify", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    t = sub.add_parser("tail", help="stamp output records as they become readable, until SIGTERM/SIGINT")
+    t.add_argument("--bootstrap", required=True)
+    t.add_argument("--topic", required=True)
+    t.add_argument("--partitions", type=int, required=True)
+    t.add_argument("--out", type=Path, required=True, help="where to write what was seen (.npz)")
+    args = ap.parse_args(argv)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    obs = OutputTailer(args.bootstrap, args.topic, args.partitions).run(stop)
+    obs.save(args.out)
+    print(json.dumps({"records": int(obs.users.size), "users": len(obs.user_ids), "unreadable": obs.unreadable}),
+          flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

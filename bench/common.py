@@ -1,0 +1,372 @@
+"""Shared pieces of the app benchmarks: an own broker, app topics and control record, slot
+processes, status and commit-marker watching, per-process CPU accounting, results files.
+
+Everything a benchmark starts is registered in `Bench.procs` and stopped by pid when the `bench()`
+context exits, on success, on an error or on Ctrl-C/SIGTERM alike.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "bench" / "results"
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from baton.apps import AppDefinition, load_definition  # noqa: E402
+from baton.kafka.admin import TopicSpec, ensure_topics  # noqa: E402
+from baton.kafka.control_log import write_control  # noqa: E402
+from baton.local.broker import Broker  # noqa: E402
+from baton.local.procs import free_port, stop_group  # noqa: E402
+from baton.records import ControlRecord, Slot, SlotSpec, SlotState, StatusRecord  # noqa: E402
+from baton.settings import CONTROL_TOPIC, STATUS_TOPIC  # noqa: E402
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+# --- processes ----------------------------------------------------------------------------------
+
+@dataclass
+class Procs:
+    """Subprocesses started by a benchmark, each in its own session, with its log in `logs`."""
+
+    logs: Path
+    running: dict[str, subprocess.Popen] = field(default_factory=dict)
+
+    def start(self, name: str, argv: list[str], stdout=None) -> subprocess.Popen:
+        env = {**os.environ, "PYTHONPATH": str(REPO), "PYSPARK_PYTHON": sys.executable,
+               "PYSPARK_DRIVER_PYTHON": sys.executable}
+        self.logs.mkdir(parents=True, exist_ok=True)
+        err = open(self.logs / f"{name}.log", "ab")
+        proc = subprocess.Popen(argv, env=env, cwd=REPO, stdin=subprocess.DEVNULL,
+                                stdout=stdout if stdout is not None else err, stderr=err, start_new_session=True)
+        err.close()
+        self.running[name] = proc
+        return proc
+
+    def stop(self, name: str, timeout_s: float = 90.0) -> int | None:
+        """SIGTERM to the process itself (a slot then stops at a batch boundary and ends its JVM),
+        wait, then SIGKILL whatever of its process group is left. Returns its exit code."""
+        proc = self.running.pop(name, None)
+        if proc is None:
+            return None
+        if proc.poll() is None:
+            stop_group(proc.pid, signal.SIGTERM, timeout_s, leader_only=True)
+        try:
+            return proc.wait(10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            return proc.wait(10)
+
+    def stop_all(self) -> None:
+        for name in list(self.running):
+            try:
+                self.stop(name, timeout_s=60.0)
+            except Exception as exc:  # keep stopping the others
+                log(f"stopping {name}: {exc}")
+
+    def tail(self, name: str, lines: int = 30) -> str:
+        try:
+            return "\n".join((self.logs / f"{name}.log").read_text(errors="replace").splitlines()[-lines:])
+        except FileNotFoundError:
+            return "(no log)"
+
+
+@dataclass
+class Bench:
+    tmp: Path
+    broker: Broker
+    procs: Procs
+
+    @property
+    def bootstrap(self) -> str:
+        return self.broker.bootstrap
+
+
+class Interrupted(KeyboardInterrupt):
+    pass
+
+
+@contextmanager
+def bench(prefix: str, keep: Path | None = None) -> Iterator[Bench]:
+    """A temp dir, an own Tansu broker on a free port, and a process registry; all gone at exit.
+    `keep`: a directory to keep the process logs in (else they go with the temp dir)."""
+    def on_term(*_):
+        raise Interrupted("SIGTERM")
+
+    previous = signal.signal(signal.SIGTERM, on_term)
+    with tempfile.TemporaryDirectory(prefix=f"baton-bench-{prefix}-") as tmp:
+        tmpd = Path(tmp)
+        broker = Broker(state_dir=tmpd / "broker", port=free_port())
+        procs = Procs(keep or tmpd / "logs")
+        broker.start()
+        try:
+            yield Bench(tmpd, broker, procs)
+        finally:
+            procs.stop_all()
+            broker.stop()
+            signal.signal(signal.SIGTERM, previous)
+
+
+# --- the app under test -------------------------------------------------------------------------
+
+def click_count_app(directory: Path, partitions: int = 4, trigger_ms: int = 1000,
+                    max_records_per_trigger: int = 500_000) -> tuple[AppDefinition, Path]:
+    """A fresh click-count app definition (unique name and topics) written to `directory`."""
+    name = f"cc_bench_{uuid.uuid4().hex[:6]}"
+    path = directory / f"{name}.yaml"
+    path.write_text(
+        f"name: {name}\nmodule: spark_apps.apps.click_counts\nversion: v1\n"
+        f"input: {{topic: clicks-{name}, partitions: {partitions}}}\n"
+        f"output: {{topic: counts-{name}, partitions: {partitions}}}\n"
+        f"trigger_ms: {trigger_ms}\nmax_records_per_trigger: {max_records_per_trigger}\n"
+    )
+    return load_definition(path), path
+
+
+def create_app(bootstrap: str, app: AppDefinition, active: Slot = Slot.BLUE, standby: bool = False) -> None:
+    """The app's topics and the control-plane topics, and a control record naming `active`."""
+    ensure_topics(bootstrap, [TopicSpec(CONTROL_TOPIC, 1, {"cleanup.policy": "compact"}), TopicSpec(STATUS_TOPIC, 1),
+                              *app.topics()])
+    slots = {active: SlotSpec(SlotState.RUNNING, app.version)}
+    if standby:
+        slots[active.other] = SlotSpec(SlotState.RUNNING, app.version)
+    write_control(bootstrap, ControlRecord(app=app.name, revision=1, epoch=1, active=active, slots=slots,
+                                           writer="bench", ts_ms=int(time.time() * 1000)))
+
+
+def start_slot(b: Bench, app_path: Path, slot: Slot, conf: list[str] = (), name: str | None = None) -> subprocess.Popen:
+    argv = [sys.executable, "-m", "spark_apps.runtime.run", "--app", str(app_path), "--slot", slot.value,
+            "--bootstrap", b.bootstrap, "--state-dir", str(b.tmp / "state")]
+    for item in conf:
+        argv += ["--conf", item]
+    return b.procs.start(name or slot.value, argv)
+
+
+# --- observing the slots ------------------------------------------------------------------------
+
+class StatusWatch:
+    """Follows the status topic in a thread: every status record of one app, with its arrival time."""
+
+    def __init__(self, bootstrap: str, app: str):
+        from confluent_kafka import Consumer, TopicPartition
+
+        self.app = app
+        self.records: list[tuple[float, StatusRecord]] = []
+        self._cond = threading.Condition()
+        self._stop = threading.Event()
+        self._c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-status-{uuid.uuid4().hex}",
+                            "enable.auto.commit": False, "fetch.wait.max.ms": 200})
+        self._c.assign([TopicPartition(STATUS_TOPIC, 0, 0)])
+        self._thread = threading.Thread(target=self._run, name="bench-status", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        prefix = f"{self.app}/".encode()
+        while not self._stop.is_set():
+            for m in self._c.consume(1000, 0.1):
+                if m.error() or not (m.key() or b"").startswith(prefix):
+                    continue
+                rec = StatusRecord.from_bytes(m.value())
+                with self._cond:
+                    self.records.append((time.time(), rec))
+                    self._cond.notify_all()
+        self._c.close()
+
+    def of(self, slot: Slot, since: float = 0.0) -> list[StatusRecord]:
+        with self._cond:
+            return [r for t, r in self.records if r.slot is slot and t >= since]
+
+    def wait(self, pred: Callable[[StatusRecord], bool], timeout_s: float, what: str,
+             alive: Callable[[], bool] = lambda: True) -> tuple[float, StatusRecord]:
+        """(arrival time, record) of the first record (of any time) for which pred holds."""
+        deadline = time.monotonic() + timeout_s
+        seen = 0
+        with self._cond:
+            while True:
+                for t, r in self.records[seen:]:
+                    if pred(r):
+                        return t, r
+                seen = len(self.records)
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"no status record {what} within {timeout_s:.0f}s")
+                if not alive():
+                    raise RuntimeError(f"the slot exited before a status record {what}")
+                self._cond.wait(0.5)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+
+def batch_records(watch: "StatusWatch", slot: Slot) -> list[StatusRecord]:
+    """One status record per completed batch of `slot`: the first one published for it (idle
+    heartbeats repeat the last batch's figures later; they are dropped)."""
+    seen: set[tuple[int, int]] = set()
+    out = []
+    for r in watch.of(slot):
+        if r.batch_id >= 0 and (r.pid, r.batch_id) not in seen:
+            seen.add((r.pid, r.batch_id))
+            out.append(r)
+    return out
+
+
+def total(positions: dict[int, int] | None) -> int:
+    return sum((positions or {}).values())
+
+
+def wait_processed(watch: StatusWatch, slot: Slot, records: int, timeout_s: float, alive=lambda: True) -> StatusRecord:
+    """The first status record of `slot` whose processed position covers `records` input records."""
+    return watch.wait(lambda r: r.slot is slot and total(r.processed) >= records, timeout_s,
+                      f"of {slot.value} with {records} records processed", alive)[1]
+
+
+# --- CPU accounting -----------------------------------------------------------------------------
+
+class CpuMeter:
+    """CPU seconds (user + system) per role over a window, sampled with psutil.
+
+    Roles are named process trees: `track(role, pid)`. A slot's tree is split into its Python
+    driver (the root), its JVM (java processes) and its Python workers (everything under the JVM).
+    A process seen for the first time after `start()` counts from zero (it was born inside the
+    window); processes that exit between samples lose at most one interval, and CPU of children
+    their parent has reaped is added from the parent's children_* times.
+    """
+
+    def __init__(self, interval_s: float = 1.0):
+        import psutil
+
+        self._psutil = psutil
+        self.interval_s = interval_s
+        self.roots: dict[str, tuple[int, bool]] = {}
+        self._base: dict[int, float] = {}
+        self._last: dict[int, tuple[str, float]] = {}
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self.started = self.stopped = 0.0
+
+    def track(self, role: str, pid: int, slot: bool = False) -> None:
+        """Count the process tree of `pid` as `role`; a slot's tree is split into its parts."""
+        self.roots[role] = (pid, slot)
+
+    def _part(self, p, root: int, parents: dict[int, int], names: dict[int, str]) -> str:
+        if p.pid == root:
+            return "driver"
+        pid = p.pid
+        while pid in parents and pid != root:
+            if names.get(pid) == "java":
+                return "jvm" if pid == p.pid else "python_workers"
+            pid = parents[pid]
+        return "other"
+
+    def _sample(self, first: bool = False) -> None:
+        ps = self._psutil
+        for role, (root, slot) in self.roots.items():
+            try:
+                top = ps.Process(root)
+                tree = [top] + top.children(recursive=True)
+            except ps.Error:
+                continue
+            parents, names = {}, {}
+            for p in tree:
+                try:
+                    parents[p.pid], names[p.pid] = p.ppid(), p.name()
+                except ps.Error:
+                    pass
+            for p in tree:
+                try:
+                    t = p.cpu_times()
+                except ps.Error:
+                    continue
+                cpu = t.user + t.system + t.children_user + t.children_system
+                label = f"{role}.{self._part(p, root, parents, names)}" if slot else role
+                if first:
+                    self._base[p.pid] = cpu
+                else:
+                    self._base.setdefault(p.pid, 0.0)
+                self._last[p.pid] = (label, cpu)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self._sample()
+
+    def _busy(self) -> float:
+        t = self._psutil.cpu_times()
+        return t.user + t.nice + t.system + getattr(t, "irq", 0) + getattr(t, "softirq", 0) + getattr(t, "steal", 0)
+
+    def start(self) -> None:
+        self.started = time.monotonic()
+        self._busy0 = self._busy()
+        self._sample(first=True)
+        self._thread = threading.Thread(target=self._run, name="bench-cpu", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> dict:
+        """{"window_s", "cores_used", "machine_busy_cores", "other_processes_cores",
+        "by_role": {role: {"cpu_s", "cores"}}} (roles biggest first)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5)
+        self._sample()
+        self.stopped = time.monotonic()
+        window = max(self.stopped - self.started, 1e-9)
+        busy = (self._busy() - self._busy0) / window
+        by: dict[str, float] = {}
+        for pid, (role, cpu) in self._last.items():
+            by[role] = by.get(role, 0.0) + max(0.0, cpu - self._base.get(pid, 0.0))
+        roles = {r: {"cpu_s": round(s, 1), "cores": round(s / window, 3)}
+                 for r, s in sorted(by.items(), key=lambda kv: -kv[1])}
+        ours = sum(by.values()) / window
+        # Busy cores machine-wide, and what of it was not this benchmark (other load skews a run).
+        return {"window_s": round(window, 1), "cores_used": round(ours, 3), "machine_busy_cores": round(busy, 3),
+                "other_processes_cores": round(max(0.0, busy - ours), 3), "by_role": roles}
+
+
+# --- results ------------------------------------------------------------------------------------
+
+def write_result(name: str, data: dict) -> Path:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"{name}.json"
+    path.write_text(json.dumps(data, indent=1, default=_jsonable) + "\n")
+    return path
+
+
+def _jsonable(x):
+    import numpy as np
+
+    if isinstance(x, np.generic):
+        return x.item()
+    if isinstance(x, Path):
+        return str(x)
+    raise TypeError(f"not JSON serialisable: {type(x).__name__}")
+
+
+def machine() -> dict:
+    import platform
+
+    return {"cores": os.cpu_count(), "python": platform.python_version(), "host": platform.node(),
+            "load_avg_at_start": [round(x, 2) for x in os.getloadavg()]}
+
+
+def pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
