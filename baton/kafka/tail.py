@@ -49,8 +49,12 @@ def read_tail(bootstrap: str, topic: str, keep: Callable[[Message], T | None], l
         c.close()
 
 
-def end_offsets(bootstrap: str, topic: str, partitions: Iterable[int], timeout_s: float = 15.0) -> dict[int, int]:
-    """The true end (next offset) of each partition, read committed (the last stable offset)."""
+def end_offsets(bootstrap: str, topic: str, partitions: Iterable[int], timeout_s: float = 3.0) -> dict[int, int]:
+    """The end (next offset) of each partition, read committed (the last stable offset).
+
+    Exact for a partition that reaches EOF within timeout_s. A partition written to without pause may
+    never report EOF (each fetch brings new records): its end is then the furthest offset read, a
+    lower bound that is at most timeout_s old, which is what "the end now" can mean for it."""
     c = _consumer(bootstrap)
     ends: dict[int, int] = {}
     try:
@@ -65,7 +69,7 @@ def end_offsets(bootstrap: str, topic: str, partitions: Iterable[int], timeout_s
         deadline = time.monotonic() + timeout_s
         while pending:
             if time.monotonic() > deadline:
-                raise TimeoutError(f"{topic} partitions {sorted(pending)} not read to their end within {timeout_s}s")
+                break
             for m in c.consume(10_000, 0.5):
                 if m.error():
                     if m.error().code() == KafkaError._PARTITION_EOF:

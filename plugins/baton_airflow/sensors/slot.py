@@ -83,3 +83,24 @@ class LagWithinSensor(_SlotSensor):
         app = load_app(self.app)
         return dict(condition="lag", input_topic=app.input.topic, partitions=app.input.partitions,
                     max_lag=self.max_lag if self.max_lag is not None else app.max_lag_records)
+
+
+class FenceReachedSensor(_SlotSensor):
+    """Both slots stand at exactly the fence: the active's commit marker and the standby's (`slot`)
+    processed position. Fails at once if either went past it. `plan` is the FenceOperator's XCom
+    (its `to` is the standby); the slot argument is taken from it."""
+
+    template_fields = ("app", "plan", "wait_timeout_s")
+
+    def __init__(self, *, plan: Any, **kwargs: Any):
+        kwargs.setdefault("slot", "")
+        super().__init__(**kwargs)
+        self.plan = plan
+
+    def execute(self, context: Any) -> None:
+        self.slot, self.wait_timeout_s = self.plan["to"], float(self.wait_timeout_s)
+        super().execute(context)
+
+    def trigger_args(self, context: Any) -> dict[str, Any]:
+        return dict(condition="fence", target={str(p): int(o) for p, o in self.plan["fence"].items()},
+                    epoch=int(self.plan["epoch"]))

@@ -13,14 +13,14 @@ from typing import Any, AsyncIterator
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-CONDITIONS = ("running", "position", "lag")
+CONDITIONS = ("running", "position", "lag", "fence")
 
 
 class SlotStatusTrigger(BaseTrigger):
     def __init__(self, app: str, slot: str, condition: str, bootstrap: str, *, since_ms: int = 0,
                  pid: int | None = None, target: dict[str, int] | None = None, input_topic: str = "",
                  partitions: int = 0, max_lag: int = 0, timeout_s: float = 600.0, poll_s: float = 2.0,
-                 deadline_ts: float | None = None):
+                 deadline_ts: float | None = None, epoch: int = 0):
         super().__init__()
         if condition not in CONDITIONS:
             raise ValueError(f"condition {condition!r} is not one of {CONDITIONS}")
@@ -28,6 +28,7 @@ class SlotStatusTrigger(BaseTrigger):
         self.since_ms, self.pid, self.target = since_ms, pid, target or {}
         self.input_topic, self.partitions, self.max_lag = input_topic, partitions, max_lag
         self.timeout_s, self.poll_s = timeout_s, poll_s
+        self.epoch = epoch  # "fence": the epoch the fence was set at; `slot` is the standby, `target` F
         # Absolute, so a trigger re-created after a triggerer restart keeps the original deadline.
         self.deadline_ts = deadline_ts if deadline_ts is not None else time.time() + timeout_s
 
@@ -36,7 +37,7 @@ class SlotStatusTrigger(BaseTrigger):
             app=self.app, slot=self.slot, condition=self.condition, bootstrap=self.bootstrap,
             since_ms=self.since_ms, pid=self.pid, target=self.target, input_topic=self.input_topic,
             partitions=self.partitions, max_lag=self.max_lag, timeout_s=self.timeout_s, poll_s=self.poll_s,
-            deadline_ts=self.deadline_ts))
+            deadline_ts=self.deadline_ts, epoch=self.epoch))
 
     def check(self):
         """One blocking poll (runs in a thread): the condition's Check."""
@@ -47,6 +48,13 @@ class SlotStatusTrigger(BaseTrigger):
         history = read_slot_status(self.bootstrap, self.app, self.slot, last_n=2000)
         if self.condition == "running":
             return conditions.slot_running(history, self.since_ms, self.pid)
+        if self.condition == "fence":
+            from baton.apps import load_app
+            from baton.handoff import fence_reached
+            from spark_apps.runtime.kafka_sink import read_last_marker
+
+            marker = read_last_marker(self.bootstrap, load_app(self.app).commits_topic, self.app)
+            return fence_reached(marker, history, {int(p): o for p, o in self.target.items()}, self.epoch)
         if self.condition == "position":
             return conditions.position_reached(history, {int(p): o for p, o in self.target.items()}, self.since_ms)
         end = end_offsets(self.bootstrap, self.input_topic, range(self.partitions))

@@ -19,7 +19,7 @@ def dagbag():
 
 def test_every_dag_file_imports(dagbag):
     assert dagbag.import_errors == {}
-    assert {"baton_topics", "baton_lifecycle", "baton_health"} <= set(dagbag.dag_ids)
+    assert {"baton_topics", "baton_lifecycle", "baton_health", "baton_cutover"} <= set(dagbag.dag_ids)
 
 
 def test_health_runs_every_minute_one_run_at_a_time(dagbag):
@@ -45,3 +45,20 @@ def test_lifecycle_form_accepts_a_good_conf(dagbag):
     params = copy.deepcopy(dagbag.dags["baton_lifecycle"].params)
     params.update({"app": "click_counts", "action": "restart", "slot": "green"})
     assert params.validate() == {"app": "click_counts", "action": "restart", "slot": "green"}
+
+
+def test_cutover_aborts_only_after_a_failed_gate(dagbag):
+    dag = dagbag.dags["baton_cutover"]
+    assert dag.max_active_runs == 1
+    assert dag.get_task("abort").trigger_rule == "one_failed"
+    assert dag.get_task("abort").upstream_task_ids == {"fence", "both_at_fence"}  # fence: its XCom, the plan
+    assert dag.get_task("cutover").upstream_task_ids == {"fence", "both_at_fence"}
+
+
+@pytest.mark.parametrize("conf, field", [({"app": "nope"}, "app"), ({"app": "click_counts", "ahead_s": -1}, "ahead_s"),
+                                         ({"app": "click_counts", "fence_timeout_s": "soon"}, "fence_timeout_s")])
+def test_cutover_form_rejects_bad_conf_naming_the_field(dagbag, conf, field):
+    params = copy.deepcopy(dagbag.dags["baton_cutover"].params)
+    with pytest.raises(ParamValidationError, match=f"param {field}"):
+        params.update(conf)
+        params.validate()

@@ -1,0 +1,111 @@
+"""Handing the active role from one slot to the other at an exact offset fence (invariants 1-3).
+
+The protocol, each step a compare-and-set on the control record (baton.control_plane), each
+resumable (a retried step finds its own write and goes on):
+
+1. fence: set F on the record at epoch E. F lies a little ahead of the input's end, so the active
+   can still be running towards it when it sees the fence; from then on its source stops at exactly F.
+2. wait: the active has emitted exactly F (its commit marker) and the standby has processed F. A
+   standby never passes the active's emitted position, so it stops at F too. If the active had read
+   past F before it saw the fence (only possible if the fence took longer to reach it than the input
+   took to arrive), the handoff is aborted: nothing has changed hands, the fence is lifted.
+3. cut over: epoch E+1, the standby is active. The fence stays, so the new active emits nothing past F
+   until the old one has seen the new epoch (it then holds the standby role and caps at the new
+   active's output); a late write of the old active would be fenced by Kafka anyway (shared
+   transactional id, newer producer epoch).
+4. lift the fence: the new active emits from F.
+
+A failover is the same with the dead active's last emitted position as F (it cannot pass it any more).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Mapping, Sequence
+
+from baton.conditions import Check, WAIT
+from baton.records import CommitMarker, ControlRecord, Positions, Slot, StatusRecord
+
+
+class HandoffError(RuntimeError):
+    """A handoff cannot go on; the message says why. The active role has not moved."""
+
+
+def plan_fence(end: Mapping[int, int], active_processed: Mapping[int, int], rate_per_s: float,
+               ahead_s: float, partitions: int) -> Positions:
+    """F per partition: the input's end now plus what arrives in `ahead_s` (at the measured rate),
+    never behind what the active has already processed. With no input arriving, F is the end."""
+    ahead = int(rate_per_s * ahead_s / max(partitions, 1) + 0.999) if rate_per_s > 0 else 0
+    return {p: max(end.get(p, 0) + ahead, active_processed.get(p, 0)) for p in range(partitions)}
+
+
+def other(slot: Slot) -> Slot:
+    return Slot.GREEN if slot is Slot.BLUE else Slot.BLUE
+
+
+def with_fence(fence: Positions, epoch: int):
+    """Change: set the fence at `epoch`. Re-running it is a no-op; a different fence in place means
+    another handoff is under way (refused)."""
+    def change(rec: ControlRecord) -> ControlRecord:
+        if rec.epoch != epoch:
+            raise HandoffError(f"{rec.app}: epoch is {rec.epoch}, the fence was planned at epoch {epoch}")
+        if rec.fence is not None and dict(rec.fence) != dict(fence):
+            raise HandoffError(f"{rec.app}: a fence {rec.fence} is already set (another handoff is under way)")
+        return dataclasses.replace(rec, fence=dict(fence))
+    return change
+
+
+def cut_over(to: Slot, from_epoch: int):
+    """Change: `to` becomes active at from_epoch + 1, fence kept. Done already (a retry) = no-op."""
+    def change(rec: ControlRecord) -> ControlRecord:
+        if rec.active is to and rec.epoch == from_epoch + 1:
+            return rec
+        if rec.epoch != from_epoch:
+            raise HandoffError(f"{rec.app}: epoch is {rec.epoch}, the cutover was planned at epoch {from_epoch}")
+        if rec.fence is None:
+            raise HandoffError(f"{rec.app}: no fence is set; a cutover needs one")
+        if rec.active is to:
+            raise HandoffError(f"{rec.app}: {to.value} is already active at epoch {rec.epoch}")
+        return dataclasses.replace(rec, active=to, epoch=from_epoch + 1)
+    return change
+
+
+def without_fence(epoch: int):
+    """Change: lift the fence, only at `epoch` (a newer epoch's fence belongs to someone else)."""
+    def change(rec: ControlRecord) -> ControlRecord:
+        if rec.epoch != epoch:
+            raise HandoffError(f"{rec.app}: epoch is {rec.epoch}, not {epoch}: not lifting its fence")
+        return dataclasses.replace(rec, fence=None)
+    return change
+
+
+def _passed(position: Mapping[int, int], fence: Mapping[int, int]) -> dict[int, tuple[int, int]]:
+    return {p: (position.get(p, 0), f) for p, f in fence.items() if position.get(p, 0) > f}
+
+
+def fence_reached(marker: CommitMarker | None, standby: Sequence[StatusRecord], fence: Positions,
+                  epoch: int, active_alive: bool = True) -> Check:
+    """Both slots stand at exactly F: the active's commit marker says emitted == F (at `epoch`), the
+    standby's last status says processed == F. Failed if either went past F."""
+    emitted = dict(marker.emitted) if marker is not None else {}
+    if marker is not None and marker.epoch > epoch:
+        return Check(failed=True, message=f"epoch {marker.epoch} wrote output: a newer handoff took over")
+    if (past := _passed(emitted, fence)):
+        return Check(failed=True, message=f"the active emitted past the fence before it saw it "
+                                          f"(partition: (emitted, fence) {past}); handoff aborted, nothing moved")
+    last = next((r for r in reversed(standby) if r.batch_id >= 0), None)
+    processed = dict(last.processed) if last is not None else {}
+    if (past := _passed(processed, fence)):
+        return Check(failed=True, message=f"the standby processed past the fence {past}: it did not follow")
+    active_at = all(emitted.get(p, 0) == f for p, f in fence.items())
+    standby_at = all(processed.get(p, 0) == f for p, f in fence.items())
+    if active_at and standby_at:
+        return Check(met=True, message=f"both slots at the fence {dict(fence)}")
+    if not active_at and not active_alive:
+        return Check(failed=True, message=f"the active died at {emitted} before reaching the fence {dict(fence)}")
+    return WAIT
+
+
+def saw_epoch(history: Sequence[StatusRecord], epoch: int, since_ms: int = 0) -> bool:
+    """The slot published a status record having seen `epoch` (or a later one)."""
+    return any(r.epoch_seen >= epoch and r.ts_ms >= since_ms for r in history)

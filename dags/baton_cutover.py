@@ -1,0 +1,43 @@
+"""Hand the active role to the hot standby at an exact offset fence, without stopping the output.
+
+REST: POST /api/v2/dags/baton_cutover/dagRuns {"conf": {"app": "click_counts"}}. Steps: fence (F a few
+seconds ahead of the input) -> both slots at exactly F -> epoch + 1, the standby is active -> the fence
+is lifted once the old active saw the new epoch. A failed gate lifts the fence and leaves the active
+as it was (abort); every step is safe to retry (baton.handoff).
+"""
+
+from datetime import datetime, timedelta
+
+from airflow.sdk import DAG, Param
+
+from baton.apps import load_registry
+from baton_airflow.operators.handoff import AbortHandoffOperator, CutoverOperator, FenceOperator
+from baton_airflow.sensors.slot import FenceReachedSensor
+
+APPS = sorted(load_registry())
+
+with DAG(
+    dag_id="baton_cutover",
+    description="Hand the active role to the hot standby at an exact offset fence",
+    schedule=None,
+    start_date=datetime(2026, 1, 1),
+    catchup=False,
+    max_active_runs=1,
+    tags=["baton"],
+    params={
+        "app": Param(APPS[0] if APPS else "", type="string", enum=APPS or [""], description="registered app"),
+        "ahead_s": Param(2.0, type="number", minimum=0, maximum=60,
+                         description="fence this many seconds of input ahead of the end"),
+        "fence_timeout_s": Param(120, type="integer", minimum=5, maximum=3600,
+                                 description="how long both slots may take to reach the fence"),
+    },
+    render_template_as_native_obj=True,
+):
+    fence = FenceOperator(task_id="fence", app="{{ params.app }}", ahead_s="{{ params.ahead_s }}")
+    reached = FenceReachedSensor(task_id="both_at_fence", app="{{ params.app }}", plan=fence.output,
+                                 wait_timeout_s="{{ params.fence_timeout_s }}")
+    cutover = CutoverOperator(task_id="cutover", app="{{ params.app }}", plan=fence.output,
+                              execution_timeout=timedelta(minutes=3))
+    abort = AbortHandoffOperator(task_id="abort", app="{{ params.app }}", plan=fence.output)
+    fence >> reached >> cutover
+    reached >> abort

@@ -1,0 +1,131 @@
+"""The handoff's steps as operators (baton.handoff has the protocol). Each step is a compare-and-set on
+the control record that a retry recognises as done, so killing a task anywhere and retrying converges:
+no second fence, no double epoch bump, no lost fence."""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+from typing import Any
+
+from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowFailException
+
+from baton.handoff import HandoffError, cut_over, other, plan_fence, saw_epoch, with_fence, without_fence
+from baton.records import Slot, SlotState
+from baton_airflow.hooks.control import BatonControlHook
+from baton_airflow.hooks.kafka import BatonKafkaHook
+from baton_airflow.hooks.spark import BatonSparkHook
+from baton_airflow.operators.slots import resolve
+
+
+class _HandoffOperator(BaseOperator):
+    template_fields = ("app",)
+
+    def __init__(self, *, app: str, kafka_conn_id: str = BatonKafkaHook.default_conn_name, **kwargs: Any):
+        kwargs.setdefault("retries", 2)
+        kwargs.setdefault("retry_delay", timedelta(seconds=5))
+        super().__init__(**kwargs)
+        self.app, self.kafka_conn_id = app, kafka_conn_id
+
+    def control(self) -> BatonControlHook:
+        return BatonControlHook(self.kafka_conn_id)
+
+
+class FenceOperator(_HandoffOperator):
+    """Set the fence F a little ahead of the input (`ahead_s` of arrivals at the active's input rate).
+    A fence already set at this epoch (a retry, or a resumed run) is reused, not replaced."""
+
+    template_fields = ("app", "ahead_s")
+
+    def __init__(self, *, ahead_s: float | str = 2.0, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.ahead_s = ahead_s
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        app, _ = resolve(self.app, "blue")
+        control = self.control()
+        plane = control.plane()
+        rec = plane.current(app.name)
+        if rec is None:
+            raise AirflowFailException(f"{app.name} has never been started: nothing to hand over")
+        standby = other(rec.active)
+        for slot in (rec.active, standby):
+            spec = rec.slots.get(slot)
+            if spec is None or spec.desired is not SlotState.RUNNING:
+                raise AirflowFailException(f"{app.name}/{slot.value} is {spec.desired.value if spec else 'not started'}: "
+                                           "a handoff needs both slots RUNNING")
+        if rec.fence is None:
+            history = [s for s in control.status(app.name, rec.active) if s.batch_id >= 0]
+            processed = history[-1].processed if history else {}
+            rate = max((s.input_rate for s in history[-5:]), default=0.0)
+            fence = plan_fence(control.input_end(app), processed, rate, float(self.ahead_s), app.input.partitions)
+            try:
+                rec = plane.update(app.name, with_fence(fence, rec.epoch))
+            except HandoffError as exc:
+                raise AirflowFailException(str(exc)) from None
+            self.log.info("%s: fence %s at epoch %s (%.0f events/s, %s s ahead)", app.name, fence, rec.epoch,
+                          rate, self.ahead_s)
+        else:
+            self.log.info("%s: reusing the fence %s already set at epoch %s", app.name, rec.fence, rec.epoch)
+        return {"fence": {str(p): o for p, o in rec.fence.items()}, "epoch": rec.epoch,
+                "from": rec.active.value, "to": other(rec.active).value}
+
+
+class CutoverOperator(_HandoffOperator):
+    """Epoch + 1 with the standby active (fence kept), wait until the old active has seen the new
+    epoch (or is not running), lift the fence. `plan` is the FenceOperator's XCom."""
+
+    template_fields = ("app", "plan")
+
+    def __init__(self, *, plan: Any, settle_timeout_s: float = 60.0, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.plan, self.settle_timeout_s = plan, settle_timeout_s
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        app, _ = resolve(self.app, "blue")
+        control = self.control()
+        plane = control.plane()
+        epoch, to, old = int(self.plan["epoch"]), Slot(self.plan["to"]), Slot(self.plan["from"])
+        try:
+            rec = plane.update(app.name, cut_over(to, epoch))
+        except HandoffError as exc:
+            raise AirflowFailException(str(exc)) from None
+        self.log.info("%s: %s is active at epoch %s (fence %s)", app.name, to.value, rec.epoch, rec.fence)
+        if rec.fence is not None:
+            deadline = time.monotonic() + self.settle_timeout_s
+            alive = BatonSparkHook().find(app.name, old) is not None
+            while alive and not saw_epoch(control.status(app.name, old, last_n=500), rec.epoch):
+                if time.monotonic() > deadline:
+                    # Safe to go on: the old active's writes are fenced by Kafka (shared transactional id).
+                    self.log.warning("%s/%s has not reported epoch %s within %.0f s; lifting the fence anyway",
+                                     app.name, old.value, rec.epoch, self.settle_timeout_s)
+                    break
+                time.sleep(0.5)
+            rec = plane.update(app.name, without_fence(rec.epoch))
+        self.log.info("%s: fence lifted; %s emits from %s", app.name, to.value, self.plan["fence"])
+        return {"epoch": rec.epoch, "active": rec.active.value, "fence": self.plan["fence"]}
+
+
+class AbortHandoffOperator(_HandoffOperator):
+    """After a failed gate: lift the fence if the role has not moved (epoch unchanged); the active keeps
+    serving. Does nothing once a cutover happened (its epoch's fence is the cutover's to lift)."""
+
+    template_fields = ("app", "plan")
+
+    def __init__(self, *, plan: Any, **kwargs: Any):
+        kwargs.setdefault("trigger_rule", "one_failed")
+        super().__init__(**kwargs)
+        self.plan = plan
+
+    def execute(self, context: Any) -> None:
+        app, _ = resolve(self.app, "blue")
+        plane = self.control().plane()
+        rec = plane.current(app.name)
+        if not self.plan or rec is None or rec.epoch != int(self.plan["epoch"]) or rec.fence is None:
+            self.log.info("%s: nothing to undo", app.name)
+            return
+        plane.update(app.name, without_fence(rec.epoch))
+        self.log.warning("%s: handoff aborted before the cutover; fence lifted, %s stays active at epoch %s",
+                         app.name, rec.active.value, rec.epoch)
+        raise AirflowFailException(f"{app.name}: handoff aborted before the cutover; {rec.active.value} stays active")

@@ -1,0 +1,95 @@
+"""The handoff's steps on the control record (resumable, refused when stale) and its fence check."""
+
+import pytest
+
+from baton.control_plane import ControlPlane
+from baton.handoff import HandoffError, cut_over, fence_reached, plan_fence, saw_epoch, with_fence, without_fence
+from baton.records import CommitMarker, Role, Slot, SlotState, StatusRecord
+from tests.support.fakes import MemoryControlStore
+
+F = {0: 100, 1: 200}
+
+
+@pytest.fixture
+def plane():
+    p = ControlPlane(MemoryControlStore(), writer="test")
+    p.move_slot("app", Slot.BLUE, SlotState.STARTING, version="v1")
+    return p
+
+
+def marker(emitted, epoch=1):
+    return CommitMarker(app="app", generation=0, epoch=epoch, slot=Slot.BLUE, batch_id=7, emitted=emitted)
+
+
+def standby(processed, batch_id=3, epoch_seen=1, ts_ms=10):
+    return StatusRecord(app="app", slot=Slot.GREEN, state=SlotState.RUNNING, role=Role.STANDBY,
+                        epoch_seen=epoch_seen, batch_id=batch_id, processed=processed, ts_ms=ts_ms)
+
+
+def test_the_fence_is_ahead_of_the_input_by_the_arrival_rate_and_never_behind_the_active():
+    assert plan_fence({0: 1000, 1: 1000}, {0: 990, 1: 1200}, rate_per_s=2000, ahead_s=2, partitions=2) == \
+        {0: 3000, 1: 3000}
+    assert plan_fence({0: 1000, 1: 1000}, {0: 990, 1: 1200}, rate_per_s=0, ahead_s=2, partitions=2) == \
+        {0: 1000, 1: 1200}
+
+
+def test_a_full_handoff_moves_the_role_once_and_every_step_can_be_rerun(plane):
+    fenced = plane.update("app", with_fence(F, epoch=1))
+    assert fenced.fence == F and fenced.epoch == 1
+    assert plane.update("app", with_fence(F, epoch=1)).revision == fenced.revision  # a retry writes nothing
+
+    cut = plane.update("app", cut_over(Slot.GREEN, from_epoch=1))
+    assert (cut.active, cut.epoch, cut.fence) == (Slot.GREEN, 2, F)
+    again = plane.update("app", cut_over(Slot.GREEN, from_epoch=1))
+    assert (again.epoch, again.revision) == (2, cut.revision)  # no double epoch bump
+
+    lifted = plane.update("app", without_fence(epoch=2))
+    assert lifted.fence is None and lifted.active is Slot.GREEN
+    assert plane.update("app", without_fence(epoch=2)).revision == lifted.revision
+
+
+def test_stale_or_conflicting_steps_are_refused(plane):
+    plane.update("app", with_fence(F, epoch=1))
+    with pytest.raises(HandoffError, match="already set"):
+        plane.update("app", with_fence({0: 1, 1: 1}, epoch=1))
+    with pytest.raises(HandoffError, match="epoch is 1"):
+        plane.update("app", with_fence(F, epoch=0))
+    plane.update("app", cut_over(Slot.GREEN, from_epoch=1))
+    with pytest.raises(HandoffError, match="epoch is 2"):
+        plane.update("app", without_fence(epoch=1))  # an old handoff must not lift the new epoch's fence
+    with pytest.raises(HandoffError, match="epoch is 2"):
+        plane.update("app", cut_over(Slot.BLUE, from_epoch=1))
+
+
+def test_a_cutover_needs_a_fence(plane):
+    with pytest.raises(HandoffError, match="no fence"):
+        plane.update("app", cut_over(Slot.GREEN, from_epoch=1))
+
+
+def test_fence_reached_only_when_both_stand_exactly_at_it():
+    assert not fence_reached(marker({0: 100, 1: 150}), [standby({0: 100, 1: 150})], F, 1).met
+    assert not fence_reached(marker(F), [standby({0: 100, 1: 150})], F, 1).met
+    check = fence_reached(marker(F), [standby({0: 90, 1: 90}), standby(F)], F, 1)
+    assert check.met and not check.failed
+
+
+def test_an_active_that_read_past_the_fence_aborts_the_handoff():
+    check = fence_reached(marker({0: 101, 1: 200}), [standby(F)], F, 1)
+    assert check.failed and "emitted past the fence" in check.message and "0: (101, 100)" in check.message
+
+
+def test_a_standby_past_the_fence_or_a_newer_writer_fails_the_wait():
+    assert fence_reached(marker(F), [standby({0: 100, 1: 201})], F, 1).failed
+    assert "newer handoff" in fence_reached(marker(F, epoch=2), [standby(F)], F, 1).message
+
+
+def test_an_active_that_died_short_of_the_fence_fails_the_wait():
+    check = fence_reached(marker({0: 50, 1: 200}), [standby({0: 50, 1: 200})], F, 1, active_alive=False)
+    assert check.failed and "died" in check.message
+
+
+def test_saw_epoch_needs_a_record_since_the_cutover():
+    history = [standby(F, epoch_seen=1, ts_ms=10), standby(F, epoch_seen=2, ts_ms=20)]
+    assert saw_epoch(history, 2, since_ms=15)
+    assert not saw_epoch(history, 2, since_ms=25)
+    assert not saw_epoch(history[:1], 2)
