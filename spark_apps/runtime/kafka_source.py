@@ -487,7 +487,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return lows, ends
 
     def available_ends(self, parts: Sequence[int]) -> dict[int, int]:
-        """Exact readable end per partition: ListOffsets lower bound, then consume to EOF."""
+        """Readable end per partition: the ListOffsets lower bound, then read to EOF or past the bound."""
         from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
         _, bound = self._watermarks(parts)
@@ -496,9 +496,16 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         reached = dict(bound)
         eof: dict[int, int] = {}
         c.assign([TopicPartition(topic, p, bound[p]) for p in parts])
+        # Done with a partition at EOF, or once records past the bound were read: a fetch delivers
+        # whole batches, so that covers the batch ListOffsets under-reported (Tansu), and under a
+        # steady write load EOF may never come (every fetch brings more): reading on until it did
+        # cost up to PROBE_TIMEOUT_S and every record written meanwhile, each batch.
+        def settled(p: int) -> bool:
+            return p in eof or reached[p] > bound[p]
+
         try:
             deadline = time.monotonic() + PROBE_TIMEOUT_S
-            while len(eof) < len(parts) and time.monotonic() < deadline:
+            while not all(map(settled, parts)) and time.monotonic() < deadline:
                 for m in c.consume(100_000, 0.01):
                     err = m.error()
                     p = m.partition()
@@ -509,7 +516,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                         eof.setdefault(p, m.offset())
                     elif _fatal(err):
                         raise KafkaException(err)
-            if len(eof) < len(parts):
+            if not all(map(settled, parts)):
                 for tp in c.position([TopicPartition(topic, p) for p in parts if p not in eof]):
                     if tp.offset > reached[tp.partition]:
                         reached[tp.partition] = tp.offset
