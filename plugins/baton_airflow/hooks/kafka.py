@@ -6,11 +6,12 @@ BATON_KAFKA_BOOTSTRAP environment > baton.settings default.
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 from airflow.sdk import BaseHook
 
 from baton.kafka.admin import TopicSpec, ensure_topics
+from baton.kafka.tail import end_offsets
 from baton.settings import Settings
 
 
@@ -42,3 +43,23 @@ class BatonKafkaHook(BaseHook):
 
     def ensure_topics(self, specs: Iterable[TopicSpec]) -> list[str]:
         return ensure_topics(self.bootstrap, specs)
+
+    def positions(self, topic: str, partitions: Sequence[int]) -> dict[int, int]:
+        """The end of each partition now (read committed; see baton.kafka.tail.end_offsets)."""
+        return end_offsets(self.bootstrap, topic, partitions)
+
+    def group_offsets(self, group: str, topic: str, partitions: Sequence[int], timeout_s: float = 15.0) -> dict[int, int]:
+        """The consumer group's committed offset per partition (absent: nothing committed there)."""
+        from confluent_kafka import Consumer, TopicPartition
+
+        c = Consumer({**self.client_config(), "group.id": group, "enable.auto.commit": False})
+        try:
+            committed = c.committed([TopicPartition(topic, p) for p in partitions], timeout=timeout_s)
+        finally:
+            c.close()
+        return {tp.partition: tp.offset for tp in committed if tp.offset >= 0}
+
+    def group_lag(self, group: str, topic: str, partitions: Sequence[int]) -> dict[int, int]:
+        """Records between the group's committed offset (0 if none) and the partition's end."""
+        ends, done = self.positions(topic, partitions), self.group_offsets(group, topic, partitions)
+        return {p: max(0, ends[p] - done.get(p, 0)) for p in partitions}
