@@ -6,12 +6,15 @@ triggered through the REST API.
 - a re-run (cleared) start task reattaches to the running launches instead of starting second copies;
 - kill -9 of a driver is detected and the slot restarted by baton_health; output stays exactly once;
 - an app with bad code is restarted up to its limit, then marked FAILED with the reason;
-- stop ends both slots gracefully.
+- stop ends both slots gracefully;
+- baton_cutover hands the active role to the standby under live load, exactly once.
 """
 
 import os
 import signal
+import threading
 import time
+from collections import Counter
 
 import pytest
 
@@ -30,6 +33,7 @@ pytestmark = pytest.mark.e2e
 
 APPS = {
     "cc_e2e": "module: spark_apps.apps.click_counts\ntrigger_ms: 500\nmax_records_per_trigger: 5000\n",
+    "cc_cut": "module: spark_apps.apps.click_counts\ntrigger_ms: 500\nmax_records_per_trigger: 5000\n",
     "crashy": "module: tests.support.crashing_app\n"
               # Restart at once, then after 1 s; the third death in the window gives up.
               "health: {max_restarts: 2, restart_backoff_s: 1, restart_window_s: 600, start_grace_s: 90}\n",
@@ -56,7 +60,7 @@ def stack(tmp_path_factory):
         client = AirflowClient(platform.airflow.url, "admin", platform.airflow.password())
         ids = {d["dag_id"] for d in client.wait_for_dags()}
         deadline = time.monotonic() + 120
-        while not {"baton_lifecycle", "baton_health"} <= ids and time.monotonic() < deadline:
+        while not {"baton_lifecycle", "baton_health", "baton_cutover"} <= ids and time.monotonic() < deadline:
             time.sleep(3)
             ids = {d["dag_id"] for d in client.dags()}
         assert client.import_errors() == []
@@ -174,3 +178,37 @@ def test_a_crash_looping_app_is_marked_failed_with_the_reason(stack):
     assert run_dag(client, "baton_health")["state"] == "success"
     assert Launcher(platform.settings.state_dir).read_record(app.name, Slot.BLUE).launch_id == launches
     assert desired(platform, app.name, Slot.BLUE).desired is SlotState.FAILED
+
+
+def test_cutover_through_the_rest_api_under_load_is_exactly_once(stack):
+    platform, client, apps = stack
+    app, bootstrap = apps["cc_cut"], platform.broker.bootstrap
+    started = run_dag(client, "baton_lifecycle", {"app": app.name, "action": "start", "slot": "both"})
+    assert started["state"] == "success", started
+    truth, sent, done = Counter(), [0], threading.Event()
+
+    def load():
+        while not done.is_set():
+            part, _ = produce_clicks(bootstrap, app.input.topic, 500, users=300, start=sent[0])
+            truth.update(part)
+            sent[0] += 500
+            time.sleep(0.25)
+
+    producer = threading.Thread(target=load, daemon=True)
+    producer.start()
+    try:
+        wait_until_emitted(bootstrap, app, 5_000, timeout_s=300)
+        cut = run_dag(client, "baton_cutover", {"app": app.name, "ahead_s": 2})
+        assert cut["state"] == "success", cut
+        record = read_control(bootstrap, app.name)
+        assert (record.active, record.epoch, record.fence) == (Slot.GREEN, 2, None)
+        time.sleep(5)
+    finally:
+        done.set()
+        producer.join()
+    wait_until_emitted(bootstrap, app, sent[0], timeout_s=300)
+    verdict = verify(truth, read_output(bootstrap, app.output.topic, app.output.partitions))
+    assert verdict.ok, verdict.summary()
+    assert read_status(bootstrap, app.name, "blue")[-1].epoch_seen == 2  # the old active is the standby now
+    stopped = run_dag(client, "baton_lifecycle", {"app": app.name, "action": "stop", "slot": "both"})
+    assert stopped["state"] == "success"
