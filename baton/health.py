@@ -355,3 +355,17 @@ def summarize(healths: Sequence[SlotHealth]) -> str:
         lines.append(f"{h.app:<24} {h.slot.value:<6} {h.verdict.value.upper():<9} {batch:>8} {lag:>12} {ago:>8}")
         lines += [f"    {f.severity.value.upper():<8} {f.rule}: {f.message}" for f in h.findings]
     return "\n".join(lines)
+
+
+def healthy_check(health: SlotHealth, now_ms: int, policy: HealthPolicy):
+    """A gate on one assessment (baton.conditions.Check): met when HEALTHY with a status record younger
+    than heartbeat_max_age_s (a live slot publishes at least every few seconds, idle or not); failed
+    when the slot is dead, failed or not desired running (waiting cannot help); else keep waiting."""
+    from baton.conditions import WAIT, Check
+
+    if health.verdict in (Verdict.DEAD, Verdict.FAILED, Verdict.STOPPED):
+        return Check(failed=True, message=f"{health.verdict.value}: {health.reason}")
+    fresh = health.last is not None and now_ms - health.last.ts_ms <= policy.heartbeat_max_age_s * 1000
+    if health.verdict is Verdict.HEALTHY and fresh:
+        return Check(met=True, message=f"healthy: {health.reason or 'no findings'}")
+    return WAIT

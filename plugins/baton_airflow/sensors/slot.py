@@ -104,3 +104,11 @@ class FenceReachedSensor(_SlotSensor):
     def trigger_args(self, context: Any) -> dict[str, Any]:
         return dict(condition="fence", target={str(p): int(o) for p, o in self.plan["fence"].items()},
                     epoch=int(self.plan["epoch"]))
+
+
+class SlotHealthySensor(_SlotSensor):
+    """The slot passes the health DAG's rules now (heartbeat age, progress while input waits, batch
+    time, state budgets, dead letters). Fails at once if it is dead, failed or not desired running."""
+
+    def trigger_args(self, context: Any) -> dict[str, Any]:
+        return dict(condition="healthy")

@@ -13,7 +13,7 @@ from typing import Any, AsyncIterator
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-CONDITIONS = ("running", "position", "lag", "fence")
+CONDITIONS = ("running", "position", "lag", "fence", "healthy")
 
 
 class SlotStatusTrigger(BaseTrigger):
@@ -48,6 +48,8 @@ class SlotStatusTrigger(BaseTrigger):
         history = read_slot_status(self.bootstrap, self.app, self.slot, last_n=2000)
         if self.condition == "running":
             return conditions.slot_running(history, self.since_ms, self.pid)
+        if self.condition == "healthy":
+            return self.check_healthy(history)
         if self.condition == "fence":
             from baton.apps import load_app
             from baton.handoff import fence_reached
@@ -59,6 +61,27 @@ class SlotStatusTrigger(BaseTrigger):
             return conditions.position_reached(history, {int(p): o for p, o in self.target.items()}, self.since_ms)
         end = end_offsets(self.bootstrap, self.input_topic, range(self.partitions))
         return conditions.lag_within(history, end, self.max_lag, self.since_ms)
+
+    def check_healthy(self, history):
+        """The health DAG's rules (heartbeat age, progress, batch time, budgets) on this slot now."""
+        from baton.apps import load_app
+        from baton.health import HealthPolicy, assess, healthy_check
+        from baton.kafka.control_log import read_control
+        from baton.kafka.tail import end_offsets
+        from baton.records import Slot
+        from spark_apps.runtime.follower import compute_cap
+        from spark_apps.runtime.kafka_sink import read_last_marker
+
+        app, slot = load_app(self.app), Slot(self.slot)
+        record = read_control(self.bootstrap, app.name)
+        spec = record.slots.get(slot) if record else None
+        marker = read_last_marker(self.bootstrap, app.commits_topic, app.name)
+        end = end_offsets(self.bootstrap, app.input.topic, range(app.input.partitions))
+        now_ms, policy = int(time.time() * 1000), HealthPolicy.from_app(app)
+        health = assess(app, slot, spec, history, end, None, now_ms, policy,
+                        cap=compute_cap(record, slot, marker, app.input.partitions),
+                        started_ms=spec.started_ms if spec and spec.started_ms else None)
+        return healthy_check(health, now_ms, policy)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         what = f"{self.app}/{self.slot} {self.condition}"

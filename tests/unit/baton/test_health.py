@@ -401,3 +401,19 @@ def test_summary_is_one_table_with_findings_under_their_slot():
     assert lines[3].split()[:5] == ["clicks", "green", "DEAD", "-", "-"] and lines[3].endswith("never")
     assert lines[4].strip() == "CRITICAL liveness: no status record 200 s after start (grace 120 s)"
     assert summarize([]) == "baton_health: 0 slot(s): none\n" + lines[1]
+
+
+
+@pytest.mark.parametrize("verdict, age_ms, met, failed", [
+    (Verdict.HEALTHY, 1_000, True, False), (Verdict.HEALTHY, 31_000, False, False),
+    (Verdict.STARTING, 1_000, False, False), (Verdict.DEGRADED, 1_000, False, False),
+    (Verdict.DEAD, 1_000, False, True), (Verdict.FAILED, 1_000, False, True), (Verdict.STOPPED, 1_000, False, True),
+])
+def test_the_healthy_gate_needs_a_fresh_record_and_fails_on_death(verdict, age_ms, met, failed):
+    from baton.health import healthy_check
+    from baton.records import Role, StatusRecord
+
+    last = StatusRecord(app="app", slot=Slot.BLUE, state=SlotState.RUNNING, role=Role.ACTIVE, epoch_seen=1,
+                        ts_ms=100_000 - age_ms)
+    check = healthy_check(SlotHealth("app", Slot.BLUE, verdict, last=last), 100_000, HealthPolicy())
+    assert (check.met, check.failed) == (met, failed)
