@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -128,7 +129,35 @@ class SparkCluster:
         return self.master.pid() is not None
 
     def stop(self, timeout_s: float = 30.0) -> bool:
-        """Stop the worker (and the executors in its process group), then the master."""
+        """Stop the worker (and the executors in its process group), then the master; returns once no
+        process of either session is left (an executor can outlive its worker by a moment)."""
+        sessions = [pid for pid in (self.worker.pid(), self.master.pid()) if pid is not None]
         stopped_worker = self.worker.stop(timeout_s=timeout_s)
         stopped_master = self.master.stop(timeout_s=timeout_s)
+        for sid in sessions:
+            _end_session(sid, timeout_s)
         return stopped_worker or stopped_master
+
+
+def _end_session(sid: int, timeout_s: float) -> None:
+    """Wait for the processes of session `sid` to exit; SIGKILL those left after timeout_s."""
+    import psutil
+
+    def members() -> list[psutil.Process]:
+        out = []
+        for proc in psutil.process_iter():
+            try:
+                if os.getsid(proc.pid) == sid and proc.status() != psutil.STATUS_ZOMBIE:
+                    out.append(proc)
+            except (OSError, psutil.Error):
+                continue
+        return out
+
+    deadline = time.monotonic() + timeout_s
+    while (left := members()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    for proc in left:
+        try:
+            proc.kill()
+        except psutil.Error:
+            pass

@@ -121,17 +121,23 @@ def cluster(tmp_path):
     cluster.stop()
 
 
-def session_processes(pid: int | None) -> list[int]:
+def session_processes(pid: int | None, settle_s: float = 15.0) -> list[int]:
+    """Live (non-zombie) processes of the session led by pid, after letting exiting children finish
+    for up to settle_s (an executor can outlive its worker by a moment)."""
     if pid is None:
         return []
-    out = []
-    for p in psutil.pids():
-        try:
-            if os.getsid(p) == pid:
-                out.append(p)
-        except OSError:
-            continue
-    return out
+    deadline = time.monotonic() + settle_s
+    while True:
+        out = []
+        for p in psutil.pids():
+            try:
+                if os.getsid(p) == pid and psutil.Process(p).status() != psutil.STATUS_ZOMBIE:
+                    out.append(p)
+            except (OSError, psutil.Error):
+                continue
+        if not out or time.monotonic() > deadline:
+            return out
+        time.sleep(0.2)
 
 
 def test_standalone_cluster_runs_the_same_start(bootstrap, app, launcher, cluster):
