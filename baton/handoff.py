@@ -21,7 +21,8 @@ A failover is the same with the dead active's last emitted position as F (it can
 from __future__ import annotations
 
 import dataclasses
-from typing import Mapping, Sequence
+import time
+from typing import Callable, Mapping, Sequence
 
 from baton.conditions import Check, WAIT
 from baton.records import CommitMarker, ControlRecord, Positions, Slot, StatusRecord
@@ -51,6 +52,16 @@ def with_fence(fence: Positions, epoch: int):
             raise HandoffError(f"{rec.app}: epoch is {rec.epoch}, the fence was planned at epoch {epoch}")
         if rec.fence is not None and dict(rec.fence) != dict(fence):
             raise HandoffError(f"{rec.app}: a fence {rec.fence} is already set (another handoff is under way)")
+        return dataclasses.replace(rec, fence=dict(fence))
+    return change
+
+
+def failover_fence(fence: Positions, epoch: int):
+    """Change: the fence of a failover, at what the dead active emitted. It replaces a fence a handoff
+    had set further ahead (the dead active will never reach that one)."""
+    def change(rec: ControlRecord) -> ControlRecord:
+        if rec.epoch != epoch:
+            raise HandoffError(f"{rec.app}: epoch is {rec.epoch}, the failover was planned at epoch {epoch}")
         return dataclasses.replace(rec, fence=dict(fence))
     return change
 
@@ -109,3 +120,28 @@ def fence_reached(marker: CommitMarker | None, standby: Sequence[StatusRecord], 
 def saw_epoch(history: Sequence[StatusRecord], epoch: int, since_ms: int = 0) -> bool:
     """The slot published a status record having seen `epoch` (or a later one)."""
     return any(r.epoch_seen >= epoch and r.ts_ms >= since_ms for r in history)
+
+
+def fail_over(plane, app: str, partitions: int, dead: Slot, epoch: int, emitted: Mapping[int, int],
+              standby_processed: Callable[[], Mapping[int, int]], reach_timeout_s: float = 60.0,
+              sleep: Callable[[float], None] = time.sleep) -> tuple[bool, str]:
+    """The active `dead` is gone: fence at what it emitted (it cannot pass that any more), let the
+    standby (capped there already) reach it, cut over, lift the fence. (done, what happened).
+    The caller makes sure the dead slot's process is gone first. Every step is a compare-and-set a
+    rerun recognises. `plane` is a baton.control_plane.ControlPlane."""
+    standby = other(dead)
+    fence = {p: emitted.get(p, 0) for p in range(partitions)}
+    plane.update(app, failover_fence(fence, epoch))
+    deadline = time.monotonic() + reach_timeout_s
+    while True:
+        processed = standby_processed()
+        if all(processed.get(p, 0) == f for p, f in fence.items()):
+            break
+        if time.monotonic() > deadline:
+            plane.update(app, without_fence(epoch))
+            return False, (f"failover to {standby.value} abandoned: it did not reach {fence} within "
+                           f"{reach_timeout_s:.0f} s (at {dict(processed)})")
+        sleep(0.2)
+    plane.update(app, cut_over(standby, epoch))
+    plane.update(app, without_fence(epoch + 1))
+    return True, f"active {dead.value} died: failed over to {standby.value} at {fence} (epoch {epoch + 1})"

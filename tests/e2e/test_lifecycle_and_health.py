@@ -4,7 +4,8 @@ triggered through the REST API.
 - baton_lifecycle refuses a bad conf (400 naming the field) and starts nothing;
 - it starts both slots of the click-count app; baton_health sees them RUNNING;
 - a re-run (cleared) start task reattaches to the running launches instead of starting second copies;
-- kill -9 of a driver is detected and the slot restarted by baton_health; output stays exactly once;
+- kill -9 of the active's driver is detected by baton_health: the standby takes over at what the dead
+  active emitted, the dead slot is restarted as the standby; output stays exactly once;
 - an app with bad code is restarted up to its limit, then marked FAILED with the reason;
 - stop ends both slots gracefully;
 - baton_cutover hands the active role to the standby under live load, exactly once.
@@ -32,7 +33,9 @@ from tests.support.slots import produce_clicks, read_status, wait_until_emitted
 pytestmark = pytest.mark.e2e
 
 APPS = {
-    "cc_e2e": "module: spark_apps.apps.click_counts\ntrigger_ms: 500\nmax_records_per_trigger: 5000\n",
+    # A cold slot's first batches on a busy 2-core machine take seconds: a budget they meet.
+    "cc_e2e": "module: spark_apps.apps.click_counts\ntrigger_ms: 500\nmax_records_per_trigger: 5000\n"
+              "batch_ms_budget: 15000\n",
     "cc_cut": "module: spark_apps.apps.click_counts\ntrigger_ms: 500\nmax_records_per_trigger: 5000\n",
     "crashy": "module: tests.support.crashing_app\n"
               # Restart at once, then after 1 s; the third death in the window gives up.
@@ -147,6 +150,9 @@ def test_start_health_restart_after_kill_9_and_stop(stack):
              and (d := desired(platform, app.name, Slot.BLUE)) and len(d.restarts) >= 1, 300, 1)
     relaunch = launcher.find(app.name, Slot.BLUE)
     assert relaunch is not None and relaunch.launch_id != launches[Slot.BLUE].launch_id
+    # Blue was the active: green took over at what blue had emitted, blue came back as the standby.
+    record = read_control(bootstrap, app.name)
+    assert (record.active, record.epoch, record.fence) == (Slot.GREEN, 2, None)
     wait_until_emitted(bootstrap, app, 30_000, timeout_s=300)
     verdict = verify(truth + more, read_output(bootstrap, app.output.topic, app.output.partitions))
     assert verdict.ok, verdict.summary()

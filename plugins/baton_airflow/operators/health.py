@@ -19,6 +19,7 @@ from typing import Any
 from airflow.sdk import BaseOperator
 
 from baton.apps import AppDefinition, load_registry
+from baton.handoff import fail_over, other
 from baton.local.procs import tail
 from baton.health import (Finding, HealthPolicy, RestartAction, Severity, SlotHealth, Verdict, assess, decide_restart,
                           prune_restarts, summarize)
@@ -62,9 +63,16 @@ class HealthCheckOperator(BaseOperator):
             record = control.plane().current(app.name)
             if record is None:
                 continue  # never started: nothing is desired of it
-            for slot, health in self.assess_app(app, record, control, spark, lag_samples):
+            assessed = self.assess_app(app, record, control, spark, lag_samples)
+            by_slot = dict(assessed)
+            for slot, health in assessed:
                 healths.append(health)
-                action = self.act_on(app, slot, health, record, control, spark) if self.act else ""
+                if not self.act:
+                    continue
+                if health.verdict is Verdict.DEAD and slot is record.active and self.can_fail_over(
+                        record, other(slot), by_slot.get(other(slot))):
+                    actions.append(f"{app.name}/{slot.value}: {self.fail_over(app, slot, record, control, spark)}")
+                action = self.act_on(app, slot, health, record, control, spark)
                 if action:
                     actions.append(f"{app.name}/{slot.value}: {action}")
         Variable.set(LAG_VARIABLE, json.dumps(lag_samples))
@@ -135,6 +143,30 @@ class HealthCheckOperator(BaseOperator):
         lines = [ln for ln in tail(Path(launch.log_path), 40).splitlines() if ln.strip() and not ln.startswith("[baton]")]
         code = ended.code if ended is not None else "unknown"
         return f"driver exited with code {code}" + (f": {lines[-1].strip()}" if lines else "") + f" (log {launch.log_path})"
+
+    @staticmethod
+    def can_fail_over(record: ControlRecord, standby: Slot, health: SlotHealth | None) -> bool:
+        """The standby can take over: desired RUNNING and alive (healthy or degraded, not starting)."""
+        spec = record.slots.get(standby)
+        return (spec is not None and spec.desired is SlotState.RUNNING and health is not None
+                and health.verdict in (Verdict.HEALTHY, Verdict.DEGRADED))
+
+    def fail_over(self, app: AppDefinition, dead: Slot, record: ControlRecord, control: BatonControlHook,
+                  spark: BatonSparkHook, reach_timeout_s: float = 60.0) -> str:
+        """The active is dead: hand over to the standby at what the dead one emitted (baton.handoff);
+        the dead slot is then restarted as the standby by the usual rule."""
+        spark.stop(app.name, dead, grace_s=10)  # whatever is left of it; Kafka fences a late write anyway
+        marker = control.last_commit(app)
+        standby = other(dead)
+
+        def standby_processed() -> dict[int, int]:
+            done = [s for s in control.status(app.name, standby, last_n=500) if s.batch_id >= 0]
+            return done[-1].processed if done else {}
+
+        ok, message = fail_over(control.plane(), app.name, app.input.partitions, dead, record.epoch,
+                                dict(marker.emitted) if marker is not None else {}, standby_processed,
+                                reach_timeout_s)
+        return message if ok else f"{message}; restarting {dead.value} instead"
 
     def act_on(self, app: AppDefinition, slot: Slot, health: SlotHealth, record: ControlRecord,
                control: BatonControlHook, spark: BatonSparkHook) -> str:

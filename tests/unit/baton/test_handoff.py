@@ -93,3 +93,13 @@ def test_saw_epoch_needs_a_record_since_the_cutover():
     assert saw_epoch(history, 2, since_ms=15)
     assert not saw_epoch(history, 2, since_ms=25)
     assert not saw_epoch(history[:1], 2)
+
+
+def test_a_failover_fence_replaces_a_handoff_fence_the_dead_active_cannot_reach(plane):
+    from baton.handoff import failover_fence
+
+    plane.update("app", with_fence(F, epoch=1))
+    rec = plane.update("app", failover_fence({0: 40, 1: 50}, epoch=1))
+    assert rec.fence == {0: 40, 1: 50} and rec.epoch == 1
+    with pytest.raises(HandoffError, match="epoch is 1"):
+        plane.update("app", failover_fence({0: 40, 1: 50}, epoch=2))

@@ -59,3 +59,68 @@ def test_a_silent_death_is_described_by_exit_code_and_log(tmp_path):
     reason = last_error(health, control, Spark(SimpleNamespace(log_path=str(log)), exit_code=1))
     assert reason.startswith("driver exited with code 1: ImportError: no module named nope")
     assert str(log) in reason
+
+
+class FailoverControl(Control):
+    """A control hook over the in-memory control store, with the dead active's last marker."""
+
+    def __init__(self, records, marker):
+        super().__init__(records)
+        from baton.control_plane import ControlPlane
+        from tests.support.fakes import MemoryControlStore
+
+        self._plane, self.marker = ControlPlane(MemoryControlStore()), marker
+
+    def plane(self):
+        return self._plane
+
+    def last_commit(self, app):
+        return self.marker
+
+
+def running_app():
+    from baton.records import CommitMarker
+
+    control = FailoverControl([], CommitMarker(app="crashy", generation=0, epoch=1, slot=Slot.BLUE, batch_id=9,
+                                               emitted={0: 40, 1: 50}))
+    for slot in Slot:
+        control.plane().move_slot("crashy", slot, SlotState.STARTING)
+        control.plane().move_slot("crashy", slot, SlotState.RUNNING)
+    return control
+
+
+def test_failover_fences_at_what_the_dead_active_emitted_and_hands_over(monkeypatch):
+    control = running_app()
+    control.records = [StatusRecord(app="crashy", slot=Slot.GREEN, state=SlotState.RUNNING, role=Role.STANDBY,
+                                    epoch_seen=1, batch_id=4, processed={0: 40, 1: 50}, ts_ms=5)]
+    stopped = []
+    spark = SimpleNamespace(stop=lambda app, slot, grace_s: stopped.append(slot))
+    app = SimpleNamespace(name="crashy", input=SimpleNamespace(partitions=2))
+    op = HealthCheckOperator(task_id="check")
+    message = op.fail_over(app, Slot.BLUE, control.plane().current("crashy"), control, spark)
+    rec = control.plane().current("crashy")
+    assert (rec.active, rec.epoch, rec.fence) == (Slot.GREEN, 2, None)
+    assert stopped == [Slot.BLUE] and "failed over to green" in message
+    fences = [r.fence for r in control.plane().store.log if r.fence]
+    assert fences and all(f == {0: 40, 1: 50} for f in fences)  # fenced (and cut over) at exactly that
+
+
+def test_failover_is_abandoned_when_the_standby_does_not_reach_the_fence():
+    control = running_app()
+    control.records = [StatusRecord(app="crashy", slot=Slot.GREEN, state=SlotState.RUNNING, role=Role.STANDBY,
+                                    epoch_seen=1, batch_id=4, processed={0: 10, 1: 50}, ts_ms=5)]
+    spark = SimpleNamespace(stop=lambda app, slot, grace_s: None)
+    app = SimpleNamespace(name="crashy", input=SimpleNamespace(partitions=2))
+    message = HealthCheckOperator(task_id="check").fail_over(app, Slot.BLUE, control.plane().current("crashy"),
+                                                             control, spark, reach_timeout_s=0.2)
+    rec = control.plane().current("crashy")
+    assert (rec.active, rec.epoch, rec.fence) == (Slot.BLUE, 1, None) and "abandoned" in message
+
+
+def test_only_a_live_running_standby_can_take_over():
+    control = running_app()
+    rec = control.plane().current("crashy")
+    alive = SlotHealth("crashy", Slot.GREEN, Verdict.HEALTHY)
+    assert HealthCheckOperator.can_fail_over(rec, Slot.GREEN, alive)
+    assert not HealthCheckOperator.can_fail_over(rec, Slot.GREEN, SlotHealth("crashy", Slot.GREEN, Verdict.STARTING))
+    assert not HealthCheckOperator.can_fail_over(rec, Slot.GREEN, None)
