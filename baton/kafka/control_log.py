@@ -13,6 +13,10 @@ from typing import Iterable
 
 from baton.records import ControlRecord, RecordError
 
+# consume(n, t) returns after n messages or t seconds, whichever comes first: with n large, t is
+# what each read of a small topic to its end costs, so it stays short (the loop ends at EOF).
+READ_WAIT_S = 0.05
+
 
 def apply_records(current: ControlRecord | None, records: Iterable[ControlRecord]) -> ControlRecord | None:
     """Fold control records (one app, log order) into the current desired state."""
@@ -48,8 +52,10 @@ def read_control(bootstrap: str, app: str, control_topic: str | None = None, tim
     from baton.settings import CONTROL_TOPIC
 
     topic = control_topic or CONTROL_TOPIC
+    # fetch.wait.max.ms: the broker answers an empty fetch at once, so EOF is seen in milliseconds
+    # (librdkafka's default 500 ms made every read, and every control-plane write, take a second more).
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "baton-control-reader", "enable.auto.commit": False,
-                  "isolation.level": "read_committed", "enable.partition.eof": True})
+                  "isolation.level": "read_committed", "enable.partition.eof": True, "fetch.wait.max.ms": 10})
     try:
         c.assign([TopicPartition(topic, 0, 0)])
         state: ControlRecord | None = None
@@ -57,7 +63,7 @@ def read_control(bootstrap: str, app: str, control_topic: str | None = None, tim
 
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            for m in c.consume(10_000, 0.5):
+            for m in c.consume(10_000, READ_WAIT_S):
                 if m.error():
                     if m.error().code() == KafkaError._PARTITION_EOF:
                         return state
@@ -81,7 +87,9 @@ def write_control(bootstrap: str, record: ControlRecord, control_topic: str | No
     from baton.settings import CONTROL_TOPIC
 
     topic = control_topic or CONTROL_TOPIC
-    p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 0})
+    # One record per producer, so no reordering to prevent, and a duplicate from a retry repeats a
+    # revision, which every reader ignores: the idempotent producer's setup (500 ms here) buys nothing.
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 0})
     p.produce(topic, record.to_bytes(), record.key())
     if p.flush(15) != 0:
         raise TimeoutError(f"control record for {record.app} not acknowledged by the broker")

@@ -16,12 +16,16 @@ from typing import Callable, Iterable, TypeVar
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 T = TypeVar("T")
+# consume(n, t) returns after n messages or t seconds, whichever comes first: with n large, t is
+# what each read of a small topic to its end costs, so it stays short (the loops end at EOF).
+READ_WAIT_S = 0.05
 
 
 def _consumer(bootstrap: str) -> Consumer:
     return Consumer({
         "bootstrap.servers": bootstrap, "group.id": f"baton-tail-{uuid.uuid4().hex[:8]}",
         "enable.auto.commit": False, "isolation.level": "read_committed", "enable.partition.eof": True,
+        "fetch.wait.max.ms": 10,  # an empty fetch at the end is answered at once: EOF in milliseconds
     })
 
 
@@ -37,7 +41,7 @@ def read_tail(bootstrap: str, topic: str, keep: Callable[[Message], T | None], l
         out: list[T] = []
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            for m in c.consume(10_000, 0.5):
+            for m in c.consume(10_000, READ_WAIT_S):
                 if m.error():
                     if m.error().code() == KafkaError._PARTITION_EOF:
                         return out
@@ -70,7 +74,7 @@ def end_offsets(bootstrap: str, topic: str, partitions: Iterable[int], timeout_s
         while pending:
             if time.monotonic() > deadline:
                 break
-            for m in c.consume(10_000, 0.5):
+            for m in c.consume(10_000, READ_WAIT_S):
                 if m.error():
                     if m.error().code() == KafkaError._PARTITION_EOF:
                         ends[m.partition()] = max(ends[m.partition()], m.offset())

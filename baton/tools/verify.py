@@ -65,7 +65,7 @@ def read_output(bootstrap: str, topic: str, partitions: int, timeout_s: float = 
         while len(done) < partitions:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"output topic {topic} not read to its end in {timeout_s}s")
-            for m in c.consume(10_000, 0.5):
+            for m in c.consume(10_000, 0.05):
                 if m.error():
                     if m.error().code() == KafkaError._PARTITION_EOF:
                         done.add(m.partition())

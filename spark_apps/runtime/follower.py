@@ -76,7 +76,7 @@ class Follower:
         while at_end != set(self._topics):
             if time.monotonic() > deadline:
                 raise TimeoutError(f"control/commits topics not read to their end within {timeout_s}s")
-            for m in self._consumer.consume(10_000, 0.5):
+            for m in self._consumer.consume(10_000, 0.05):
                 if m.error():
                     if m.error().code() == KafkaError._PARTITION_EOF:
                         at_end.add(m.topic())

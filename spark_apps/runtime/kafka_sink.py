@@ -151,7 +151,7 @@ def read_last_marker(bootstrap: str, commits_topic: str, app: str, timeout_s: fl
 
     c = Consumer({
         "bootstrap.servers": bootstrap, "group.id": "baton-marker-reader", "enable.auto.commit": False,
-        "isolation.level": "read_committed", "enable.partition.eof": True,
+        "isolation.level": "read_committed", "enable.partition.eof": True, "fetch.wait.max.ms": 10,
     })
     try:
         low, high = c.get_watermark_offsets(TopicPartition(commits_topic, 0), timeout=timeout_s)
@@ -162,7 +162,7 @@ def read_last_marker(bootstrap: str, commits_topic: str, app: str, timeout_s: fl
         key = app.encode()
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            msgs = c.consume(10_000, 1.0)
+            msgs = c.consume(10_000, 0.05)  # consume(n, t) waits for n or t: keep t short
             done = False
             for m in msgs:
                 if m.error():
