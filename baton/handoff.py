@@ -9,11 +9,11 @@ resumable (a retried step finds its own write and goes on):
    standby never passes the active's emitted position, so it stops at F too. If the active had read
    past F before it saw the fence (only possible if the fence took longer to reach it than the input
    took to arrive), the handoff is aborted: nothing has changed hands, the fence is lifted.
-3. cut over: epoch E+1, the standby is active. The fence stays, so the new active emits nothing past F
-   until the old one has seen the new epoch (it then holds the standby role and caps at the new
-   active's output); a late write of the old active would be fenced by Kafka anyway (shared
-   transactional id, newer producer epoch).
-4. lift the fence: the new active emits from F.
+3. cut over: one write makes the standby active at epoch E+1 and lifts the fence. Safe in one step
+   because both slots verifiably stand at F: the old active, capped at F until it applies the new
+   record and the standby's cap (the new writer's output) after, can never read past F as a writer;
+   the new active emits from F; and a late write of the old active would be fenced by Kafka anyway
+   (shared transactional id, newer producer epoch).
 
 A failover is the same with the dead active's last emitted position as F (it cannot pass it any more).
 """
@@ -67,7 +67,7 @@ def failover_fence(fence: Positions, epoch: int):
 
 
 def cut_over(to: Slot, from_epoch: int):
-    """Change: `to` becomes active at from_epoch + 1, fence kept. Done already (a retry) = no-op."""
+    """Change: `to` becomes active at from_epoch + 1 and the fence is lifted. Done already (a retry) = no-op."""
     def change(rec: ControlRecord) -> ControlRecord:
         if rec.active is to and rec.epoch == from_epoch + 1:
             return rec
@@ -77,7 +77,7 @@ def cut_over(to: Slot, from_epoch: int):
             raise HandoffError(f"{rec.app}: no fence is set; a cutover needs one")
         if rec.active is to:
             raise HandoffError(f"{rec.app}: {to.value} is already active at epoch {rec.epoch}")
-        return dataclasses.replace(rec, active=to, epoch=from_epoch + 1)
+        return dataclasses.replace(rec, active=to, epoch=from_epoch + 1, fence=None)
     return change
 
 
@@ -143,5 +143,4 @@ def fail_over(plane, app: str, partitions: int, dead: Slot, epoch: int, emitted:
                            f"{reach_timeout_s:.0f} s (at {dict(processed)})")
         sleep(0.2)
     plane.update(app, cut_over(standby, epoch))
-    plane.update(app, without_fence(epoch + 1))
     return True, f"active {dead.value} died: failed over to {standby.value} at {fence} (epoch {epoch + 1})"

@@ -1,9 +1,9 @@
 """Hand the active role to the hot standby at an exact offset fence, without stopping the output.
 
 REST: POST /api/v2/dags/baton_cutover/dagRuns {"conf": {"app": "click_counts"}}. Steps: fence (F a few
-seconds ahead of the input) -> both slots at exactly F -> epoch + 1, the standby is active -> the fence
-is lifted once the old active saw the new epoch. A failed gate lifts the fence and leaves the active
-as it was (abort); every step is safe to retry (baton.handoff).
+seconds ahead of the input) -> both slots at exactly F -> one write: epoch + 1, the standby is active,
+the fence lifted. A failed gate lifts the fence and leaves the active as it was (abort); every step is
+safe to retry (baton.handoff).
 """
 
 from datetime import datetime, timedelta
@@ -37,7 +37,7 @@ with DAG(
     reached = FenceReachedSensor(task_id="both_at_fence", app="{{ params.app }}", plan=fence.output,
                                  wait_timeout_s="{{ params.fence_timeout_s }}")
     cutover = CutoverOperator(task_id="cutover", app="{{ params.app }}", plan=fence.output,
-                              execution_timeout=timedelta(minutes=3))
+                              execution_timeout=timedelta(minutes=2))
     abort = AbortHandoffOperator(task_id="abort", app="{{ params.app }}", plan=fence.output)
     fence >> reached >> cutover
     reached >> abort

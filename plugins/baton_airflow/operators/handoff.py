@@ -4,18 +4,16 @@ no second fence, no double epoch bump, no lost fence."""
 
 from __future__ import annotations
 
-import time
 from datetime import timedelta
 from typing import Any
 
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
-from baton.handoff import HandoffError, cut_over, other, plan_fence, saw_epoch, with_fence, without_fence
+from baton.handoff import HandoffError, cut_over, other, plan_fence, with_fence, without_fence
 from baton.records import Slot, SlotState
 from baton_airflow.hooks.control import BatonControlHook
 from baton_airflow.hooks.kafka import BatonKafkaHook
-from baton_airflow.hooks.spark import BatonSparkHook
 from baton_airflow.operators.slots import resolve
 
 
@@ -73,37 +71,25 @@ class FenceOperator(_HandoffOperator):
 
 
 class CutoverOperator(_HandoffOperator):
-    """Epoch + 1 with the standby active (fence kept), wait until the old active has seen the new
-    epoch (or is not running), lift the fence. `plan` is the FenceOperator's XCom."""
+    """One write: the standby is active at epoch + 1 and the fence is lifted (baton.handoff explains why
+    one step is safe once both slots stand at F). `plan` is the FenceOperator's XCom."""
 
     template_fields = ("app", "plan")
 
-    def __init__(self, *, plan: Any, settle_timeout_s: float = 60.0, **kwargs: Any):
+    def __init__(self, *, plan: Any, **kwargs: Any):
         super().__init__(**kwargs)
-        self.plan, self.settle_timeout_s = plan, settle_timeout_s
+        self.plan = plan
 
     def execute(self, context: Any) -> dict[str, Any]:
         app, _ = resolve(self.app, "blue")
-        control = self.control()
-        plane = control.plane()
-        epoch, to, old = int(self.plan["epoch"]), Slot(self.plan["to"]), Slot(self.plan["from"])
+        plane = self.control().plane()
+        epoch, to = int(self.plan["epoch"]), Slot(self.plan["to"])
         try:
             rec = plane.update(app.name, cut_over(to, epoch))
         except HandoffError as exc:
             raise AirflowFailException(str(exc)) from None
-        self.log.info("%s: %s is active at epoch %s (fence %s)", app.name, to.value, rec.epoch, rec.fence)
-        if rec.fence is not None:
-            deadline = time.monotonic() + self.settle_timeout_s
-            alive = BatonSparkHook().find(app.name, old) is not None
-            while alive and not saw_epoch(control.status(app.name, old, last_n=500), rec.epoch):
-                if time.monotonic() > deadline:
-                    # Safe to go on: the old active's writes are fenced by Kafka (shared transactional id).
-                    self.log.warning("%s/%s has not reported epoch %s within %.0f s; lifting the fence anyway",
-                                     app.name, old.value, rec.epoch, self.settle_timeout_s)
-                    break
-                time.sleep(0.5)
-            rec = plane.update(app.name, without_fence(rec.epoch))
-        self.log.info("%s: fence lifted; %s emits from %s", app.name, to.value, self.plan["fence"])
+        self.log.info("%s: %s is active at epoch %s and emits from %s", app.name, to.value, rec.epoch,
+                      self.plan["fence"])
         return {"epoch": rec.epoch, "active": rec.active.value, "fence": self.plan["fence"]}
 
 
