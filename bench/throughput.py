@@ -50,8 +50,8 @@ from baton.tools.verify import (  # noqa: E402
 P99_TARGET_MS = 2000
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def parser(doc: str = __doc__) -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rate", type=float, default=20085.0)
     ap.add_argument("--keys", type=int, default=100_000)
     ap.add_argument("--malformed", type=float, default=0.01)
@@ -67,7 +67,11 @@ def main() -> int:
     ap.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark setting for both slots")
     ap.add_argument("--profile", action="store_true", help="JFR on blue's JVM, py-spy on its Python (if installed)")
     ap.add_argument("--name", default="throughput", help="results file name (bench/results/NAME.json/.png)")
-    args = ap.parse_args()
+    return ap
+
+
+def main() -> int:
+    args = parser().parse_args()
 
     with bench("throughput") as b:
         result = run(b, args)
@@ -81,7 +85,9 @@ def main() -> int:
     return 0 if result["verdict"]["ok"] else 1
 
 
-def run(b: Bench, args) -> dict:
+def run(b: Bench, args, during=None) -> dict:
+    """The measured run. `during(b, app, procs, watch)`, if given, runs `args.handoff_at` seconds into
+    the measured window and returns [(wall time, label)] marks (bench/handoff.py)."""
     app, path = click_count_app(b.tmp, args.partitions, args.trigger_ms)
     create_app(b.bootstrap, app, standby=args.standby)
     watch = StatusWatch(b.bootstrap, app.name)
@@ -125,6 +131,10 @@ def run(b: Bench, args) -> dict:
 
         profiler = Profiler(b.tmp / "profile", seconds=max(10.0, args.seconds - 10))
         profiler.start_slot("blue", procs[Slot.BLUE].pid)
+    marks = []
+    if during is not None:
+        time.sleep(args.handoff_at)
+        marks = during(b, app, procs, watch)
     try:
         loadgen.wait(args.seconds + 120)
     except Exception:
@@ -138,9 +148,10 @@ def run(b: Bench, args) -> dict:
 
     drained = True
     try:
-        wait_processed(watch, Slot.BLUE, events, args.drain_timeout, alive=lambda: procs[Slot.BLUE].poll() is None)
-        if args.standby:
-            wait_processed(watch, Slot.GREEN, events, 120, alive=lambda: procs[Slot.GREEN].poll() is None)
+        live = [s for s in slots if procs[s].poll() is None]  # a failover bench killed one
+        for i, s in enumerate(live):
+            wait_processed(watch, s, events, args.drain_timeout if i == 0 else 120,
+                           alive=lambda s=s: procs[s].poll() is None)
     except TimeoutError as exc:
         drained = False
         log(f"not drained: {exc}")
@@ -154,7 +165,18 @@ def run(b: Bench, args) -> dict:
     watch.close()
     if codes["verifier"] != 0:
         raise RuntimeError(f"verifier failed ({codes['verifier']}):\n{b.procs.tail('verifier')}")
-    return analyse(args, prewarm, sent, Observations.load(seen), watch, cpu_report, profile, drained, codes)
+    obs = Observations.load(seen)
+    result = analyse(args, prewarm, sent, obs, watch, cpu_report, profile, drained, codes)
+    t0 = float(sent.meta["started"])
+    result["marks"] = [{"label": label, "t_s": round(t - t0, 3), "next_output_s": next_output(obs.times, t)}
+                       for t, label in marks]
+    return result
+
+
+def next_output(readable_times, t: float) -> float | None:
+    """Seconds from t until the next output record became readable."""
+    later = readable_times[readable_times > t]
+    return round(float(later.min()) - t, 3) if later.size else None
 
 
 def analyse(args, prewarm: SendLog | None, sent: SendLog, obs: Observations, watch: StatusWatch, cpu_report,
@@ -296,6 +318,10 @@ def plot(result: dict, path: Path) -> None:
     ax2.legend(loc="lower right", fontsize=8)
     for ax in (ax1, ax2):
         ax.axvline(tl["warmup_end_s"], color="k", ls=":", lw=0.8)
+        for i, mark in enumerate(result.get("marks") or []):
+            ax.axvline(mark["t_s"], color=f"C{3 + i}", ls="--", lw=0.8, label=mark["label"] if ax is ax1 else None)
+    if result.get("marks"):
+        ax1.legend(loc="upper right", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
