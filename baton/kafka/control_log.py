@@ -13,10 +13,6 @@ from typing import Iterable
 
 from baton.records import ControlRecord, RecordError
 
-# consume(n, t) returns after n messages or t seconds, whichever comes first: with n large, t is
-# what each read of a small topic to its end costs, so it stays short (the loop ends at EOF).
-READ_WAIT_S = 0.05
-
 
 def apply_records(current: ControlRecord | None, records: Iterable[ControlRecord]) -> ControlRecord | None:
     """Fold control records (one app, log order) into the current desired state."""
@@ -47,33 +43,12 @@ class WriteConflict(RuntimeError):
 
 def read_control(bootstrap: str, app: str, control_topic: str | None = None, timeout_s: float = 15.0) -> ControlRecord | None:
     """The applied control state of `app`, reading the control topic to its true end."""
-    from confluent_kafka import Consumer, KafkaError, TopicPartition
-
+    from baton.kafka.tail import read_tail
     from baton.settings import CONTROL_TOPIC
 
-    topic = control_topic or CONTROL_TOPIC
-    # fetch.wait.max.ms: the broker answers an empty fetch at once, so EOF is seen in milliseconds
-    # (librdkafka's default 500 ms made every read, and every control-plane write, take a second more).
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "baton-control-reader", "enable.auto.commit": False,
-                  "isolation.level": "read_committed", "enable.partition.eof": True, "fetch.wait.max.ms": 10})
-    try:
-        c.assign([TopicPartition(topic, 0, 0)])
-        state: ControlRecord | None = None
-        import time
-
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            for m in c.consume(10_000, READ_WAIT_S):
-                if m.error():
-                    if m.error().code() == KafkaError._PARTITION_EOF:
-                        return state
-                    continue
-                rec = decode_for_app(app, m.key(), m.value())
-                if rec is not None:
-                    state = apply_records(state, [rec])
-        raise TimeoutError(f"{topic} not read to its end within {timeout_s}s")
-    finally:
-        c.close()
+    records = read_tail(bootstrap, control_topic or CONTROL_TOPIC, lambda m: decode_for_app(app, m.key(), m.value()),
+                        last_n=None, timeout_s=timeout_s)
+    return apply_records(None, records)
 
 
 def write_control(bootstrap: str, record: ControlRecord, control_topic: str | None = None) -> ControlRecord:

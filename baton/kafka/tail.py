@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Callable, Iterable, TypeVar
+from typing import Callable, Iterable, Mapping, TypeVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
@@ -53,35 +53,56 @@ def read_tail(bootstrap: str, topic: str, keep: Callable[[Message], T | None], l
         c.close()
 
 
-def end_offsets(bootstrap: str, topic: str, partitions: Iterable[int], timeout_s: float = 3.0) -> dict[int, int]:
-    """The end (next offset) of each partition, read committed (the last stable offset).
+def is_fatal(err) -> bool:
+    """Consumer errors that no retry will fix. Transport errors are left to librdkafka's retries."""
+    if err.fatal():
+        return True
+    return err.code() not in (KafkaError._PARTITION_EOF, KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN,
+                              KafkaError._TIMED_OUT, KafkaError._RESOLVE, KafkaError.NOT_LEADER_FOR_PARTITION,
+                              KafkaError.LEADER_NOT_AVAILABLE, KafkaError.REQUEST_TIMED_OUT) and not err.retriable()
 
-    Exact for a partition that reaches EOF within timeout_s. A partition written to without pause may
-    never report EOF (each fetch brings new records): its end is then the furthest offset read, a
-    lower bound that is at most timeout_s old, which is what "the end now" can mean for it."""
-    c = _consumer(bootstrap)
-    ends: dict[int, int] = {}
+
+def probe_ends(c: Consumer, topic: str, bound: Mapping[int, int], timeout_s: float) -> tuple[dict[int, int], set[int]]:
+    """(end per partition, partitions not settled) reading from ListOffsets' lower bound `bound`.
+
+    A partition is settled at EOF, or once records past the bound were read: a fetch delivers whole
+    batches, so that covers the batch ListOffsets under-reported (Tansu), and under a steady write load
+    EOF may never come (every fetch brings more). An unsettled partition's end is the position reached
+    within timeout_s, still a readable end. `c` is assigned for the probe and unassigned after it."""
+    reached, eof = dict(bound), {}
+    parts = list(bound)
+
+    def settled(p: int) -> bool:
+        return p in eof or reached[p] > bound[p]
+
+    c.assign([TopicPartition(topic, p, bound[p]) for p in parts])
     try:
-        parts = list(partitions)
-        starts = {}
-        for p in parts:
-            low, high = c.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s)
-            starts[p] = ends[p] = high
-        # Records at or past ListOffsets' lower bound move the end forward; EOF confirms it.
-        c.assign([TopicPartition(topic, p, starts[p]) for p in parts])
-        pending = set(parts)
         deadline = time.monotonic() + timeout_s
-        while pending:
-            if time.monotonic() > deadline:
-                break
-            for m in c.consume(10_000, READ_WAIT_S):
-                if m.error():
-                    if m.error().code() == KafkaError._PARTITION_EOF:
-                        ends[m.partition()] = max(ends[m.partition()], m.offset())
-                        pending.discard(m.partition())
-                        continue
-                    raise KafkaException(m.error())
-                ends[m.partition()] = max(ends[m.partition()], m.offset() + 1)
-        return ends
+        while not all(map(settled, parts)) and time.monotonic() < deadline:
+            for m in c.consume(100_000, 0.01):
+                err, p = m.error(), m.partition()
+                if err is None:
+                    if m.offset() + 1 > reached[p]:
+                        reached[p] = m.offset() + 1
+                elif err.code() == KafkaError._PARTITION_EOF:
+                    eof.setdefault(p, m.offset())
+                elif is_fatal(err):
+                    raise KafkaException(err)
+        unsettled = {p for p in parts if not settled(p)}
+        if unsettled:
+            for tp in c.position([TopicPartition(topic, p) for p in unsettled]):
+                if tp.offset > reached[tp.partition]:
+                    reached[tp.partition] = tp.offset
+    finally:
+        c.unassign()
+    return {p: eof.get(p, reached[p]) for p in parts}, unsettled
+
+
+def end_offsets(bootstrap: str, topic: str, partitions: Iterable[int], timeout_s: float = 3.0) -> dict[int, int]:
+    """The end (next offset) of each partition now, read committed (see probe_ends)."""
+    c = _consumer(bootstrap)
+    try:
+        bound = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s)[1] for p in partitions}
+        return probe_ends(c, topic, bound, timeout_s)[0]
     finally:
         c.close()

@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
-from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Producer
 
 from baton.records import CommitMarker, Positions, Slot, covers
 
@@ -143,37 +143,12 @@ class TransactionalEmitter:
 def read_last_marker(bootstrap: str, commits_topic: str, app: str, timeout_s: float = 15.0) -> CommitMarker | None:
     """The newest committed marker of `app` (read_committed, to the partition's true end).
 
-    The commits topic has one partition and one small record per batch; reading from a bounded
-    tail is enough because markers are appended in order. The end is found by consuming to
-    partition EOF (Fetch's high watermark), not from ListOffsets (wrong on Tansu).
-    """
-    from confluent_kafka import Consumer
+    The commits topic has one partition and one small record per batch, appended in order: its
+    tail holds the newest marker (baton.kafka.tail reads to EOF, not to Tansu's ListOffsets end)."""
+    from baton.kafka.tail import read_tail
 
-    c = Consumer({
-        "bootstrap.servers": bootstrap, "group.id": "baton-marker-reader", "enable.auto.commit": False,
-        "isolation.level": "read_committed", "enable.partition.eof": True, "fetch.wait.max.ms": 10,
-    })
-    try:
-        low, high = c.get_watermark_offsets(TopicPartition(commits_topic, 0), timeout=timeout_s)
-        # Tansu under-reports the high watermark; start well before it, the scan reads to the real end.
-        start = max(low, high - 2000)
-        c.assign([TopicPartition(commits_topic, 0, start)])
-        last: CommitMarker | None = None
-        key = app.encode()
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            msgs = c.consume(10_000, 0.05)  # consume(n, t) waits for n or t: keep t short
-            done = False
-            for m in msgs:
-                if m.error():
-                    if m.error().code() == KafkaError._PARTITION_EOF:
-                        done = True
-                        continue
-                    raise KafkaException(m.error())
-                if m.key() == key:
-                    last = CommitMarker.from_bytes(m.value())
-            if done:
-                return last
-        raise TimeoutError(f"reading {commits_topic} did not reach its end in {timeout_s}s")
-    finally:
-        c.close()
+    key = app.encode()
+    markers = read_tail(bootstrap, commits_topic,
+                        lambda m: CommitMarker.from_bytes(m.value()) if m.key() == key else None,
+                        last_n=2000, timeout_s=timeout_s)
+    return markers[-1] if markers else None

@@ -77,6 +77,7 @@ from bisect import bisect_left
 from operator import itemgetter
 from typing import Any, Iterator, Mapping, Optional, Sequence
 
+from baton.kafka.tail import is_fatal as _fatal, probe_ends
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
@@ -408,18 +409,6 @@ class KafkaSource(DataSource):
         return KafkaStreamReader(parse_options(self.options))
 
 
-def _fatal(err) -> bool:
-    """Consumer errors that no retry will fix. Transport errors are left to librdkafka's retries
-    (and the read's no-progress timeout)."""
-    from confluent_kafka import KafkaError
-
-    if err.fatal():
-        return True
-    return err.code() not in (KafkaError._PARTITION_EOF, KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN,
-                              KafkaError._TIMED_OUT, KafkaError._RESOLVE, KafkaError.NOT_LEADER_FOR_PARTITION,
-                              KafkaError.LEADER_NOT_AVAILABLE, KafkaError.REQUEST_TIMED_OUT) and not err.retriable()
-
-
 class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Runs in three processes (Spark's source runner on the driver, the planner, the executors),
     each with its own copy: Kafka clients are created lazily and dropped when pickled."""
@@ -488,43 +477,12 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def available_ends(self, parts: Sequence[int]) -> dict[int, int]:
         """Readable end per partition: the ListOffsets lower bound, then read to EOF or past the bound."""
-        from confluent_kafka import KafkaError, KafkaException, TopicPartition
-
         _, bound = self._watermarks(parts)
-        c = self._consumer()
-        topic = self.opts.topic
-        reached = dict(bound)
-        eof: dict[int, int] = {}
-        c.assign([TopicPartition(topic, p, bound[p]) for p in parts])
-        # Done with a partition at EOF, or once records past the bound were read: a fetch delivers
-        # whole batches, so that covers the batch ListOffsets under-reported (Tansu), and under a
-        # steady write load EOF may never come (every fetch brings more): reading on until it did
-        # cost up to PROBE_TIMEOUT_S and every record written meanwhile, each batch.
-        def settled(p: int) -> bool:
-            return p in eof or reached[p] > bound[p]
-
-        try:
-            deadline = time.monotonic() + PROBE_TIMEOUT_S
-            while not all(map(settled, parts)) and time.monotonic() < deadline:
-                for m in c.consume(100_000, 0.01):
-                    err = m.error()
-                    p = m.partition()
-                    if err is None:
-                        if m.offset() + 1 > reached[p]:
-                            reached[p] = m.offset() + 1
-                    elif err.code() == KafkaError._PARTITION_EOF:
-                        eof.setdefault(p, m.offset())
-                    elif _fatal(err):
-                        raise KafkaException(err)
-            if not all(map(settled, parts)):
-                for tp in c.position([TopicPartition(topic, p) for p in parts if p not in eof]):
-                    if tp.offset > reached[tp.partition]:
-                        reached[tp.partition] = tp.offset
-                log.warning("baton-kafka: no partition EOF within %.0fs for %s; using positions reached",
-                            PROBE_TIMEOUT_S, sorted(set(parts) - set(eof)))
-        finally:
-            c.unassign()
-        return {p: eof.get(p, reached[p]) for p in parts}
+        ends, unsettled = probe_ends(self._consumer(), self.opts.topic, bound, PROBE_TIMEOUT_S)
+        if unsettled:
+            log.warning("baton-kafka: no partition EOF within %.0fs for %s; using positions reached",
+                        PROBE_TIMEOUT_S, sorted(unsettled))
+        return ends
 
     def _first_record(self, p: int, offset: int, end: int) -> Optional[tuple[int, int]]:
         """(offset, timestamp ms) of the first record at >= offset and < end, or None."""
