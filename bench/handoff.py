@@ -23,6 +23,7 @@ import os
 import signal
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -49,12 +50,12 @@ def wait(what: str, check, timeout_s: float):
     raise TimeoutError(f"timed out after {timeout_s:.0f}s waiting for {what}")
 
 
-def cutover(b, app, procs, watch) -> list[tuple[float, str]]:
+def cutover(b, app, procs, watch, rate: float, ahead_s: float) -> list[tuple[float, str]]:
     plane = ControlPlane(KafkaControlStore(b.bootstrap), writer="bench")
     rec = plane.current(app.name)
     done = [r for r in watch.of(Slot.BLUE) if r.batch_id >= 0]
     fence = plan_fence(end_offsets(b.bootstrap, app.input.topic, range(app.input.partitions)),
-                       done[-1].processed if done else {}, rate_per_s=args.rate, ahead_s=args.ahead_s,
+                       done[-1].processed if done else {}, rate_per_s=rate, ahead_s=ahead_s,
                        partitions=app.input.partitions)
     marks = [(time.time(), "fence set")]
     plane.update(app.name, with_fence(fence, rec.epoch))
@@ -114,7 +115,8 @@ if __name__ == "__main__":
     args = ap.parse_args()
     name = args.name if args.name != "throughput" else f"handoff_{args.kind}"
     with bench(name) as b:
-        result = run(b, args, during=cutover if args.kind == "cutover" else failover)
+        during = partial(cutover, rate=args.rate, ahead_s=args.ahead_s) if args.kind == "cutover" else failover
+        result = run(b, args, during=during)
     marks = result["marks"]
     result.update({
         "kind": args.kind,

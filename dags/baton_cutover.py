@@ -10,11 +10,9 @@ from datetime import datetime, timedelta
 
 from airflow.sdk import DAG, Param
 
-from baton.apps import load_registry
 from baton_airflow.operators.handoff import AbortHandoffOperator, CutoverOperator, FenceOperator
+from baton_airflow.params import app_param
 from baton_airflow.sensors.slot import FenceReachedSensor
-
-APPS = sorted(load_registry())
 
 with DAG(
     dag_id="baton_cutover",
@@ -25,7 +23,7 @@ with DAG(
     max_active_runs=1,
     tags=["baton"],
     params={
-        "app": Param(APPS[0] if APPS else "", type="string", enum=APPS or [""], description="registered app"),
+        "app": app_param(),
         "ahead_s": Param(2.0, type="number", minimum=0, maximum=60,
                          description="fence this many seconds of input ahead of the end"),
         "fence_timeout_s": Param(120, type="integer", minimum=5, maximum=3600,

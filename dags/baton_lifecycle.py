@@ -9,11 +9,8 @@ from datetime import datetime
 
 from airflow.sdk import DAG, Param, task
 
-from baton.apps import load_registry
 from baton_airflow.operators.slots import EnsureSlotRunningOperator, StopSlotOperator
-
-# A bad definition fails the parse (an import error naming file and field): nothing can be started.
-APPS = sorted(load_registry())
+from baton_airflow.params import app_param
 
 with DAG(
     dag_id="baton_lifecycle",
@@ -24,7 +21,7 @@ with DAG(
     max_active_runs=4,
     tags=["baton"],
     params={
-        "app": Param(APPS[0] if APPS else "", type="string", enum=APPS or [""], description="registered app"),
+        "app": app_param(),
         "action": Param("start", type="string", enum=["start", "stop", "restart"]),
         "slot": Param("both", type="string", enum=["both", "blue", "green"],
                       description="one slot, or both (blue is the active writer of a new app)"),

@@ -114,3 +114,15 @@ def read_topic(bootstrap: str, topic: str, keep) -> list:
 def read_status(bootstrap: str, app_name: str, slot: str = "blue") -> list[StatusRecord]:
     key = f"{app_name}/{slot}".encode()
     return read_topic(bootstrap, STATUS_TOPIC, lambda m: StatusRecord.from_bytes(m.value()) if m.key() == key else None)
+
+
+def wait_for(what: str, check, timeout_s: float = 180, procs=()):
+    """check()'s first truthy value, polled; fails if one of `procs` (slot processes) exits meanwhile."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if (value := check()):
+            return value
+        for p in procs:
+            assert p.poll() is None, f"a slot exited (code {p.returncode}) while waiting for {what}"
+        time.sleep(0.3)
+    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")

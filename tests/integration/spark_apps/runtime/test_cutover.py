@@ -1,6 +1,6 @@
 """A cutover under live load with both slots as real processes: fence ahead of the input, both stop at
-exactly F, one write hands the role to the standby (epoch + 1) and lifts the fence. The output read back (read-committed) equals ground truth: 0 lost, 0 duplicated, 0 wrong; and
-the markers show blue wrote up to F at epoch 1, green from F at epoch 2."""
+exactly F, one write hands the role to the standby (epoch + 1) and lifts the fence. The output read
+back (read-committed) equals ground truth: 0 lost, 0 duplicated, 0 wrong; and the markers show blue wrote up to F at epoch 1, green from F at epoch 2."""
 
 import threading
 import time
@@ -9,36 +9,14 @@ import pytest
 
 from baton.control_plane import ControlPlane, KafkaControlStore
 from baton.handoff import cut_over, fence_reached, plan_fence, saw_epoch, with_fence
-from baton.kafka.admin import delete_topics
-from baton.kafka.control_log import write_control
 from baton.kafka.tail import end_offsets
-from baton.records import CommitMarker, ControlRecord, Slot, SlotSpec, SlotState
+from baton.records import CommitMarker, Slot
 from baton.tools.verify import read_output, verify
 from spark_apps.runtime.kafka_sink import read_last_marker
-from tests.support.slots import (make_app, produce_clicks, read_status, read_topic, start_slot, stop_slot,
+from tests.support.slots import (produce_clicks, read_status, read_topic, start_slot, stop_slot, wait_for,
                                  wait_until_emitted)
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def app(bootstrap, tmp_path):
-    app, path = make_app(bootstrap, tmp_path)
-    both = {s: SlotSpec(SlotState.RUNNING, "v1") for s in Slot}
-    write_control(bootstrap, ControlRecord(app=app.name, revision=1, epoch=1, active=Slot.BLUE, slots=both))
-    yield app, path
-    delete_topics(bootstrap, [t.name for t in app.topics()])
-
-
-def wait_for(what, check, timeout_s=180, procs=()):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if (value := check()):
-            return value
-        for p in procs:
-            assert p.poll() is None, f"a slot exited (code {p.returncode}) while waiting for {what}"
-        time.sleep(0.3)
-    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
 
 
 class Load(threading.Thread):
@@ -62,8 +40,8 @@ class Load(threading.Thread):
             time.sleep(every_s)
 
 
-def test_cutover_under_load_is_exactly_once_and_moves_the_writer(bootstrap, app, tmp_path):
-    app, path = app
+def test_cutover_under_load_is_exactly_once_and_moves_the_writer(bootstrap, both_slots_app, tmp_path):
+    app, path = both_slots_app
     (tmp_path / "state").mkdir()
     blue = start_slot(bootstrap, path, tmp_path / "state", "blue")
     green = start_slot(bootstrap, path, tmp_path / "state", "green")

@@ -10,40 +10,19 @@ from collections import Counter
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from baton.kafka.admin import delete_topics
 from baton.kafka.control_log import read_control, write_control
-from baton.records import CommitMarker, ControlRecord, Slot, SlotSpec, SlotState, covers
+from baton.records import CommitMarker, Slot, covers
 from baton.tools.verify import read_output, verify
 from spark_apps.runtime.kafka_sink import read_last_marker
-from tests.support.slots import make_app, produce_clicks, read_status, read_topic, start_slot, stop_slot
+from tests.support.slots import produce_clicks, read_status, read_topic, start_slot, stop_slot, wait_for
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def app(bootstrap, tmp_path):
-    app, path = make_app(bootstrap, tmp_path)
-    both = {s: SlotSpec(SlotState.RUNNING, "v1") for s in Slot}
-    write_control(bootstrap, ControlRecord(app=app.name, revision=1, epoch=1, active=Slot.BLUE, slots=both))
-    yield app, path
-    delete_topics(bootstrap, [t.name for t in app.topics()])
 
 
 def markers(bootstrap, app):
     key = app.name.encode()
     return read_topic(bootstrap, app.commits_topic,
                       lambda m: CommitMarker.from_bytes(m.value()) if m.key() == key else None)
-
-
-def wait_for(what, check, timeout_s=180, procs=()):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if (value := check()):
-            return value
-        for p in procs:
-            assert p.poll() is None, f"a slot exited (code {p.returncode}) while waiting for {what}"
-        time.sleep(0.5)
-    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
 
 
 def last_processed(bootstrap, app, slot):
@@ -73,8 +52,8 @@ def truth_below(bootstrap, topic, fence):
     return truth
 
 
-def test_standby_follows_and_never_passes_the_active(bootstrap, app, tmp_path):
-    app, path = app
+def test_standby_follows_and_never_passes_the_active(bootstrap, both_slots_app, tmp_path):
+    app, path = both_slots_app
     truth, _ = produce_clicks(bootstrap, app.input.topic, 12_000, users=300)
     blue = start_slot(bootstrap, path, tmp_path, "blue")
     green = start_slot(bootstrap, path, tmp_path, "green")
@@ -111,8 +90,8 @@ def test_standby_follows_and_never_passes_the_active(bootstrap, app, tmp_path):
     assert verdict.ok, verdict.summary()
 
 
-def test_a_fence_stops_both_slots_at_exactly_the_fence(bootstrap, app, tmp_path):
-    app, path = app
+def test_a_fence_stops_both_slots_at_exactly_the_fence(bootstrap, both_slots_app, tmp_path):
+    app, path = both_slots_app
     produce_clicks(bootstrap, app.input.topic, 24_000, users=400)
     blue = start_slot(bootstrap, path, tmp_path, "blue")
     green = start_slot(bootstrap, path, tmp_path, "green")
