@@ -19,83 +19,16 @@ from collections import Counter
 
 import pytest
 
-from baton.airflow_api import AirflowAPIError, AirflowClient
-from baton.apps import load_registry
+from baton.airflow_api import AirflowAPIError
 from baton.kafka.control_log import read_control
 from baton.launcher import Launcher
-from baton.local.platform import Platform
-from baton.local.procs import free_port, pid_alive
+from baton.local.procs import pid_alive
 from baton.records import Slot, SlotState
-from baton.settings import Settings
 from baton.tools.verify import read_output, verify
-from tests.support.slots import produce_clicks, read_status, wait_until_emitted
+from tests.support.e2e import desired, run_dag
+from tests.support.slots import produce_clicks, read_status, wait_for, wait_until_emitted
 
 pytestmark = pytest.mark.e2e
-
-APPS = {
-    # A cold slot's first batches on a busy 2-core machine take seconds: a budget they meet.
-    "cc_e2e": "module: spark_apps.apps.click_counts\ntrigger_ms: 500\nmax_records_per_trigger: 5000\n"
-              "batch_ms_budget: 15000\n",
-    "cc_cut": "module: spark_apps.apps.click_counts\ntrigger_ms: 500\nmax_records_per_trigger: 5000\n",
-    "crashy": "module: tests.support.crashing_app\n"
-              # Restart at once, then after 1 s; the third death in the window gives up.
-              "health: {max_restarts: 2, restart_backoff_s: 1, restart_window_s: 600, start_grace_s: 90}\n",
-}
-
-
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory):
-    root = tmp_path_factory.mktemp("e2e")
-    apps_dir = root / "apps"
-    apps_dir.mkdir()
-    for name, body in APPS.items():
-        (apps_dir / f"{name}.yaml").write_text(
-            f"name: {name}\nversion: v1\ninput: {{topic: in-{name}, partitions: 2}}\n"
-            f"output: {{topic: out-{name}, partitions: 2}}\n{body}")
-    saved = {k: os.environ.get(k) for k in ("BATON_APPS_DIR", "BATON_HOME")}
-    os.environ["BATON_APPS_DIR"] = str(apps_dir)
-    os.environ["BATON_HOME"] = str(root / "state")
-    kafka_port = free_port()
-    platform = Platform(Settings(state_dir=root / "state", kafka_port=kafka_port, airflow_port=free_port(),
-                                 kafka_bootstrap=f"127.0.0.1:{kafka_port}", spark_master="local[2]"))
-    try:
-        platform.up(say=lambda *_: None)
-        client = AirflowClient(platform.airflow.url, "admin", platform.airflow.password())
-        ids = {d["dag_id"] for d in client.wait_for_dags()}
-        deadline = time.monotonic() + 120
-        while not {"baton_lifecycle", "baton_health", "baton_cutover"} <= ids and time.monotonic() < deadline:
-            time.sleep(3)
-            ids = {d["dag_id"] for d in client.dags()}
-        assert client.import_errors() == []
-        yield platform, client, load_registry()
-        client.close()
-    finally:
-        platform.down(say=lambda *_: None)
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
-def run_dag(client, dag_id, conf=None, timeout_s=420):
-    run = client.trigger(dag_id, conf or {})
-    return client.wait_for_run(dag_id, run["dag_run_id"], timeout_s=timeout_s)
-
-
-def desired(platform, app, slot):
-    rec = read_control(platform.broker.bootstrap, app)
-    return rec.slots.get(slot) if rec else None
-
-
-def wait_for(what, check, timeout_s=300, every_s=3):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if (value := check()):
-            return value
-        time.sleep(every_s)
-    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
-
 
 @pytest.mark.parametrize("conf, field", [
     ({"app": "no_such_app", "action": "start"}, "app"),
@@ -143,11 +76,11 @@ def test_start_health_restart_after_kill_9_and_stop(stack):
     wait_until_emitted(bootstrap, app, 20_000)
     driver_pid = read_status(bootstrap, app.name, "blue")[-1].pid
     os.kill(driver_pid, signal.SIGKILL)
-    wait_for("the launch to be seen gone", lambda: launcher.find(app.name, Slot.BLUE) is None, 60, 1)
+    wait_for("the launch to be seen gone", lambda: launcher.find(app.name, Slot.BLUE) is None, 60, every_s=1)
     more, _ = produce_clicks(bootstrap, app.input.topic, 10_000, users=400, start=20_000)
     wait_for("baton_health to restart blue",
              lambda: run_dag(client, "baton_health")["state"] == "success"
-             and (d := desired(platform, app.name, Slot.BLUE)) and len(d.restarts) >= 1, 300, 1)
+             and (d := desired(platform, app.name, Slot.BLUE)) and len(d.restarts) >= 1, 300, every_s=1)
     relaunch = launcher.find(app.name, Slot.BLUE)
     assert relaunch is not None and relaunch.launch_id != launches[Slot.BLUE].launch_id
     # Blue was the active: green took over at what blue had emitted, blue came back as the standby.
@@ -158,7 +91,7 @@ def test_start_health_restart_after_kill_9_and_stop(stack):
     assert verdict.ok, verdict.summary()
     wait_for("health to see blue running again",
              lambda: run_dag(client, "baton_health")["state"] == "success"
-             and desired(platform, app.name, Slot.BLUE).desired is SlotState.RUNNING, 300, 1)
+             and desired(platform, app.name, Slot.BLUE).desired is SlotState.RUNNING, 300, every_s=1)
 
     stopped = run_dag(client, "baton_lifecycle", {"app": app.name, "action": "stop", "slot": "both"})
     assert stopped["state"] == "success"
@@ -177,7 +110,7 @@ def test_a_crash_looping_app_is_marked_failed_with_the_reason(stack):
     failed = wait_for(
         "the crash-loop guard to mark the slot FAILED",
         lambda: run_dag(client, "baton_health")["state"] == "success"
-        and (d := desired(platform, app.name, Slot.BLUE)).desired is SlotState.FAILED and d, 600, 1)
+        and (d := desired(platform, app.name, Slot.BLUE)).desired is SlotState.FAILED and d, 600, every_s=1)
     assert "crash loop: 2 restarts" in failed.reason and "injected bug" in failed.reason
     # FAILED is final until an operator starts it again: further health runs restart nothing.
     launches = Launcher(platform.settings.state_dir).read_record(app.name, Slot.BLUE).launch_id

@@ -116,7 +116,7 @@ def read_status(bootstrap: str, app_name: str, slot: str = "blue") -> list[Statu
     return read_topic(bootstrap, STATUS_TOPIC, lambda m: StatusRecord.from_bytes(m.value()) if m.key() == key else None)
 
 
-def wait_for(what: str, check, timeout_s: float = 180, procs=()):
+def wait_for(what: str, check, timeout_s: float = 180, procs=(), every_s: float = 0.3):
     """check()'s first truthy value, polled; fails if one of `procs` (slot processes) exits meanwhile."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -124,5 +124,5 @@ def wait_for(what: str, check, timeout_s: float = 180, procs=()):
             return value
         for p in procs:
             assert p.poll() is None, f"a slot exited (code {p.returncode}) while waiting for {what}"
-        time.sleep(0.3)
+        time.sleep(every_s)
     raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")

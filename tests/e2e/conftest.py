@@ -1,0 +1,59 @@
+"""One platform (broker, Airflow standalone, Spark slots in local mode) for every e2e test of the session:
+starting it costs about a minute. Each test uses its own app from APPS (its own topics and slots)."""
+
+import os
+import time
+
+import pytest
+
+from baton.airflow_api import AirflowClient
+from baton.apps import load_registry
+from baton.local.platform import Platform
+from baton.local.procs import free_port
+from baton.settings import Settings
+
+APPS = {
+    # A cold slot's first batches on a busy 2-core machine take seconds: a budget they meet.
+    "cc_e2e": "module: spark_apps.apps.click_counts\ntrigger_ms: 500\nmax_records_per_trigger: 5000\n"
+              "batch_ms_budget: 15000\n",
+    "cc_cut": "module: spark_apps.apps.click_counts\ntrigger_ms: 500\nmax_records_per_trigger: 5000\n",
+    "cc_resume": "module: spark_apps.apps.click_counts\ntrigger_ms: 500\nmax_records_per_trigger: 5000\n",
+    "crashy": "module: tests.support.crashing_app\n"
+              # Restart at once, then after 1 s; the third death in the window gives up.
+              "health: {max_restarts: 2, restart_backoff_s: 1, restart_window_s: 600, start_grace_s: 90}\n",
+}
+
+
+@pytest.fixture(scope="session")
+def stack(tmp_path_factory):
+    root = tmp_path_factory.mktemp("e2e")
+    apps_dir = root / "apps"
+    apps_dir.mkdir()
+    for name, body in APPS.items():
+        (apps_dir / f"{name}.yaml").write_text(
+            f"name: {name}\nversion: v1\ninput: {{topic: in-{name}, partitions: 2}}\n"
+            f"output: {{topic: out-{name}, partitions: 2}}\n{body}")
+    saved = {k: os.environ.get(k) for k in ("BATON_APPS_DIR", "BATON_HOME")}
+    os.environ["BATON_APPS_DIR"] = str(apps_dir)
+    os.environ["BATON_HOME"] = str(root / "state")
+    kafka_port = free_port()
+    platform = Platform(Settings(state_dir=root / "state", kafka_port=kafka_port, airflow_port=free_port(),
+                                 kafka_bootstrap=f"127.0.0.1:{kafka_port}", spark_master="local[2]"))
+    try:
+        platform.up(say=lambda *_: None)
+        client = AirflowClient(platform.airflow.url, "admin", platform.airflow.password())
+        ids = {d["dag_id"] for d in client.wait_for_dags()}
+        deadline = time.monotonic() + 120
+        while not {"baton_lifecycle", "baton_health", "baton_cutover"} <= ids and time.monotonic() < deadline:
+            time.sleep(3)
+            ids = {d["dag_id"] for d in client.dags()}
+        assert client.import_errors() == []
+        yield platform, client, load_registry()
+        client.close()
+    finally:
+        platform.down(say=lambda *_: None)
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
