@@ -18,6 +18,7 @@ from baton.kafka.admin import TopicSpec
 from baton.settings import REPO_ROOT
 
 APPS_DIR = REPO_ROOT / "include" / "apps"
+VERSIONS = "versions"  # include/apps/versions/<name>/<version>.yaml: an app's other versions
 NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,47}$")
 TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
 
@@ -179,7 +180,10 @@ def load_definition(path: Path) -> AppDefinition:
     except yaml.YAMLError as exc:
         raise AppDefinitionError(path, "(file)", f"is not valid YAML: {exc}") from None
     app = parse_definition(data, path)
-    if app.name != path.stem:
+    if path.parent.name == app.name and path.parent.parent.name == VERSIONS:  # versions/<name>/<version>.yaml
+        if app.version != path.stem:
+            raise AppDefinitionError(path, "version", f"{app.version!r} must match the file name {path.stem!r}")
+    elif app.name != path.stem:
         raise AppDefinitionError(path, "name", f"{app.name!r} must match the file name {path.stem!r}")
     return app
 
@@ -201,6 +205,33 @@ def load_app(app: str) -> AppDefinition:
         known = ", ".join(sorted(p.stem for p in apps_dir().glob("*.yaml"))) or "none"
         raise AppDefinitionError(path, "name", f"no app {app!r} is registered (known: {known})")
     return load_definition(path)
+
+
+def version_path(app: str, version: str) -> Path:
+    """Where version `version` of registered app `app` is defined: the registry file if it is that
+    version, else versions/<app>/<version>.yaml (other versions of an app, e.g. the next one a
+    rolling upgrade moves to)."""
+    current = load_app(app)
+    if version in ("", current.version):
+        return definition_path(app)
+    if not re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$", version):
+        raise AppDefinitionError(apps_dir() / VERSIONS / app, "version", f"{version!r} is not a version name")
+    path = apps_dir() / VERSIONS / current.name / f"{version}.yaml"
+    if not path.exists():
+        known = sorted({current.version, *(p.stem for p in path.parent.glob("*.yaml"))})
+        raise AppDefinitionError(path, "version", f"{app} has no version {version!r} (known: {', '.join(known)})")
+    return path
+
+
+def load_version(app: str, version: str) -> AppDefinition:
+    """Version `version` of registered app `app` (see version_path); it must keep the app's topics."""
+    current, path = load_app(app), version_path(app, version)
+    other = load_definition(path)
+    for what in ("input", "output"):
+        if getattr(other, what) != getattr(current, what):
+            raise AppDefinitionError(path, what, f"{getattr(other, what)} differs from {getattr(current, what)} "
+                                                 "in the registry: a new version keeps its app's topics")
+    return other
 
 
 def load_registry(folder: Path | None = None) -> dict[str, AppDefinition]:

@@ -159,6 +159,45 @@ class ControlRecord:
 
 
 @dataclass(frozen=True)
+class StateDigest:
+    """What a slot's state held after batch `batch_id`: its row count, an order-independent hash of
+    every (key, value) row, and the state's key/value schema. `at` says when it was taken:
+    "restore" (what a started slot restored), "stop" (what a stopping slot leaves), "fence" (the
+    slot stands at the fence), "replay" (a preflight's replay of a batch on a checkpoint copy).
+    Compared by the rolling upgrade's restore and state checks."""
+
+    at: str
+    batch_id: int
+    rows: int
+    digest: str
+    schema: str
+    ts_ms: int = 0
+
+    AT = ("restore", "stop", "fence", "replay")
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, raw: Any, what: str) -> "StateDigest | None":
+        if raw is None:
+            return None
+        if not isinstance(raw, dict):
+            raise RecordError(f"{what}: expected an object, got {type(raw).__name__}")
+        try:
+            d = cls(at=_req(raw, "at", str, what), batch_id=_req(raw, "batch_id", int, what),
+                    rows=_req(raw, "rows", int, what), digest=_req(raw, "digest", str, what),
+                    schema=_req(raw, "schema", str, what), ts_ms=int(raw.get("ts_ms", 0)))
+        except (TypeError, ValueError) as exc:
+            if isinstance(exc, RecordError):
+                raise
+            raise RecordError(f"{what}: {exc}") from None
+        if d.at not in cls.AT:
+            raise RecordError(f"{what}: field 'at' must be one of {cls.AT}, got {d.at!r}")
+        return d
+
+
+@dataclass(frozen=True)
 class StatusRecord:
     app: str
     slot: Slot
@@ -178,7 +217,9 @@ class StatusRecord:
     state_bytes: int = 0
     dead_letters: int = 0
     restore_ms: int | None = None
-    state_digest: str | None = None
+    # The last state digest this process took (carried on every later record, so a reader of the tail
+    # finds it): see StateDigest.
+    state_digest: StateDigest | None = None
     error: str = ""
     pid: int = 0
     host: str = ""
@@ -196,6 +237,7 @@ class StatusRecord:
             role=self.role.value,
             processed=positions_to_json(self.processed),
             emitted=positions_to_json(self.emitted),
+            state_digest=self.state_digest.to_json() if self.state_digest else None,
         )
         return json.dumps(body, separators=(",", ":")).encode()
 
@@ -213,6 +255,7 @@ class StatusRecord:
                 epoch_seen=_req(d, "epoch_seen", int, what),
                 processed=positions_from_json(d.get("processed", {}), f"{what} field 'processed'") or {},
                 emitted=positions_from_json(d.get("emitted"), f"{what} field 'emitted'"),
+                state_digest=StateDigest.from_json(d.get("state_digest"), f"{what} field 'state_digest'"),
             )
             return cls(**kwargs)
         except (ValueError, TypeError) as exc:

@@ -19,6 +19,7 @@ import json
 import os
 import signal
 import socket
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -28,10 +29,11 @@ from types import ModuleType
 from confluent_kafka import Producer
 
 from baton.apps import AppDefinition
-from baton.records import Positions, Role, Slot, SlotState, StatusRecord
+from baton.records import Positions, Role, Slot, SlotState, StateDigest, StatusRecord
 from baton.settings import STATUS_TOPIC
 from spark_apps.runtime.follower import Follower
 from spark_apps.runtime.kafka_sink import TransactionalEmitter, WriterFenced
+from spark_apps.runtime.state_check import digest_state, last_committed_batch
 
 KIND_OUTPUT, KIND_DEAD = "o", "d"
 IDLE_HEARTBEAT_S = 5.0
@@ -93,6 +95,7 @@ class Harness:
         self.spark = None
         self.last_progress: dict | None = None  # the last batch's progress, repeated by idle heartbeats
         self.last_publish = 0.0
+        self.digest: StateDigest | None = None  # the last state digest taken (restore, fence or stop)
 
     # --- status -------------------------------------------------------------------------------
     def publish(self, progress: dict | None = None, error: str = "") -> None:
@@ -103,8 +106,8 @@ class Harness:
             app=self.app.name, slot=self.slot, state=self.state, role=role,
             epoch_seen=control.epoch if control else 0, version=self.app.version, generation=self.generation,
             emitted=dict(marker.emitted) if marker else None, dead_letters=self.counters.dead_letters,
-            restore_ms=self.counters.first_batch_ms, error=error, pid=os.getpid(), host=socket.gethostname(),
-            ts_ms=int(time.time() * 1000), **st,
+            restore_ms=self.counters.first_batch_ms, state_digest=self.digest, error=error, pid=os.getpid(),
+            host=socket.gethostname(), ts_ms=int(time.time() * 1000), **st,
         )
         self.status_producer.produce(STATUS_TOPIC, rec.to_bytes(), rec.key())
         self.status_producer.poll(0)
@@ -150,51 +153,36 @@ class Harness:
 
     def build_frame(self):
         """The streaming frame the sink sees: the app's output rows and the dead letters, by `kind`."""
-        from pyspark.sql import functions as F
-
-        from spark_apps.runtime.kafka_source import KafkaSource
         from spark_apps.runtime.spark import session
 
         self.spark = session(f"baton-{self.app.name}-{self.slot.value}", self.app, self.spark_conf)
-        self.spark.dataSource.register(KafkaSource)
-        raw = (self.spark.readStream.format("baton-kafka")
-               .option("bootstrap.servers", self.bootstrap)
-               .option("topic", self.app.input.topic)
-               .option("startingOffsets", self.starting_offsets)
-               .option("maxRecordsPerTrigger", str(self.app.max_records_per_trigger))
-               .option("capFile", str(self.paths.cap_file))
-               .load())
-        # Imported here, inside run()'s error handling: an app module that fails to import is reported
-        # as FAILED with the error in the status topic like any other bad app code.
-        mod: ModuleType = importlib.import_module(self.app.module)
-        parsed = raw.select(
-            "key", "value", "partition", "offset",
-            F.from_json(F.col("value").cast("string"), mod.VALUE_SCHEMA).alias("e"),
-        )
-        missing = [F.when(F.col(f"e.{f}").isNull(), F.lit(f)) for f in mod.REQUIRED]
-        reason = F.when(F.col("e").isNull(), F.lit("not a JSON object")).otherwise(
-            F.concat_ws(", ", *missing))
-        parsed = parsed.withColumn("reason", reason)
-        # Parse each event once per branch. Without a barrier the optimizer pushes the `reason` filter
-        # below this projection and inlines from_json into it: 4 parses per event per branch (measured
-        # in the physical plan; JSON parsing was 58% of the JVM's CPU). A nondeterministic column that
-        # both filters reference keeps the filters above the parse.
-        parsed = parsed.withColumn("_barrier", F.spark_partition_id())
-        good = parsed.where((F.col("reason") == "") & (F.col("_barrier") >= 0)).select("e.*")
-        out = mod.transform(good).select(
-            F.lit(KIND_OUTPUT).alias("kind"),
-            F.col("key").cast("binary").alias("key"), F.col("value").cast("binary").alias("value"),
-            F.lit(None).cast("string").alias("reason"),
-            F.lit(None).cast("int").alias("src_partition"), F.lit(None).cast("long").alias("src_offset"),
-        )
-        dead = parsed.where((F.col("reason") != "") & (F.col("_barrier") >= 0)).select(
-            F.lit(KIND_DEAD).alias("kind"), F.col("key").cast("binary").alias("key"),
-            F.col("value").cast("binary").alias("value"),
-            F.when(F.col("reason") == "not a JSON object", F.col("reason"))
-             .otherwise(F.concat(F.lit("missing or invalid field(s): "), F.col("reason"))).alias("reason"),
-            F.col("partition").cast("int").alias("src_partition"), F.col("offset").cast("long").alias("src_offset"),
-        )
-        return out.unionByName(dead)
+        return build_frame(self.spark, self.app, self.bootstrap, self.starting_offsets, self.paths.cap_file)
+
+    # --- state digests (spark_apps.runtime.state_check) -----------------------------------------
+    def take_digest(self, batch_id: int | None, at: str) -> None:
+        """Digest the committed state after `batch_id` and publish it; None = nothing committed yet
+        (the empty state). A failure is logged, never fatal: the gates waiting for it time out."""
+        try:
+            self.digest = (StateDigest(at=at, batch_id=-1, rows=0, digest="0" * 16, schema="",
+                                       ts_ms=int(time.time() * 1000)) if batch_id is None
+                           else digest_state(self.spark, self.paths.checkpoint, batch_id, at))
+        except Exception as exc:  # noqa: BLE001 - a digest is evidence for a gate, not the slot's job
+            print(f"baton: state digest ({at}, batch {batch_id}) failed: {exc}", file=sys.stderr, flush=True)
+            return
+        self.publish(self.last_progress)
+
+    def digest_at_fence(self) -> None:
+        """Standing at the fence (the last batch ended exactly at F): digest that batch's state once."""
+        control, _ = self.follower.snapshot()
+        progress = self.last_progress
+        if control is None or control.fence is None or progress is None:
+            return
+        st = _status_from_progress(progress)
+        if st["processed"] != dict(control.fence):
+            return
+        if self.digest is not None and self.digest.at == "fence" and self.digest.batch_id == st["batch_id"]:
+            return
+        self.take_digest(st["batch_id"], "fence")
 
     def request_stop(self, *_args) -> None:
         self._stop.set()
@@ -210,7 +198,11 @@ class Harness:
             self.spark.streams.addListener(_ProgressListener(self))
             self.state = SlotState.RESTORING
             self.publish()
+            restored = last_committed_batch(self.paths.checkpoint)
             self.query = writer.start()
+            # What the query restores, digested beside its first batches (the restore check).
+            threading.Thread(target=self.take_digest, args=(restored, "restore"), daemon=True,
+                             name="baton-restore-digest").start()
         except Exception as exc:  # bad app code or settings: say why in the status topic, exit non-zero
             self.state = SlotState.FAILED
             self.publish(error=f"{type(exc).__name__}: {exc}"[:2000])
@@ -226,11 +218,14 @@ class Harness:
                 spec = control.slots.get(self.slot) if control else None
                 if spec is not None and spec.desired in (SlotState.STOPPED, SlotState.STOPPING, SlotState.FAILED):
                     break
+                self.digest_at_fence()
             self.state = SlotState.STOPPING
             self.publish()
             # Stop at a batch boundary: wait for the running batch's sink to finish.
             with self._batch_lock:
                 self.query.stop()
+            # What this slot leaves for its next start (the restore check compares against it).
+            self.take_digest(last_committed_batch(self.paths.checkpoint), "stop")
             self.state = SlotState.STOPPED
         except Exception as exc:  # the query failed: report it, exit non-zero
             self.state = SlotState.FAILED
@@ -247,6 +242,54 @@ class Harness:
             self.follower.stop()
             self.emitter.release()
         return code
+
+
+def build_frame(spark, app: AppDefinition, bootstrap: str, starting_offsets: str, cap_file: Path):
+    """Baton source -> parse -> the app's transform, unioned with the dead letters (by `kind`), the
+    input read once. `cap_file` bounds how far the source reads (spark_apps.runtime.follower)."""
+    from pyspark.sql import functions as F
+
+    from spark_apps.runtime.kafka_source import KafkaSource
+
+    spark.dataSource.register(KafkaSource)
+    raw = (spark.readStream.format("baton-kafka")
+           .option("bootstrap.servers", bootstrap)
+           .option("topic", app.input.topic)
+           .option("startingOffsets", starting_offsets)
+           .option("maxRecordsPerTrigger", str(app.max_records_per_trigger))
+           .option("capFile", str(cap_file))
+           .load())
+    # Imported here, inside run()'s error handling: an app module that fails to import is reported
+    # as FAILED with the error in the status topic like any other bad app code.
+    mod: ModuleType = importlib.import_module(app.module)
+    parsed = raw.select(
+        "key", "value", "partition", "offset",
+        F.from_json(F.col("value").cast("string"), mod.VALUE_SCHEMA).alias("e"),
+    )
+    missing = [F.when(F.col(f"e.{f}").isNull(), F.lit(f)) for f in mod.REQUIRED]
+    reason = F.when(F.col("e").isNull(), F.lit("not a JSON object")).otherwise(
+        F.concat_ws(", ", *missing))
+    parsed = parsed.withColumn("reason", reason)
+    # Parse each event once per branch. Without a barrier the optimizer pushes the `reason` filter
+    # below this projection and inlines from_json into it: 4 parses per event per branch (measured
+    # in the physical plan; JSON parsing was 58% of the JVM's CPU). A nondeterministic column that
+    # both filters reference keeps the filters above the parse.
+    parsed = parsed.withColumn("_barrier", F.spark_partition_id())
+    good = parsed.where((F.col("reason") == "") & (F.col("_barrier") >= 0)).select("e.*")
+    out = mod.transform(good).select(
+        F.lit(KIND_OUTPUT).alias("kind"),
+        F.col("key").cast("binary").alias("key"), F.col("value").cast("binary").alias("value"),
+        F.lit(None).cast("string").alias("reason"),
+        F.lit(None).cast("int").alias("src_partition"), F.lit(None).cast("long").alias("src_offset"),
+    )
+    dead = parsed.where((F.col("reason") != "") & (F.col("_barrier") >= 0)).select(
+        F.lit(KIND_DEAD).alias("kind"), F.col("key").cast("binary").alias("key"),
+        F.col("value").cast("binary").alias("value"),
+        F.when(F.col("reason") == "not a JSON object", F.col("reason"))
+         .otherwise(F.concat(F.lit("missing or invalid field(s): "), F.col("reason"))).alias("reason"),
+        F.col("partition").cast("int").alias("src_partition"), F.col("offset").cast("long").alias("src_offset"),
+    )
+    return out.unionByName(dead)
 
 
 def _status_from_progress(p: dict) -> dict:

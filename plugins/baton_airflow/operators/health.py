@@ -18,7 +18,7 @@ from typing import Any
 
 from airflow.sdk import BaseOperator
 
-from baton.apps import AppDefinition, load_registry
+from baton.apps import AppDefinition, load_registry, version_path
 from baton.handoff import fail_over, other
 from baton.local.procs import tail
 from baton.health import (Finding, HealthPolicy, RestartAction, Severity, SlotHealth, Verdict, assess, decide_restart,
@@ -193,5 +193,7 @@ class HealthCheckOperator(BaseOperator):
         plane.move_slot(app.name, slot, SlotState.STARTING, reason=f"restarted: {health.reason}",
                         restarts=restarts, started_ms=now_ms)
         spark.stop(app.name, slot, grace_s=10)  # whatever is left of the dead launch (a hung driver)
-        proc = spark.ensure_started(app.name, slot, control.bootstrap, generation=spec.generation)
+        # The version the slot runs (a rolling upgrade may have moved it off the registry's).
+        proc = spark.ensure_started(str(version_path(app.name, spec.version)), slot, control.bootstrap,
+                                    generation=spec.generation)
         return f"restarted (pid {proc.pid}; {decision.reason}): {health.reason}"

@@ -10,7 +10,7 @@ from typing import Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from baton.apps import AppDefinition, AppDefinitionError, load_app
+from baton.apps import AppDefinition, AppDefinitionError, load_app, version_path
 from baton.lifecycle import IllegalTransition
 from baton.records import Slot, SlotState
 from baton_airflow.hooks.control import BatonControlHook
@@ -60,17 +60,23 @@ class EnsureSlotRunningOperator(_SlotOperator):
         current = plane.current(app.name)
         spec = current.slots.get(slot) if current else None
         alive = spark.find(app.name, slot)
+        # The version the control record says this slot runs (a rolling upgrade moves it), else the registry's.
+        version = spec.version if spec is not None and spec.version else app.version
+        try:
+            definition = str(version_path(app.name, version))
+        except AppDefinitionError as exc:
+            raise AirflowFailException(str(exc)) from None
         if alive is None or spec is None or spec.desired not in (SlotState.STARTING, SlotState.RUNNING):
             # Intent first. Starting a FAILED slot is the operator's explicit decision: the crash-loop
             # guard's count starts again.
             fields = {"restarts": ()} if spec is not None and spec.desired is SlotState.FAILED else {}
             try:
-                plane.move_slot(app.name, slot, SlotState.STARTING, version=app.version,
+                plane.move_slot(app.name, slot, SlotState.STARTING, version=version,
                                 reason=f"start requested by {context['run_id']}", **fields)
             except IllegalTransition as exc:
                 raise AirflowFailException(f"{app.name}/{slot.value}: {exc}") from None
         generation = spec.generation if spec is not None else 0
-        proc = spark.ensure_started(app.name, slot, control.bootstrap, generation=generation)
+        proc = spark.ensure_started(definition, slot, control.bootstrap, generation=generation)
         self.log.info("%s/%s launch %s (pid %s, log %s); waiting for RUNNING", app.name, slot.value,
                       proc.launch_id, proc.pid, proc.log_path)
         self.defer(trigger=SlotStatusTrigger(app=app.name, slot=slot.value, condition="running",

@@ -2,7 +2,9 @@
 
 import pytest
 
-from baton.apps import APPS_DIR, AppDefinitionError, load_app, load_definition, load_registry
+from baton.apps import (
+    APPS_DIR, AppDefinitionError, load_app, load_definition, load_registry, load_version, version_path,
+)
 
 GOOD = """name: demo
 module: spark_apps.apps.click_counts
@@ -87,3 +89,29 @@ def test_load_app_by_name_from_the_registry_folder(tmp_path, monkeypatch):
     with pytest.raises(AppDefinitionError) as err:
         load_app("nope")
     assert err.value.field == "name" and "known: demo" in err.value.problem
+
+
+def test_other_versions_live_under_versions_and_keep_the_topics(tmp_path, monkeypatch):
+    monkeypatch.setenv("BATON_APPS_DIR", str(tmp_path))
+    write(tmp_path, GOOD)
+    versions = tmp_path / "versions" / "demo"
+    versions.mkdir(parents=True)
+    (versions / "v2.yaml").write_text(GOOD.replace("version: v1", "version: v2"))
+    assert version_path("demo", "v1") == tmp_path / "demo.yaml"
+    assert version_path("demo", "") == tmp_path / "demo.yaml"
+    assert load_version("demo", "v2").version == "v2"
+    with pytest.raises(AppDefinitionError, match=r"no version 'v9' \(known: v1, v2\)"):
+        version_path("demo", "v9")
+    with pytest.raises(AppDefinitionError, match="is not a version name"):
+        version_path("demo", "../demo")
+    (versions / "v3.yaml").write_text(GOOD.replace("version: v1", "version: v4"))
+    with pytest.raises(AppDefinitionError, match="'v4' must match the file name 'v3'"):
+        load_version("demo", "v3")
+    (versions / "v5.yaml").write_text(GOOD.replace("version: v1", "version: v5").replace("topic: clicks", "topic: other"))
+    with pytest.raises(AppDefinitionError, match="keeps its app's topics"):
+        load_version("demo", "v5")
+
+
+def test_shipped_versions_load():
+    assert load_version("click_counts", "v2").module == "spark_apps.apps.click_counts_v2"
+    assert load_version("click_counts", "v3").module == "spark_apps.apps.click_counts_v3"

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from baton.records import (
-    CommitMarker, ControlRecord, RecordError, Role, Slot, SlotSpec, SlotState, StatusRecord, covers,
+    CommitMarker, ControlRecord, RecordError, Role, Slot, SlotSpec, SlotState, StateDigest, StatusRecord, covers,
 )
 
 
@@ -26,6 +26,20 @@ def test_status_record_round_trip():
                       batch_id=9, processed={0: 5}, emitted=None, state_rows=3, restore_ms=120)
     assert StatusRecord.from_bytes(st.to_bytes()) == st
     assert st.key() == b"a/blue"
+
+
+def test_status_record_carries_a_state_digest():
+    digest = StateDigest(at="fence", batch_id=9, rows=100, digest="-42", schema="k|v", ts_ms=3)
+    st = StatusRecord(app="a", slot=Slot.BLUE, state=SlotState.RUNNING, role=Role.STANDBY, epoch_seen=4,
+                      state_digest=digest)
+    assert StatusRecord.from_bytes(st.to_bytes()).state_digest == digest
+    body = json.loads(st.to_bytes())
+    body["state_digest"]["at"] = "whenever"
+    with pytest.raises(RecordError, match="'at' must be one of"):
+        StatusRecord.from_bytes(json.dumps(body).encode())
+    body["state_digest"] = {"at": "stop"}
+    with pytest.raises(RecordError, match="missing field 'batch_id'"):
+        StatusRecord.from_bytes(json.dumps(body).encode())
 
 
 def test_commit_marker_round_trip():

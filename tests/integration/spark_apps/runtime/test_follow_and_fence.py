@@ -112,6 +112,12 @@ def test_a_fence_stops_both_slots_at_exactly_the_fence(bootstrap, both_slots_app
         assert read_last_marker(bootstrap, app.commits_topic, app.name).emitted == fence
         assert last_processed(bootstrap, app, "blue").processed == fence
         assert last_processed(bootstrap, app, "green").processed == fence
+        # Standing at the fence, each slot digests its state: same input, same state, whatever the
+        # batch boundaries were (the rolling upgrade's state check).
+        at_fence = {slot: wait_for(f"{slot}'s state digest at the fence",
+                                   lambda slot=slot: (s := last_processed(bootstrap, app, slot)) and s.state_digest
+                                   and s.state_digest.at == "fence" and s.state_digest, procs=(blue, green))
+                    for slot in ("blue", "green")}
     finally:
         assert stop_slot(blue) == 0
         assert stop_slot(green) == 0
@@ -120,5 +126,7 @@ def test_a_fence_stops_both_slots_at_exactly_the_fence(bootstrap, both_slots_app
     assert sum(truth.values()) == sum(fence.values())
     assert last_processed(bootstrap, app, "green").state_rows == len(truth)
     assert last_processed(bootstrap, app, "blue").state_rows == len(truth)
+    assert at_fence["blue"].rows == at_fence["green"].rows == len(truth)
+    assert at_fence["blue"].digest == at_fence["green"].digest
     verdict = verify(truth, read_output(bootstrap, app.output.topic, app.output.partitions))
     assert verdict.ok, verdict.summary()

@@ -1,0 +1,20 @@
+"""Per-user click counts, v2: the same state as v1 (a count per user), so a rolling upgrade from v1
+restores it and both versions agree on it exactly; the output also says which version wrote it.
+
+Out: `user_counts`, value = {"user_id": "alice", "count": 42, "v": 2}.
+"""
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from spark_apps.apps.click_counts import REQUIRED, VALUE_SCHEMA
+
+__all__ = ["REQUIRED", "VALUE_SCHEMA", "transform"]
+
+
+def transform(events: DataFrame) -> DataFrame:
+    counts = events.groupBy("user_id").agg(F.count(F.lit(1)).alias("count"))
+    return counts.select(
+        F.col("user_id").alias("key"),
+        F.to_json(F.struct("user_id", "count", F.lit(2).alias("v"))).alias("value"),
+    )

@@ -1,0 +1,75 @@
+"""What a slot's state holds, read back from its checkpoint: the digests behind the rolling upgrade's
+restore check and state check at the fence, and the copy a new version replays its last batch on.
+
+A digest reads one committed state version through Spark's state data source (`statestore`), so it
+is what a restarted query would restore, not what an in-memory counter says. The hash is
+order-independent (xor of xxhash64 over each (key, value) row): two slots that built the same state
+through different batch boundaries agree. The schema is the state's key and value types, as stored.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+
+from baton.records import StateDigest
+
+
+def committed_batches(checkpoint: Path) -> list[int]:
+    """Batch ids with a commit file, ascending."""
+    commits = checkpoint / "commits"
+    if not commits.is_dir():
+        return []
+    return sorted(int(p.name) for p in commits.iterdir() if p.name.isdigit())
+
+
+def last_committed_batch(checkpoint: Path) -> int | None:
+    batches = committed_batches(checkpoint)
+    return batches[-1] if batches else None
+
+
+def state_operators(checkpoint: Path) -> list[int]:
+    """The stateful operators' ids (state/<id>/ folders)."""
+    state = checkpoint / "state"
+    if not state.is_dir():
+        return []
+    return sorted(int(p.name) for p in state.iterdir() if p.name.isdigit())
+
+
+def digest_state(spark, checkpoint: Path, batch_id: int, at: str) -> StateDigest:
+    """The digest of the state every operator held after `batch_id` (committed). A stateless query
+    has the empty digest (0 rows)."""
+    from pyspark.sql import functions as F
+
+    rows, digest, schemas = 0, 0, []
+    for op in state_operators(checkpoint):
+        frame = (spark.read.format("statestore").option("batchId", batch_id).option("operatorId", op)
+                 .load(str(checkpoint)))
+        fields = {f.name: f.dataType.simpleString() for f in frame.schema.fields}
+        schemas.append(f"{op}:key={fields.get('key')};value={fields.get('value')}")
+        got = frame.select(F.count(F.lit(1)).alias("n"), F.bit_xor(F.xxhash64("key", "value")).alias("x")).first()
+        rows += int(got["n"])
+        digest ^= int(got["x"] or 0)
+    return StateDigest(at=at, batch_id=batch_id, rows=rows, digest=f"{digest & (2**64 - 1):016x}",
+                       schema=" ".join(schemas), ts_ms=int(time.time() * 1000))
+
+
+def copy_checkpoint(source: Path, target: Path) -> int | None:
+    """Copy a checkpoint; the copy's last committed batch (None: none). The source is never written.
+    Safe while the source's query runs: Spark writes each log and state file whole (rename), and
+    whatever the copy caught beyond its last commit is dropped by `uncommit`."""
+    if target.exists():
+        shutil.rmtree(target)
+    shutil.copytree(source, target, ignore=shutil.ignore_patterns("*.tmp"))
+    return last_committed_batch(target)
+
+
+def uncommit(checkpoint: Path, batch_id: int) -> None:
+    """Make a query started on `checkpoint` re-run `batch_id` (Spark re-runs a batch whose offsets are
+    logged but not committed): drop its commit and every later commit and offset log entry."""
+    for log in ("commits", "offsets"):
+        for entry in (checkpoint / log).iterdir():
+            name = entry.name.lstrip(".").removesuffix(".crc")
+            if name.isdigit() and (int(name) > batch_id or (log == "commits" and int(name) == batch_id)):
+                entry.unlink()
