@@ -84,8 +84,9 @@ class ControlPlane:
         def change(rec: ControlRecord) -> ControlRecord:
             spec = rec.slots.get(slot, SlotSpec())
             check_transition(spec.desired, target)
-            if spec.desired is target and (version is None or version == spec.version) and not spec_fields:
-                return rec
+            if (spec.desired is target and (version is None or version == spec.version) and not spec_fields
+                    and reason == spec.reason):
+                return rec  # already so: a retried step writes nothing
             updates = dict(desired=target, reason=reason, **spec_fields)
             if version is not None:
                 updates["version"] = version

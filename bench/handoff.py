@@ -3,6 +3,7 @@ throughput benchmark's measured window (same app, load generator and verifier: b
 
     .venv/bin/python bench/handoff.py --kind cutover     # -> bench/results/handoff_cutover.json/.png
     .venv/bin/python bench/handoff.py --kind failover    # -> bench/results/handoff_failover.json/.png
+    .venv/bin/python bench/handoff.py --kind rolling_upgrade  # -> bench/results/handoff_rolling_upgrade.json/.png
 
 cutover: fence F ~2 s of input ahead, both slots stop at exactly F, one write makes green the writer
 (epoch + 1) and lifts the fence (the baton_cutover DAG's steps, run here directly).
@@ -10,6 +11,10 @@ failover: SIGKILL of blue's whole process group; its death is noticed by polling
 what a dedicated failover sensor would do; the every-minute health DAG adds up to its interval), then
 baton.handoff.fail_over: fence at blue's last emitted position, green reaches it, green is active.
 Blue is not restarted here (the health DAG does that), so green runs alone afterwards.
+rolling_upgrade: v1 -> v2 of the click-count app (same state), the baton_rolling_upgrade DAG's steps
+run here directly: preflight replay of green's last batch with v2, green stopped and started on v2
+(restore check: it restored the digest it left), warm-up (within 5 s of input), fence, both at F,
+state digests agree, cutover, 10 s settle, then blue upgraded the same way.
 
 Reported besides the throughput figures: lost / duplicated / wrong over the whole run, p50/p99/p99.99
 latency and the longest output gap in the window, each step's time and how long after it the next
@@ -21,6 +26,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import sys
 import time
 from functools import partial
@@ -28,14 +34,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import RESULTS, bench, log, machine, write_result  # noqa: E402
+from common import REPO, RESULTS, bench, log, machine, start_slot, write_result  # noqa: E402
 from throughput import parser, plot, run  # noqa: E402
 
-from baton.conditions import Check  # noqa: E402
+from baton.conditions import Check, lag_within  # noqa: E402
 from baton.control_plane import ControlPlane, KafkaControlStore  # noqa: E402
 from baton.handoff import cut_over, fail_over, fence_reached, plan_fence, with_fence  # noqa: E402
 from baton.kafka.tail import end_offsets  # noqa: E402
-from baton.records import Slot  # noqa: E402
+from baton.records import Slot, StateDigest  # noqa: E402
+from baton.upgrade import Policy, replay_verdict, restore_check, states_agree  # noqa: E402
 from spark_apps.runtime.kafka_sink import read_last_marker  # noqa: E402
 
 GAP_TARGET_S, RESUME_TARGET_S, P99_99_TARGET_MS = 2.0, 5.0, 5000
@@ -50,7 +57,7 @@ def wait(what: str, check, timeout_s: float):
     raise TimeoutError(f"timed out after {timeout_s:.0f}s waiting for {what}")
 
 
-def cutover(b, app, procs, watch, rate: float, ahead_s: float) -> list[tuple[float, str]]:
+def cutover(b, app, procs, watch, rate: float, ahead_s: float, check_states: bool = False) -> list[tuple[float, str]]:
     plane = ControlPlane(KafkaControlStore(b.bootstrap), writer="bench")
     rec = plane.current(app.name)
     done = [r for r in watch.of(Slot.BLUE) if r.batch_id >= 0]
@@ -68,6 +75,14 @@ def cutover(b, app, procs, watch, rate: float, ahead_s: float) -> list[tuple[flo
         return check.met
     wait("both slots at the fence", at_fence, 120)
     marks.append((time.time(), "both at F"))
+    if check_states:
+        def agree() -> bool:
+            check = states_agree(watch.of(Slot.BLUE), watch.of(Slot.GREEN), fence, Policy.EXACT)
+            if check.failed:
+                raise RuntimeError(check.message)
+            return check.met
+        wait("both slots' state digests at the fence", agree, 120)
+        marks.append((time.time(), "states agree"))
     plane.update(app.name, cut_over(Slot.GREEN, rec.epoch))
     marks.append((time.time(), "cutover"))
     log(f"cutover at {fence}: " + ", ".join(f"{label} +{t - marks[0][0]:.2f}s" for t, label in marks))
@@ -97,6 +112,58 @@ def failover(b, app, procs, watch) -> list[tuple[float, str]]:
     return marks
 
 
+def upgrade_slot(b, app, procs, watch, slot: Slot, definition: Path, conf) -> StateDigest:
+    """Stop `slot` at a batch boundary (it digests the state it leaves), start `definition` on its
+    checkpoint, wait for the restore check; returns the restored digest."""
+    b.procs.stop(slot.value)
+    left = next((r.state_digest for r in reversed(watch.of(slot))
+                 if r.state_digest is not None and r.state_digest.at == "stop"), None)
+    launched_ms = int(time.time() * 1000)
+    procs[slot] = start_slot(b, definition, slot, conf)
+
+    def restored():
+        check = restore_check(left, watch.of(slot), launched_ms)
+        if check.failed:
+            raise RuntimeError(f"{slot.value}: {check.message}")
+        return check.met
+    wait(f"{slot.value}'s restore check", restored, 300)
+    return left
+
+
+def warm(b, app, watch, slot: Slot, max_s: float) -> None:
+    def within() -> bool:
+        end = end_offsets(b.bootstrap, app.input.topic, range(app.input.partitions))
+        return lag_within(watch.of(slot), end, max_records=10**9, max_seconds=max_s).met
+    wait(f"{slot.value} within {max_s:.0f} s of the input", within, 600)
+
+
+def rolling_upgrade(b, app, procs, watch, rate: float, ahead_s: float, conf, settle_s: float = 10.0):
+    v2 = Path(app.path).parent / "versions" / app.name / "v2.yaml"
+    v2.parent.mkdir(parents=True, exist_ok=True)
+    v2.write_text(Path(app.path).read_text().replace("version: v1", "version: v2")
+                  .replace("module: spark_apps.apps.click_counts\n", "module: spark_apps.apps.click_counts_v2\n"))
+    marks = [(time.time(), "preflight")]
+    checkpoint = b.tmp / "state" / "slots" / app.name / Slot.GREEN.value / "gen-0" / "checkpoint"
+    out = subprocess.run([sys.executable, "-m", "spark_apps.runtime.replay", "--app", str(v2), "--checkpoint",
+                          str(checkpoint), "--work", str(b.tmp / "replay"), "--bootstrap", b.bootstrap],
+                         capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(REPO)})
+    verdict = replay_verdict(json.loads(out.stdout.strip().splitlines()[-1]), Policy.EXACT)
+    if not verdict.met:
+        raise RuntimeError(f"preflight: {verdict.message}\n{out.stderr[-2000:]}")
+    for slot in (Slot.GREEN, Slot.BLUE):
+        marks.append((time.time(), f"stop {slot.value}"))
+        upgrade_slot(b, app, procs, watch, slot, v2, conf)
+        marks.append((time.time(), f"{slot.value} v2 restored"))
+        warm(b, app, watch, slot, 5.0)
+        marks.append((time.time(), f"{slot.value} warm"))
+        if slot is Slot.GREEN:
+            marks += cutover(b, app, procs, watch, rate, ahead_s, check_states=True)
+            time.sleep(settle_s)
+            marks.append((time.time(), "settled"))
+    log("rolling upgrade: " + ", ".join(f"{label} +{t - marks[0][0]:.1f}s" for t, label in marks))
+    return marks
+
+
 def resume_s(marks: list[dict]) -> float | None:
     """Kill to the first output of the new active: output readable right after the kill is the dead
     active's last transactions being stamped, not a resumption."""
@@ -108,14 +175,19 @@ def resume_s(marks: list[dict]) -> float | None:
 
 if __name__ == "__main__":
     ap = parser(__doc__)
-    ap.add_argument("--kind", choices=["cutover", "failover"], default="cutover")
+    ap.add_argument("--kind", choices=["cutover", "failover", "rolling_upgrade"], default="cutover")
     ap.add_argument("--handoff-at", type=float, default=40.0, help="seconds into the measured window")
     ap.add_argument("--ahead-s", type=float, default=2.0, help="cutover: fence this much input ahead")
     ap.set_defaults(seconds=90.0)
     args = ap.parse_args()
+    if args.kind == "rolling_upgrade" and "--seconds" not in sys.argv:
+        args.seconds = 300.0  # both slots restart and catch up: keep the load on throughout
     name = args.name if args.name != "throughput" else f"handoff_{args.kind}"
     with bench(name) as b:
-        during = partial(cutover, rate=args.rate, ahead_s=args.ahead_s) if args.kind == "cutover" else failover
+        during = {"cutover": partial(cutover, rate=args.rate, ahead_s=args.ahead_s),
+                  "failover": failover,
+                  "rolling_upgrade": partial(rolling_upgrade, rate=args.rate, ahead_s=args.ahead_s, conf=args.conf),
+                  }[args.kind]
         result = run(b, args, during=during)
     marks = result["marks"]
     result.update({

@@ -18,9 +18,17 @@ APPS = {
               "batch_ms_budget: 15000\n",
     "cc_cut": "module: spark_apps.apps.click_counts\ntrigger_ms: 500\nmax_records_per_trigger: 5000\n",
     "cc_resume": "module: spark_apps.apps.click_counts\ntrigger_ms: 500\nmax_records_per_trigger: 5000\n",
+    "cc_up": "module: spark_apps.apps.click_counts\ntrigger_ms: 500\nmax_records_per_trigger: 5000\n"
+             "batch_ms_budget: 15000\n",
     "crashy": "module: tests.support.crashing_app\n"
               # Restart at once, then after 1 s; the third death in the window gives up.
               "health: {max_restarts: 2, restart_backoff_s: 1, restart_window_s: 600, start_grace_s: 90}\n",
+}
+# Other versions of an app (include/apps/versions/<app>/<version>.yaml in a deployment): the module each runs.
+VERSIONS = {
+    "cc_up": {"v2": "spark_apps.apps.click_counts_v2",   # same state as v1: an exact upgrade
+              "v3": "spark_apps.apps.click_counts_v3",   # another state schema: refused at preflight
+              "v4": "spark_apps.apps.click_counts"},     # v1's code again: the rollback test's target
 }
 
 
@@ -33,6 +41,11 @@ def stack(tmp_path_factory):
         (apps_dir / f"{name}.yaml").write_text(
             f"name: {name}\nversion: v1\ninput: {{topic: in-{name}, partitions: 2}}\n"
             f"output: {{topic: out-{name}, partitions: 2}}\n{body}")
+        for version, module in VERSIONS.get(name, {}).items():
+            (apps_dir / "versions" / name).mkdir(parents=True, exist_ok=True)
+            (apps_dir / "versions" / name / f"{version}.yaml").write_text(
+                (apps_dir / f"{name}.yaml").read_text().replace("version: v1", f"version: {version}")
+                .replace("module: spark_apps.apps.click_counts\n", f"module: {module}\n"))
     saved = {k: os.environ.get(k) for k in ("BATON_APPS_DIR", "BATON_HOME")}
     os.environ["BATON_APPS_DIR"] = str(apps_dir)
     os.environ["BATON_HOME"] = str(root / "state")

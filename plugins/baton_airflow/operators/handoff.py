@@ -4,6 +4,7 @@ no second fence, no double epoch bump, no lost fence."""
 
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -11,10 +12,20 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
 from baton.handoff import HandoffError, cut_over, other, plan_fence, with_fence, without_fence
-from baton.records import Slot, SlotState
+from baton.apps import AppDefinition
+from baton.records import ControlRecord, Slot, SlotState
 from baton_airflow.hooks.control import BatonControlHook
 from baton_airflow.hooks.kafka import BatonKafkaHook
 from baton_airflow.operators.slots import resolve
+
+
+def set_fence(control: BatonControlHook, app: AppDefinition, rec: ControlRecord, ahead_s: float) -> ControlRecord:
+    """Set F `ahead_s` of arrivals (at the active's input rate) beyond the input's end, at rec's epoch."""
+    history = [s for s in control.status(app.name, rec.active) if s.batch_id >= 0]
+    processed = history[-1].processed if history else {}
+    rate = max((s.input_rate for s in history[-5:]), default=0.0)
+    fence = plan_fence(control.input_end(app), processed, rate, ahead_s, app.input.partitions)
+    return control.plane().update(app.name, with_fence(fence, rec.epoch))
 
 
 class _HandoffOperator(BaseOperator):
@@ -54,16 +65,11 @@ class FenceOperator(_HandoffOperator):
                 raise AirflowFailException(f"{app.name}/{slot.value} is {spec.desired.value if spec else 'not started'}: "
                                            "a handoff needs both slots RUNNING")
         if rec.fence is None:
-            history = [s for s in control.status(app.name, rec.active) if s.batch_id >= 0]
-            processed = history[-1].processed if history else {}
-            rate = max((s.input_rate for s in history[-5:]), default=0.0)
-            fence = plan_fence(control.input_end(app), processed, rate, float(self.ahead_s), app.input.partitions)
             try:
-                rec = plane.update(app.name, with_fence(fence, rec.epoch))
+                rec = set_fence(control, app, rec, float(self.ahead_s))
             except HandoffError as exc:
                 raise AirflowFailException(str(exc)) from None
-            self.log.info("%s: fence %s at epoch %s (%.0f events/s, %s s ahead)", app.name, fence, rec.epoch,
-                          rate, self.ahead_s)
+            self.log.info("%s: fence %s at epoch %s (%s s ahead)", app.name, rec.fence, rec.epoch, self.ahead_s)
         else:
             self.log.info("%s: reusing the fence %s already set at epoch %s", app.name, rec.fence, rec.epoch)
         return {"fence": {str(p): o for p, o in rec.fence.items()}, "epoch": rec.epoch,
@@ -90,7 +96,9 @@ class CutoverOperator(_HandoffOperator):
             raise AirflowFailException(str(exc)) from None
         self.log.info("%s: %s is active at epoch %s and emits from %s", app.name, to.value, rec.epoch,
                       self.plan["fence"])
-        return {"epoch": rec.epoch, "active": rec.active.value, "fence": self.plan["fence"]}
+        # at_ms: when the new active took over (the settle check counts from here)
+        return {"epoch": rec.epoch, "active": rec.active.value, "fence": self.plan["fence"],
+                "at_ms": int(time.time() * 1000)}
 
 
 class AbortHandoffOperator(_HandoffOperator):

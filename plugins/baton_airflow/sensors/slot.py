@@ -37,6 +37,9 @@ class _SlotSensor(BaseSensorOperator):
         raise AirflowException(f"{type(self).__name__} only runs deferred")
 
     def execute_complete(self, context: Any, event: dict[str, Any]) -> str:
+        if event.get("status") != "met":
+            # Why the gate failed, for a later step that reports it (an abort, a rollback).
+            context["ti"].xcom_push(key="reason", value=event.get("message", ""))
         if event.get("status") == "failed":
             raise AirflowFailException(event.get("message", ""))
         if event.get("status") != "met":
@@ -73,16 +76,20 @@ class PositionReachedSensor(_SlotSensor):
 
 
 class LagWithinSensor(_SlotSensor):
-    """The slot is within `max_lag` records of the input topic's end (default: the app's budget)."""
+    """The slot is within `max_lag` records of the input topic's end (default: the app's budget) and,
+    if `max_lag_s` is given, within that many seconds of input (the warm-up gate)."""
 
-    def __init__(self, *, max_lag: int | None = None, **kwargs: Any):
+    template_fields = (*_SlotSensor.template_fields, "max_lag", "max_lag_s")
+
+    def __init__(self, *, max_lag: int | str | None = None, max_lag_s: float | str | None = None, **kwargs: Any):
         super().__init__(**kwargs)
-        self.max_lag = max_lag
+        self.max_lag, self.max_lag_s = max_lag, max_lag_s
 
     def trigger_args(self, context: Any) -> dict[str, Any]:
         app = load_app(self.app)
         return dict(condition="lag", input_topic=app.input.topic, partitions=app.input.partitions,
-                    max_lag=self.max_lag if self.max_lag is not None else app.max_lag_records)
+                    max_lag=int(self.max_lag) if self.max_lag not in (None, "") else app.max_lag_records,
+                    max_lag_s=float(self.max_lag_s) if self.max_lag_s not in (None, "") else None)
 
 
 class FenceReachedSensor(_SlotSensor):
@@ -112,3 +119,66 @@ class SlotHealthySensor(_SlotSensor):
 
     def trigger_args(self, context: Any) -> dict[str, Any]:
         return dict(condition="healthy")
+
+
+class RestoreCheckSensor(_SlotSensor):
+    """The slot restarted by an UpgradeSlotOperator restored exactly the state it left at its stop
+    (row count and digest). `upgrade` is that operator's XCom; the slot is taken from it."""
+
+    template_fields = ("app", "upgrade", "wait_timeout_s")
+
+    def __init__(self, *, upgrade: Any, **kwargs: Any):
+        kwargs.setdefault("slot", "")
+        super().__init__(**kwargs)
+        self.upgrade = upgrade
+
+    def execute(self, context: Any) -> None:
+        self.slot, self.wait_timeout_s = self.upgrade["slot"], float(self.wait_timeout_s)
+        super().execute(context)
+
+    def trigger_args(self, context: Any) -> dict[str, Any]:
+        return dict(condition="restore", since_ms=int(self.upgrade["since_ms"]), expected=self.upgrade["left"])
+
+
+class StatesAgreeSensor(_SlotSensor):
+    """Both slots stand at the fence and their state digests agree under `policy` (baton.upgrade).
+    `plan` is the FenceOperator's XCom (its `to` is the standby)."""
+
+    template_fields = ("app", "plan", "policy", "wait_timeout_s")
+
+    def __init__(self, *, plan: Any, policy: str = "exact", **kwargs: Any):
+        kwargs.setdefault("slot", "")
+        super().__init__(**kwargs)
+        self.plan, self.policy = plan, policy
+
+    def execute(self, context: Any) -> None:
+        self.slot, self.wait_timeout_s = self.plan["to"], float(self.wait_timeout_s)
+        super().execute(context)
+
+    def trigger_args(self, context: Any) -> dict[str, Any]:
+        return dict(condition="states", target={str(p): int(o) for p, o in self.plan["fence"].items()},
+                    policy=str(self.policy))
+
+
+class SettleSensor(_SlotSensor):
+    """The new active keeps the SLA for `settle_s` after the cutover: alive, every batch within
+    `max_batch_ms` (0: the app's batch budget), output flowing, lag within the app's budget at the end.
+    Fails at the first breach (a rollback follows). `cutover` is the CutoverOperator's XCom."""
+
+    template_fields = ("app", "cutover", "settle_s", "max_batch_ms")
+
+    def __init__(self, *, cutover: Any, settle_s: float | str = 30.0, max_batch_ms: int | str = 0, **kwargs: Any):
+        kwargs.setdefault("slot", "")
+        super().__init__(**kwargs)
+        self.cutover, self.settle_s, self.max_batch_ms = cutover, settle_s, max_batch_ms
+
+    def execute(self, context: Any) -> None:
+        self.slot = self.cutover["active"]
+        self.wait_timeout_s = float(self.settle_s) + 120.0
+        super().execute(context)
+
+    def trigger_args(self, context: Any) -> dict[str, Any]:
+        app = load_app(self.app)
+        return dict(condition="settle", since_ms=int(self.cutover["at_ms"]), epoch=int(self.cutover["epoch"]),
+                    target={str(p): int(o) for p, o in self.cutover["fence"].items()}, settle_s=float(self.settle_s),
+                    max_batch_ms=int(self.max_batch_ms) or app.batch_ms_budget, poll_s=1.0)

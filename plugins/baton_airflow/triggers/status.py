@@ -13,14 +13,16 @@ from typing import Any, AsyncIterator
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-CONDITIONS = ("running", "position", "lag", "fence", "healthy")
+CONDITIONS = ("running", "position", "lag", "fence", "healthy", "restore", "states", "settle")
 
 
 class SlotStatusTrigger(BaseTrigger):
     def __init__(self, app: str, slot: str, condition: str, bootstrap: str, *, since_ms: int = 0,
                  pid: int | None = None, target: dict[str, int] | None = None, input_topic: str = "",
                  partitions: int = 0, max_lag: int = 0, timeout_s: float = 600.0, poll_s: float = 2.0,
-                 deadline_ts: float | None = None, epoch: int = 0):
+                 deadline_ts: float | None = None, epoch: int = 0, max_lag_s: float | None = None,
+                 expected: dict[str, Any] | None = None, policy: str = "exact", settle_s: float = 0.0,
+                 max_batch_ms: int = 0):
         super().__init__()
         if condition not in CONDITIONS:
             raise ValueError(f"condition {condition!r} is not one of {CONDITIONS}")
@@ -29,6 +31,11 @@ class SlotStatusTrigger(BaseTrigger):
         self.input_topic, self.partitions, self.max_lag = input_topic, partitions, max_lag
         self.timeout_s, self.poll_s = timeout_s, poll_s
         self.epoch = epoch  # "fence": the epoch the fence was set at; `slot` is the standby, `target` F
+        self.max_lag_s = max_lag_s  # "lag": also bound the seconds of input behind
+        self.expected = expected  # "restore": the StateDigest (JSON) the slot left at its stop
+        self.policy = policy  # "states": baton.upgrade.Policy; `slot` is the standby, `target` F
+        # "settle": `slot` is the new active since `since_ms`, at role epoch `epoch`, fence `target`
+        self.settle_s, self.max_batch_ms = settle_s, max_batch_ms
         # Absolute, so a trigger re-created after a triggerer restart keeps the original deadline.
         self.deadline_ts = deadline_ts if deadline_ts is not None else time.time() + timeout_s
 
@@ -37,7 +44,8 @@ class SlotStatusTrigger(BaseTrigger):
             app=self.app, slot=self.slot, condition=self.condition, bootstrap=self.bootstrap,
             since_ms=self.since_ms, pid=self.pid, target=self.target, input_topic=self.input_topic,
             partitions=self.partitions, max_lag=self.max_lag, timeout_s=self.timeout_s, poll_s=self.poll_s,
-            deadline_ts=self.deadline_ts, epoch=self.epoch))
+            deadline_ts=self.deadline_ts, epoch=self.epoch, max_lag_s=self.max_lag_s, expected=self.expected,
+            policy=self.policy, settle_s=self.settle_s, max_batch_ms=self.max_batch_ms))
 
     def check(self):
         """One blocking poll (runs in a thread): the condition's Check."""
@@ -59,8 +67,33 @@ class SlotStatusTrigger(BaseTrigger):
             return fence_reached(marker, history, {int(p): o for p, o in self.target.items()}, self.epoch)
         if self.condition == "position":
             return conditions.position_reached(history, {int(p): o for p, o in self.target.items()}, self.since_ms)
+        if self.condition in ("restore", "states", "settle"):
+            return self.check_upgrade(history)
         end = end_offsets(self.bootstrap, self.input_topic, range(self.partitions))
-        return conditions.lag_within(history, end, self.max_lag, self.since_ms)
+        return conditions.lag_within(history, end, self.max_lag, self.since_ms, self.max_lag_s)
+
+    def check_upgrade(self, history):
+        """The rolling upgrade's gates (baton.upgrade)."""
+        from baton import upgrade
+        from baton.apps import load_app
+        from baton.kafka.tail import end_offsets
+        from baton.records import Slot, StateDigest
+        from baton_airflow.hooks.control import read_slot_status
+        from spark_apps.runtime.kafka_sink import read_last_marker
+
+        fence = {int(p): int(o) for p, o in self.target.items()}
+        if self.condition == "restore":
+            left = StateDigest.from_json(self.expected, "the digest the slot left")
+            return upgrade.restore_check(left, history, self.since_ms)
+        if self.condition == "states":
+            other = read_slot_status(self.bootstrap, self.app, Slot(self.slot).other, last_n=2000)
+            return upgrade.states_agree(other, history, fence, upgrade.Policy(self.policy))
+        app = load_app(self.app)
+        marker = read_last_marker(self.bootstrap, app.commits_topic, app.name)
+        end = end_offsets(self.bootstrap, app.input.topic, range(app.input.partitions))
+        return upgrade.settle_check(history, marker, self.epoch, fence, end, self.check_healthy(history),
+                                    int(time.time() * 1000), self.since_ms, self.settle_s, self.max_batch_ms,
+                                    self.max_lag or app.max_lag_records)
 
     def check_healthy(self, history):
         """The health DAG's rules (heartbeat age, progress, batch time, budgets) on this slot now."""

@@ -19,7 +19,7 @@ def dagbag():
 
 def test_every_dag_file_imports(dagbag):
     assert dagbag.import_errors == {}
-    assert {"baton_topics", "baton_lifecycle", "baton_health", "baton_cutover"} <= set(dagbag.dag_ids)
+    assert {"baton_topics", "baton_lifecycle", "baton_health", "baton_cutover", "baton_rolling_upgrade"} <= set(dagbag.dag_ids)
 
 
 def test_health_runs_every_minute_one_run_at_a_time(dagbag):
@@ -59,6 +59,30 @@ def test_cutover_aborts_only_after_a_failed_gate(dagbag):
                                          ({"app": "click_counts", "fence_timeout_s": "soon"}, "fence_timeout_s")])
 def test_cutover_form_rejects_bad_conf_naming_the_field(dagbag, conf, field):
     params = copy.deepcopy(dagbag.dags["baton_cutover"].params)
+    with pytest.raises(ParamValidationError, match=f"param {field}"):
+        params.update(conf)
+        params.validate()
+
+
+def test_rolling_upgrade_gates_come_before_the_cutover_and_fail_into_abort_or_rollback(dagbag):
+    dag = dagbag.dags["baton_rolling_upgrade"]
+    assert dag.max_active_runs == 1
+    order = ["preflight", "upgrade_standby", "restore_check", "warm_up", "fence", "both_at_fence", "state_check",
+             "cutover", "settle", "upgrade_old_active", "restore_check_old", "warm_up_old"]
+    for before, after in zip(order, order[1:]):
+        assert before in dag.get_task(after).upstream_task_ids, (before, after)
+    abort, rollback = dag.get_task("abort"), dag.get_task("rollback")
+    assert abort.trigger_rule == rollback.trigger_rule == "one_failed"
+    assert abort.upstream_task_ids == set(order[:8])  # every step up to the cutover; none after
+    assert rollback.upstream_task_ids == {"cutover", "settle"}  # cutover: its XCom; a failed cutover is skipped
+
+
+@pytest.mark.parametrize("conf, field", [({"app": "click_counts", "version": "../x"}, "version"),
+                                         ({"app": "click_counts", "policy": "roughly"}, "policy"),
+                                         ({"app": "click_counts", "max_lag_s": -1}, "max_lag_s"),
+                                         ({"app": "nope"}, "app")])
+def test_rolling_upgrade_form_rejects_bad_conf_naming_the_field(dagbag, conf, field):
+    params = copy.deepcopy(dagbag.dags["baton_rolling_upgrade"].params)
     with pytest.raises(ParamValidationError, match=f"param {field}"):
         params.update(conf)
         params.validate()

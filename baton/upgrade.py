@@ -1,0 +1,117 @@
+"""The rolling upgrade's gates, as pure functions of what slots reported (baton.conditions.Check).
+
+A rolling upgrade moves an app to a new version without stopping its output: the standby is upgraded
+first (its state restored by the new code and checked), warmed up, then takes the active role at a
+fence (baton.handoff) once both slots' states agree; the new active must settle, else the role flips
+back to the old version, still hot; finally the old active is upgraded the same way.
+
+The check policy says what "agree" means:
+- exact: the new version builds exactly the old version's state (same rows, same digest): a
+  refactoring, a new output format, a faster implementation;
+- compatible: the same state schema and the same number of keys; the values may differ (a fix that
+  changes results going forward).
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any, Mapping, Sequence
+
+from baton.conditions import WAIT, Check
+from baton.records import CommitMarker, Positions, SlotState, StateDigest, StatusRecord
+
+
+class Policy(str, enum.Enum):
+    EXACT = "exact"
+    COMPATIBLE = "compatible"
+
+
+def compare(old: StateDigest, new: StateDigest, policy: Policy, what: str) -> Check:
+    """Two digests of the same input's state under the policy. Both must describe a batch (or none)."""
+    if old.schema != new.schema:
+        return Check(failed=True, message=f"{what}: the state schema differs ({old.schema!r} vs {new.schema!r})")
+    if old.rows != new.rows:
+        return Check(failed=True, message=f"{what}: {old.rows} state rows vs {new.rows}")
+    if policy is Policy.EXACT and old.digest != new.digest:
+        return Check(failed=True, message=f"{what}: same {old.rows} keys but different values (digest "
+                                          f"{old.digest} vs {new.digest}); policy 'exact' requires the same "
+                                          "state (use 'compatible' for a version that changes results)")
+    return Check(met=True, message=f"{what}: {new.rows} rows, schema and "
+                                   f"{'digest' if policy is Policy.EXACT else 'key count'} agree")
+
+
+def replay_verdict(result: Mapping[str, Any], policy: Policy) -> Check:
+    """The preflight: spark_apps.runtime.replay's answer for the new version on the standby's state."""
+    if not result.get("ok"):
+        where = f"batch {result['batch']}" if result.get("batch") is not None else "the standby's state"
+        return Check(failed=True, message=f"the new version cannot run on {where}: {result.get('error', 'no reason given')}")
+    if result.get("batch") is None:
+        return Check(met=True, message="the standby has no committed state yet: nothing to restore")
+    old = StateDigest.from_json(result["before"], "replay 'before'")
+    new = StateDigest.from_json(result["after"], "replay 'after'")
+    return compare(old, new, policy, f"replay of batch {result['batch']} with the new version")
+
+
+def restore_check(left: StateDigest | None, history: Sequence[StatusRecord], since_ms: int) -> Check:
+    """The restarted slot (records since `since_ms`) restored exactly the state it left at its stop."""
+    recent = [r for r in history if r.ts_ms >= since_ms]
+    if recent and recent[-1].state is SlotState.FAILED:
+        return Check(failed=True, message=f"the restarted slot failed: {recent[-1].error or 'no error reported'}")
+    restored = next((r.state_digest for r in reversed(recent)
+                     if r.state_digest is not None and r.state_digest.at == "restore"), None)
+    if restored is None:
+        return WAIT
+    if left is None:
+        return Check(failed=True, message="no digest of the state before the restart to compare with")
+    if (restored.batch_id, restored.rows, restored.digest) != (left.batch_id, left.rows, left.digest):
+        return Check(failed=True, message=f"restored {restored.rows} rows at batch {restored.batch_id} (digest "
+                                          f"{restored.digest}); the slot left {left.rows} rows at batch "
+                                          f"{left.batch_id} (digest {left.digest})")
+    return Check(met=True, message=f"restored the {left.rows} state rows of batch {left.batch_id} it left (digest {left.digest})")
+
+
+def _fence_digest(history: Sequence[StatusRecord], fence: Positions) -> StateDigest | None:
+    """The digest a slot took standing at `fence`: its last batch ended at F and was digested there."""
+    done = [r for r in history if r.batch_id >= 0]
+    if not done or done[-1].processed != dict(fence):
+        return None
+    last = done[-1]
+    digest = last.state_digest
+    if digest is None or digest.at != "fence" or digest.batch_id != last.batch_id:
+        return None
+    return digest
+
+
+def states_agree(active: Sequence[StatusRecord], standby: Sequence[StatusRecord], fence: Positions,
+                 policy: Policy) -> Check:
+    """Both slots stand at F and their state digests there agree under the policy."""
+    old, new = _fence_digest(active, fence), _fence_digest(standby, fence)
+    if old is None or new is None:
+        return WAIT
+    return compare(old, new, policy, f"state at the fence {dict(fence)}")
+
+
+def settle_check(history: Sequence[StatusRecord], marker: CommitMarker | None, epoch: int, fence: Positions,
+                 end: Positions, health: Check, now_ms: int, since_ms: int, settle_s: float,
+                 max_batch_ms: int, max_lag: int) -> Check:
+    """The new active (records since the cutover at `since_ms`, role epoch `epoch`) keeps the SLA for
+    `settle_s`: alive (`health` is the health gate's check now), every batch within max_batch_ms, its
+    output flowing (input past the fence is emitted at `epoch`), at most max_lag records behind at the end."""
+    if health.failed:
+        return Check(failed=True, message=f"the new active is not well: {health.message}")
+    batches = [r for r in history if r.ts_ms >= since_ms and r.batch_id >= 0]
+    slow = [r for r in batches if r.batch_ms > max_batch_ms]
+    if slow:
+        worst = max(slow, key=lambda r: r.batch_ms)
+        return Check(failed=True, message=f"batch {worst.batch_id} took {worst.batch_ms} ms (limit {max_batch_ms} ms)")
+    if now_ms - since_ms < settle_s * 1000:
+        return WAIT
+    arrived = any(end.get(p, 0) > f for p, f in fence.items())
+    if arrived and (marker is None or marker.epoch < epoch):
+        return Check(failed=True, message=f"no output at epoch {epoch} in {settle_s:.0f} s although input arrived past the fence")
+    last = batches[-1] if batches else None
+    lag = sum(max(0, o - (last.processed.get(p, 0) if last else fence.get(p, 0))) for p, o in end.items())
+    if lag > max_lag:
+        return Check(failed=True, message=f"{lag} records behind after {settle_s:.0f} s (limit {max_lag})")
+    return Check(met=True, message=f"settled for {settle_s:.0f} s: {len(batches)} batches, slowest "
+                                   f"{max((r.batch_ms for r in batches), default=0)} ms, lag {lag} records")

@@ -1,0 +1,93 @@
+"""Move an app to a new version without stopping its output (the seed's rolling upgrade, minus the
+outage): the hot standby goes first, takes over at an exact fence once its state agrees, and the old
+version stays hot until the new one has settled.
+
+REST: POST /api/v2/dags/baton_rolling_upgrade/dagRuns {"conf": {"app": "click_counts", "version": "v2"}}.
+
+    preflight ─▶ upgrade_standby ─▶ restore_check ─▶ warm_up ─▶ fence ─▶ both_at_fence ─▶ state_check
+      ─▶ cutover ─▶ settle ─▶ upgrade_old_active ─▶ restore_check_old ─▶ warm_up_old
+    any gate up to the cutover fails ─▶ abort (fence lifted, the active untouched, the reason reported)
+    settle fails ─▶ rollback (the role flips back to the old version, still hot, at a fence)
+
+Versions live in include/apps/versions/<app>/<version>.yaml (baton.apps.version_path).
+"""
+
+from datetime import datetime, timedelta
+
+from airflow.sdk import DAG, Param
+
+from baton_airflow.operators.handoff import CutoverOperator, FenceOperator
+from baton_airflow.operators.upgrade import (
+    AbortUpgradeOperator, PreflightOperator, RollbackOperator, UpgradeSlotOperator,
+)
+from baton_airflow.params import app_param
+from baton_airflow.sensors.slot import (
+    FenceReachedSensor, LagWithinSensor, RestoreCheckSensor, SettleSensor, StatesAgreeSensor,
+)
+
+PLAN = "{{ ti.xcom_pull(task_ids='preflight') }}"
+
+with DAG(
+    dag_id="baton_rolling_upgrade",
+    description="Upgrade an app's slots one by one: restore check, warm-up, state check at a fence, "
+                "cutover, settle or roll back",
+    schedule=None,
+    start_date=datetime(2026, 1, 1),
+    catchup=False,
+    max_active_runs=1,
+    tags=["baton"],
+    params={
+        "app": app_param(),
+        "version": Param("v2", type="string", pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$",
+                         description="the version to move to (include/apps/versions/<app>/<version>.yaml)"),
+        "policy": Param("exact", type="string", enum=["exact", "compatible"],
+                        description="exact: the new version builds the same state; compatible: same schema "
+                                    "and keys, values may differ"),
+        "max_lag_records": Param(50_000, type="integer", minimum=0,
+                                 description="warm-up: the upgraded slot is at most this many records behind"),
+        "max_lag_s": Param(10.0, type="number", minimum=0,
+                           description="warm-up: ... and at most this many seconds of input behind"),
+        "ahead_s": Param(2.0, type="number", minimum=0, maximum=60,
+                         description="fence this many seconds of input ahead of the end"),
+        "fence_timeout_s": Param(120, type="integer", minimum=5, maximum=3600),
+        "settle_s": Param(30, type="integer", minimum=0, maximum=3600,
+                          description="the new active must keep the SLA this long, else roll back"),
+        "max_batch_ms": Param(0, type="integer", minimum=0,
+                              description="settle: slowest batch allowed (0: the app's batch_ms_budget)"),
+    },
+    render_template_as_native_obj=True,
+):
+    app = "{{ params.app }}"
+    preflight = PreflightOperator(task_id="preflight", app=app, version="{{ params.version }}",
+                                  policy="{{ params.policy }}", execution_timeout=timedelta(minutes=15))
+    upgrade_standby = UpgradeSlotOperator(task_id="upgrade_standby", app=app, plan=PLAN, role="standby")
+    restore_check = RestoreCheckSensor(task_id="restore_check", app=app, wait_timeout_s=300,
+                                       upgrade="{{ ti.xcom_pull(task_ids='upgrade_standby') }}")
+    warm_up = LagWithinSensor(task_id="warm_up", app=app, slot="{{ ti.xcom_pull(task_ids='preflight')['standby'] }}",
+                              max_lag="{{ params.max_lag_records }}", max_lag_s="{{ params.max_lag_s }}",
+                              wait_timeout_s=900)
+    fence = FenceOperator(task_id="fence", app=app, ahead_s="{{ params.ahead_s }}")
+    reached = FenceReachedSensor(task_id="both_at_fence", app=app, plan=fence.output,
+                                 wait_timeout_s="{{ params.fence_timeout_s }}")
+    state_check = StatesAgreeSensor(task_id="state_check", app=app, plan=fence.output, policy="{{ params.policy }}",
+                                    wait_timeout_s=180)
+    cutover = CutoverOperator(task_id="cutover", app=app, plan=fence.output, execution_timeout=timedelta(minutes=2))
+    settle = SettleSensor(task_id="settle", app=app, cutover=cutover.output, settle_s="{{ params.settle_s }}",
+                          max_batch_ms="{{ params.max_batch_ms }}")
+    upgrade_old = UpgradeSlotOperator(task_id="upgrade_old_active", app=app, plan=PLAN, role="active")
+    restore_check_old = RestoreCheckSensor(task_id="restore_check_old", app=app, wait_timeout_s=300,
+                                           upgrade="{{ ti.xcom_pull(task_ids='upgrade_old_active') }}")
+    warm_up_old = LagWithinSensor(task_id="warm_up_old", app=app,
+                                  slot="{{ ti.xcom_pull(task_ids='preflight')['active'] }}",
+                                  max_lag="{{ params.max_lag_records }}", max_lag_s="{{ params.max_lag_s }}",
+                                  wait_timeout_s=900)
+
+    before_cutover = [preflight, upgrade_standby, restore_check, warm_up, fence, reached, state_check, cutover]
+    abort = AbortUpgradeOperator(task_id="abort", app=app, plan=PLAN, steps=[t.task_id for t in before_cutover])
+    rollback = RollbackOperator(task_id="rollback", app=app, plan=PLAN, cutover=cutover.output,
+                                ahead_s="{{ params.ahead_s }}", fence_timeout_s="{{ params.fence_timeout_s }}")
+
+    (preflight >> upgrade_standby >> restore_check >> warm_up >> fence >> reached >> state_check >> cutover
+     >> settle >> upgrade_old >> restore_check_old >> warm_up_old)
+    before_cutover >> abort
+    settle >> rollback

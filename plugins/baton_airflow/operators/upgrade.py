@@ -1,0 +1,280 @@
+"""The rolling upgrade's steps (baton.upgrade has the gates, baton.handoff the cutover protocol).
+
+Each step records its intent in the control record before it acts and recognises its own earlier
+work when retried: a re-run upgrade finds the slot already on the new version and reattaches to its
+launch; a re-run rollback finds the role already flipped back.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
+
+from baton.apps import AppDefinitionError, load_version, version_path
+from baton.handoff import HandoffError, cut_over, fence_reached, other, without_fence
+from baton.lifecycle import IllegalTransition
+from baton.records import Slot, SlotState, StateDigest
+from baton.settings import REPO_ROOT
+from baton.upgrade import Policy, replay_verdict
+from baton_airflow.hooks.control import BatonControlHook
+from baton_airflow.hooks.kafka import BatonKafkaHook
+from baton_airflow.hooks.spark import BatonSparkHook
+from baton_airflow.operators.handoff import set_fence
+from baton_airflow.operators.slots import resolve
+from baton_airflow.triggers.status import SlotStatusTrigger
+
+
+def _fail(context: Any, message: str) -> AirflowFailException:
+    """A failed step's reason, kept for the abort step's report, as the exception to raise."""
+    context["ti"].xcom_push(key="reason", value=message)
+    return AirflowFailException(message)
+
+
+class _UpgradeOperator(BaseOperator):
+    template_fields = ("app",)
+
+    def __init__(self, *, app: str, kafka_conn_id: str = BatonKafkaHook.default_conn_name,
+                 spark_conn_id: str = BatonSparkHook.default_conn_name, **kwargs: Any):
+        kwargs.setdefault("retry_delay", timedelta(seconds=5))
+        super().__init__(**kwargs)
+        self.app, self.kafka_conn_id, self.spark_conn_id = app, kafka_conn_id, spark_conn_id
+
+    def hooks(self) -> tuple[BatonControlHook, BatonSparkHook]:
+        return BatonControlHook(self.kafka_conn_id), BatonSparkHook(conn_id=self.spark_conn_id)
+
+
+class PreflightOperator(_UpgradeOperator):
+    """Before anything changes: the new version's definition is valid and keeps the app's topics, both
+    slots run, no handoff is under way, and the new code can run on the standby's state: it replays
+    the standby's last batch on a copy of its checkpoint (spark_apps.runtime.replay), so Spark checks
+    the state schema and the new state is compared under `policy`. Returns the upgrade plan."""
+
+    template_fields = ("app", "version", "policy")
+
+    def __init__(self, *, version: str, policy: str = "exact", replay_timeout_s: float = 600.0, **kwargs: Any):
+        kwargs.setdefault("retries", 1)
+        super().__init__(**kwargs)
+        self.version, self.policy, self.replay_timeout_s = version, policy, replay_timeout_s
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        app, _ = resolve(self.app, "blue")
+        try:
+            policy = Policy(self.policy)
+            new = load_version(app.name, str(self.version))
+            definition = version_path(app.name, str(self.version))
+        except (AppDefinitionError, ValueError) as exc:
+            raise _fail(context, str(exc)) from None
+        control, spark = self.hooks()
+        rec = control.plane().current(app.name)
+        if rec is None:
+            raise _fail(context, f"{app.name} has never been started: start it (baton_lifecycle) before upgrading")
+        for slot in Slot:
+            spec = rec.slots.get(slot)
+            if spec is None or spec.desired is not SlotState.RUNNING or spark.find(app.name, slot) is None:
+                state = spec.desired.value if spec else "not started"
+                raise _fail(context, f"{app.name}/{slot.value} is {state}: a rolling upgrade needs both slots running")
+        if rec.fence is not None:
+            raise _fail(context, f"{app.name}: a fence {rec.fence} is set: another handoff is under way")
+        standby = other(rec.active)
+        versions = {s: rec.slots[s].version or app.version for s in Slot}
+        if versions[rec.active] == new.version:
+            raise _fail(context, f"{app.name}: the active ({rec.active.value}) already runs {new.version}")
+        checkpoint = _checkpoint(spark, app.name, standby, rec.slots[standby].generation)
+        result = self.replay(definition, checkpoint, control.bootstrap)
+        verdict = replay_verdict(result, policy)
+        if verdict.failed:
+            raise _fail(context, f"preflight refused {app.name} {new.version}: {verdict.message}; nothing was changed")
+        self.log.info("%s", verdict.message)
+        return {"app": app.name, "version": new.version, "definition": str(definition), "policy": policy.value,
+                "from_version": versions[rec.active], "active": rec.active.value, "standby": standby.value,
+                "epoch": rec.epoch, "preflight": verdict.message}
+
+    def replay(self, definition: Path, checkpoint: Path, bootstrap: str) -> dict[str, Any]:
+        if not checkpoint.is_dir():
+            return {"ok": True, "batch": None}
+        with tempfile.TemporaryDirectory(prefix="baton-replay-") as work:
+            argv = [sys.executable, "-m", "spark_apps.runtime.replay", "--app", str(definition),
+                    "--checkpoint", str(checkpoint), "--work", str(Path(work) / "copy"), "--bootstrap", bootstrap,
+                    "--timeout-s", str(self.replay_timeout_s)]
+            self.log.info("replaying the standby's last batch with %s: %s", definition, " ".join(argv))
+            out = subprocess.run(argv, cwd=REPO_ROOT, capture_output=True, text=True,
+                                 timeout=self.replay_timeout_s + 120, env=_env())
+        if out.returncode != 0 or not out.stdout.strip():
+            raise AirflowException(f"the replay could not run (exit {out.returncode}): {out.stderr[-2000:]}")
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _env() -> dict[str, str]:
+    import os
+
+    path = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    return {**os.environ, "PYTHONPATH": path}
+
+
+def _checkpoint(spark: BatonSparkHook, app: str, slot: Slot, generation: int) -> Path:
+    from spark_apps.runtime.harness import slot_paths
+
+    return slot_paths(spark.state_dir, app, slot, generation).checkpoint
+
+
+class UpgradeSlotOperator(_UpgradeOperator):
+    """Move one slot to the plan's version on its own checkpoint: stop it at a batch boundary (it
+    digests the state it leaves), start the new version (it digests what it restores), wait until it
+    runs. `plan` is the PreflightOperator's XCom; `role` picks the slot: "standby" or "active" (the
+    old active, upgraded after the cutover). Returns what the restore check compares."""
+
+    template_fields = ("app", "plan")
+
+    def __init__(self, *, plan: Any, role: str, wait_timeout_s: float = 600.0, **kwargs: Any):
+        kwargs.setdefault("retries", 2)  # apache/airflow#71580: a deferred task can end "success but queued"
+        super().__init__(**kwargs)
+        if role not in ("standby", "active"):
+            raise ValueError(f"role must be 'standby' or 'active', got {role!r}")
+        self.plan, self.role, self.wait_timeout_s = plan, role, wait_timeout_s
+
+    def execute(self, context: Any) -> None:
+        app, slot = resolve(self.app, self.plan[self.role])
+        version, definition = self.plan["version"], self.plan["definition"]
+        control, spark = self.hooks()
+        plane = control.plane()
+        spec = plane.current(app.name).slots[slot]
+        why = f"rolling upgrade to {version} ({context['run_id']})"
+        try:
+            if spec.version != version:
+                # Intent first: the slot stops by itself at a batch boundary on STOPPING.
+                plane.move_slot(app.name, slot, SlotState.STOPPING, reason=why)
+                result = spark.stop(app.name, slot, grace_s=60, self_stop_s=60)
+                self.log.info("%s/%s stopped (graceful: %s)", app.name, slot.value, result.graceful)
+                plane.move_slot(app.name, slot, SlotState.STOPPED, reason=why)
+                spec = plane.move_slot(app.name, slot, SlotState.STARTING, version=version, reason=why,
+                                       started_ms=plane.now_ms()).slots[slot]
+            elif spec.desired is not SlotState.RUNNING:
+                spec = plane.move_slot(app.name, slot, SlotState.STARTING, reason=why).slots[slot]
+        except IllegalTransition as exc:
+            raise _fail(context, f"{app.name}/{slot.value}: {exc}") from None
+        proc = spark.ensure_started(definition, slot, control.bootstrap, generation=spec.generation)
+        left = _left_digest(control, app.name, slot, int(proc.launched_at * 1000))
+        self.log.info("%s/%s: %s launched (pid %s); it left %s", app.name, slot.value, version, proc.pid, left)
+        self.defer(trigger=SlotStatusTrigger(app=app.name, slot=slot.value, condition="running",
+                                             bootstrap=control.bootstrap, since_ms=int(proc.launched_at * 1000),
+                                             timeout_s=self.wait_timeout_s),
+                   method_name="execute_complete",
+                   kwargs={"launch": BatonSparkHook.describe(proc), "left": left.to_json() if left else None,
+                           "since_ms": int(proc.launched_at * 1000)})
+
+    def execute_complete(self, context: Any, event: dict[str, Any], launch: dict[str, Any],
+                         left: dict[str, Any] | None, since_ms: int) -> dict[str, Any]:
+        app, slot = resolve(self.app, self.plan[self.role])
+        if event.get("status") == "failed":
+            raise _fail(context, f"{self.plan['version']} did not start: {event.get('message')}; log {launch.get('log')}")
+        if event.get("status") != "met":
+            raise AirflowException(f"{event.get('message')}; driver log: {launch.get('log')}")
+        control, _ = self.hooks()
+        control.plane().move_slot(app.name, slot, SlotState.RUNNING, reason="")
+        return {"slot": slot.value, "version": self.plan["version"], "left": left, "launch": launch,
+                "since_ms": since_ms}
+
+
+def _left_digest(control: BatonControlHook, app: str, slot: Slot, launched_ms: int) -> StateDigest | None:
+    """The state the slot's previous launch left at its stop: the last "stop" digest before this launch."""
+    for rec in reversed(control.status(app, slot)):
+        if rec.ts_ms < launched_ms and rec.state_digest is not None and rec.state_digest.at == "stop":
+            return rec.state_digest
+    return None
+
+
+class RollbackOperator(_UpgradeOperator):
+    """The new active failed to settle: flip the role back to the old slot, still hot on the old
+    version, at an exact fence (the same protocol as the cutover, the other way), then fail the run
+    with the settle check's reason. `cutover` is the CutoverOperator's XCom, `plan` the preflight's."""
+
+    template_fields = ("app", "plan", "cutover", "ahead_s", "fence_timeout_s")
+
+    def __init__(self, *, plan: Any, cutover: Any, settle_task_id: str = "settle", ahead_s: float = 2.0,
+                 fence_timeout_s: float = 120.0, **kwargs: Any):
+        kwargs.setdefault("trigger_rule", "one_failed")
+        kwargs.setdefault("retries", 2)
+        super().__init__(**kwargs)
+        self.plan, self.cutover, self.settle_task_id = plan, cutover, settle_task_id
+        self.ahead_s, self.fence_timeout_s = ahead_s, fence_timeout_s
+
+    def execute(self, context: Any) -> None:
+        if not self.cutover:  # the cutover itself failed (abort handles that): nothing moved, nothing to undo
+            raise AirflowSkipException("no cutover happened: nothing to roll back")
+        app, new_slot = resolve(self.app, self.cutover["active"])
+        back_to, epoch = other(new_slot), int(self.cutover["epoch"])
+        reason = context["ti"].xcom_pull(task_ids=self.settle_task_id, key="reason") or "the settle check failed"
+        control, _ = self.hooks()
+        plane = control.plane()
+        rec = plane.current(app.name)
+        if rec.active is back_to and rec.epoch == epoch + 1:
+            self.log.info("%s: already rolled back to %s at epoch %s", app.name, back_to.value, rec.epoch)
+        elif rec.active is not new_slot or rec.epoch != epoch:
+            raise AirflowFailException(f"{app.name}: the role moved on since the cutover ({rec.active.value} at epoch "
+                                       f"{rec.epoch}): not rolling back; the settle check said: {reason}")
+        else:
+            if rec.fence is None:
+                rec = set_fence(control, app, rec, float(self.ahead_s))
+            self.log.warning("%s: rolling back to %s: fence %s", app.name, back_to.value, rec.fence)
+            self.wait_at_fence(control, app, back_to, dict(rec.fence), epoch)
+            plane.update(app.name, cut_over(back_to, epoch))
+        plane.move_slot(app.name, new_slot, SlotState.RUNNING,
+                        reason=f"rolled back from {self.plan['version']}: {reason}"[:500])
+        raise AirflowFailException(f"{app.name}: rolled back to {back_to.value} on {self.plan['from_version']} "
+                                   f"(epoch {epoch + 1}); {self.plan['version']} did not settle: {reason}")
+
+    def wait_at_fence(self, control: BatonControlHook, app, standby: Slot, fence: dict[int, int], epoch: int) -> None:
+        deadline = time.monotonic() + float(self.fence_timeout_s)
+        while True:
+            check = fence_reached(control.last_commit(app), control.status(app.name, standby, last_n=500), fence, epoch)
+            if check.met:
+                return
+            if check.failed or time.monotonic() > deadline:
+                why = check.message if check.failed else f"not reached within {self.fence_timeout_s} s"
+                try:
+                    control.plane().update(app.name, without_fence(epoch))
+                except HandoffError:
+                    pass
+                raise AirflowFailException(f"{app.name}: rollback to {standby.value} failed: {why}; "
+                                           f"{other(standby).value} stays active")
+            time.sleep(0.5)
+
+
+class AbortUpgradeOperator(_UpgradeOperator):
+    """A gate before the cutover failed: lift the fence if one is set at the plan's epoch (the active
+    keeps serving, untouched) and fail the run with the failed step's reason."""
+
+    template_fields = ("app", "plan")
+
+    def __init__(self, *, plan: Any, steps: list[str], **kwargs: Any):
+        kwargs.setdefault("trigger_rule", "one_failed")
+        kwargs.setdefault("retries", 2)
+        super().__init__(**kwargs)
+        self.plan, self.steps = plan, steps
+
+    def execute(self, context: Any) -> None:
+        reasons = [r for r in (context["ti"].xcom_pull(task_ids=step, key="reason") for step in self.steps) if r]
+        reason = reasons[0] if reasons else "a step failed (see its log)"
+        app, _ = resolve(self.app, "blue")
+        plane = self.hooks()[0].plane()
+        rec = plane.current(app.name)
+        if self.plan and rec is not None and rec.epoch == int(self.plan["epoch"]) and rec.fence is not None:
+            plane.update(app.name, without_fence(rec.epoch))
+            self.log.warning("%s: fence lifted", app.name)
+        where = ""
+        if self.plan and rec is not None:
+            standby = rec.slots.get(Slot(self.plan["standby"]))
+            if standby is not None and standby.version == self.plan["version"]:
+                where = (f"; the standby {self.plan['standby']} already runs {self.plan['version']} (run the upgrade "
+                         f"with version {self.plan['from_version']} to put it back)")
+        active = f"{rec.active.value} stays active at epoch {rec.epoch}" if rec is not None else "nothing changed"
+        raise AirflowFailException(f"{app.name}: rolling upgrade aborted before the cutover: {reason}; {active}{where}")

@@ -1,0 +1,154 @@
+"""baton_rolling_upgrade end to end, through Airflow's REST API, with live load on the click-count app:
+
+- an upgrade to a version whose state schema differs is refused at preflight with Spark's reason,
+  before any slot is touched;
+- an upgrade to a version with the same state moves both slots under load: the standby restores its
+  state (checked), warms up, the states agree at the fence, it takes over, settles, and the old active
+  follows; the output is exactly once and the new version's records follow the cutover;
+- a new version that breaks the SLA after the cutover is rolled back to the old one, still hot.
+
+The tests run in file order on one app (cc_up): each starts from where the previous one left it.
+"""
+
+import json
+import threading
+import time
+import uuid
+from collections import Counter
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+from baton.kafka.control_log import read_control
+from baton.records import Slot, SlotState
+from baton.tools.verify import read_output, verify
+from tests.support.e2e import run_dag
+from tests.support.slots import produce_clicks, wait_until_emitted
+
+pytestmark = pytest.mark.e2e
+APP = "cc_up"
+
+
+class Load:
+    """~2,000 clicks/s in the background; `truth` is what was sent."""
+
+    def __init__(self, bootstrap, app):
+        self.bootstrap, self.app, self.truth, self.sent = bootstrap, app, Counter(), 0
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+
+    def run(self):
+        while not self.done.is_set():
+            part, _ = produce_clicks(self.bootstrap, self.app.input.topic, 500, users=300, start=self.sent)
+            self.truth.update(part)
+            self.sent += 500
+            time.sleep(0.25)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.done.set()
+        self.thread.join()
+
+
+@pytest.fixture(scope="module")
+def running(stack):
+    platform, client, apps = stack
+    app = apps[APP]
+    started = run_dag(client, "baton_lifecycle", {"app": app.name, "action": "start", "slot": "both"})
+    assert started["state"] == "success", started
+    yield platform, client, app, Counter()
+    stopped = run_dag(client, "baton_lifecycle", {"app": app.name, "action": "stop", "slot": "both"})
+    assert stopped["state"] == "success"
+
+
+def failure_reason(client, run, task):
+    return client.xcom("baton_rolling_upgrade", run["dag_run_id"], task, key="reason")
+
+
+def versions(record):
+    return {slot: record.slots[slot].version for slot in Slot}
+
+
+def test_a_version_with_another_state_schema_is_refused_before_anything_changes(running):
+    platform, client, app, truth = running
+    bootstrap = platform.broker.bootstrap
+    part, _ = produce_clicks(bootstrap, app.input.topic, 3_000, users=300)
+    truth.update(part)
+    wait_until_emitted(bootstrap, app, 3_000, timeout_s=300)
+    before = read_control(bootstrap, app.name)
+    run = run_dag(client, "baton_rolling_upgrade", {"app": app.name, "version": "v3"}, timeout_s=600)
+    assert run["state"] == "failed"
+    reason = failure_reason(client, run, "preflight")
+    assert "STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE" in reason and "nothing was changed" in reason, reason
+    states = {ti["task_id"]: ti["state"] for ti in client.task_instances("baton_rolling_upgrade", run["dag_run_id"])}
+    assert states["preflight"] == "failed" and states["upgrade_standby"] == "upstream_failed"
+    assert states["abort"] == "failed"  # it reports the reason as the run's failure
+    assert read_control(bootstrap, app.name) == before  # not one write
+
+
+def test_a_rolling_upgrade_under_load_is_exactly_once(running):
+    platform, client, app, truth = running
+    bootstrap = platform.broker.bootstrap
+    with Load(bootstrap, app) as load:
+        run = run_dag(client, "baton_rolling_upgrade", {"app": app.name, "version": "v2", "settle_s": 10},
+                      timeout_s=900)
+        time.sleep(3)
+    truth.update(load.truth)
+    assert run["state"] == "success", (run, client.task_instances("baton_rolling_upgrade", run["dag_run_id"]))
+    record = read_control(bootstrap, app.name)
+    assert (record.active, record.epoch, record.fence) == (Slot.GREEN, 2, None)
+    assert versions(record) == {Slot.BLUE: "v2", Slot.GREEN: "v2"}
+    assert all(record.slots[s].desired is SlotState.RUNNING for s in Slot)
+    restore = client.xcom("baton_rolling_upgrade", run["dag_run_id"], "restore_check")
+    assert "restored the" in restore and "state rows" in restore
+    agreed = client.xcom("baton_rolling_upgrade", run["dag_run_id"], "state_check")
+    assert "schema and digest agree" in agreed
+
+    wait_until_emitted(bootstrap, app, sum(truth.values()), timeout_s=300)
+    verdict = verify(truth, read_output(bootstrap, app.output.topic, app.output.partitions))
+    assert verdict.ok, verdict.summary()
+    # v1 wrote until the fence, v2 from it on: in each partition, v1's records and then only v2's.
+    for partition in range(app.output.partitions):
+        written = [json.loads(m.value()).get("v") for m in committed(bootstrap, app.output.topic, partition)]
+        assert 2 in written and written[0] is None, written[:5]
+        assert set(written[written.index(2):]) == {2}
+
+
+def committed(bootstrap, topic, partition):
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": uuid.uuid4().hex, "isolation.level": "read_committed",
+                  "enable.partition.eof": True})
+    c.assign([TopicPartition(topic, partition, 0)])
+    out = []
+    while (m := c.poll(5)) is not None and not (m.error() and m.error().code() == KafkaError._PARTITION_EOF):
+        if not m.error():
+            out.append(m)
+    c.close()
+    return out
+
+
+def test_a_version_that_breaks_the_sla_after_the_cutover_is_rolled_back(running):
+    platform, client, app, truth = running
+    bootstrap = platform.broker.bootstrap
+    before = read_control(bootstrap, app.name)  # green active on v2 at epoch 2
+    with Load(bootstrap, app) as load:
+        # Every batch of the new active breaks a 1 ms batch limit: the settle check must fail.
+        run = run_dag(client, "baton_rolling_upgrade",
+                      {"app": app.name, "version": "v4", "settle_s": 20, "max_batch_ms": 1}, timeout_s=900)
+        time.sleep(3)
+    truth.update(load.truth)
+    assert run["state"] == "failed"
+    states = {ti["task_id"]: ti["state"] for ti in client.task_instances("baton_rolling_upgrade", run["dag_run_id"])}
+    assert states["cutover"] == "success" and states["settle"] == "failed" and states["rollback"] == "failed"
+    assert states["upgrade_old_active"] == "upstream_failed" and states["abort"] == "skipped"
+    assert "limit 1 ms" in failure_reason(client, run, "settle")
+    record = read_control(bootstrap, app.name)
+    # blue (upgraded to v4) took over at epoch 3; the rollback handed back to green, still on v2, at epoch 4.
+    assert (record.active, record.epoch, record.fence) == (before.active, before.epoch + 2, None)
+    assert versions(record) == {Slot.BLUE: "v4", Slot.GREEN: "v2"}
+    assert "rolled back from v4" in record.slots[Slot.BLUE].reason
+    wait_until_emitted(bootstrap, app, sum(truth.values()), timeout_s=300)
+    verdict = verify(truth, read_output(bootstrap, app.output.topic, app.output.partitions))
+    assert verdict.ok, verdict.summary()

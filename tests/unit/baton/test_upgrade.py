@@ -1,0 +1,84 @@
+"""The rolling upgrade's gates on reported digests and statuses."""
+
+import pytest
+
+from baton.conditions import WAIT, Check
+from baton.records import CommitMarker, Role, Slot, SlotState, StateDigest, StatusRecord
+from baton.upgrade import Policy, compare, replay_verdict, restore_check, settle_check, states_agree
+
+SCHEMA = "0:key=struct<user_id:string>;value=struct<count:bigint>"
+FENCE = {0: 100, 1: 80}
+
+
+def digest(at="fence", batch=7, rows=10, value="aa", schema=SCHEMA):
+    return StateDigest(at=at, batch_id=batch, rows=rows, digest=value, schema=schema)
+
+
+def status(batch=7, processed=None, d=None, ts=1_000, state=SlotState.RUNNING, batch_ms=300, error=""):
+    return StatusRecord(app="a", slot=Slot.GREEN, state=state, role=Role.STANDBY, epoch_seen=1, batch_id=batch,
+                        processed=dict(FENCE if processed is None else processed), state_digest=d, ts_ms=ts,
+                        batch_ms=batch_ms, error=error)
+
+
+@pytest.mark.parametrize("new, policy, met, words", [
+    (digest(), Policy.EXACT, True, "digest"),
+    (digest(value="bb"), Policy.EXACT, False, "different values"),
+    (digest(value="bb"), Policy.COMPATIBLE, True, "key count"),
+    (digest(rows=11), Policy.COMPATIBLE, False, "10 state rows vs 11"),
+    (digest(schema="other"), Policy.COMPATIBLE, False, "schema differs"),
+])
+def test_compare_under_each_policy(new, policy, met, words):
+    check = compare(digest(), new, policy, "x")
+    assert (check.met, check.failed) == (met, not met) and words in check.message
+
+
+def test_replay_verdict():
+    refused = replay_verdict({"ok": False, "batch": 4, "error": "[STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE] no"}, Policy.EXACT)
+    assert refused.failed and "batch 4" in refused.message and "SCHEMA_NOT_COMPATIBLE" in refused.message
+    assert replay_verdict({"ok": True, "batch": None}, Policy.EXACT).met
+    same = {"ok": True, "batch": 4, "before": digest("replay").to_json(), "after": digest("replay").to_json()}
+    assert replay_verdict(same, Policy.EXACT).met
+    changed = {**same, "after": digest("replay", value="cc").to_json()}
+    assert replay_verdict(changed, Policy.EXACT).failed and replay_verdict(changed, Policy.COMPATIBLE).met
+
+
+def test_restore_check_waits_for_the_restore_digest_then_compares_it():
+    left = digest("stop")
+    assert restore_check(left, [status(d=left, ts=500)], since_ms=1_000) is WAIT  # before the restart
+    assert restore_check(left, [status(d=digest("restore"), ts=1_500)], since_ms=1_000).met
+    lost = restore_check(left, [status(d=digest("restore", batch=-1, rows=0, value="00"), ts=1_500)], 1_000)
+    assert lost.failed and "restored 0 rows at batch -1" in lost.message and "left 10 rows" in lost.message
+    crashed = restore_check(left, [status(state=SlotState.FAILED, error="boom", ts=1_500)], 1_000)
+    assert crashed.failed and "boom" in crashed.message
+    assert restore_check(None, [status(d=digest("restore"), ts=1_500)], 1_000).failed
+
+
+def test_states_agree_needs_both_digests_taken_at_the_fence():
+    at_fence = [status(d=digest())]
+    assert states_agree(at_fence, [status(processed={0: 99, 1: 80})], FENCE, Policy.EXACT) is WAIT
+    assert states_agree(at_fence, [status(d=digest("restore"))], FENCE, Policy.EXACT) is WAIT
+    assert states_agree(at_fence, [status(batch=8, d=digest(batch=7))], FENCE, Policy.EXACT) is WAIT  # stale
+    assert states_agree(at_fence, [status(batch=5, d=digest(batch=5))], FENCE, Policy.EXACT).met
+    differ = states_agree(at_fence, [status(d=digest(value="bb"))], FENCE, Policy.EXACT)
+    assert differ.failed and "different values" in differ.message
+
+
+def settle(history, marker=None, end=None, health=Check(met=True), now=40_000, settle_s=30, max_ms=2_000, lag=1_000):
+    return settle_check(history, marker, 2, FENCE, end or {0: 100, 1: 80}, health, now, 1_000, settle_s, max_ms, lag)
+
+
+def test_settle_fails_fast_and_passes_after_the_period():
+    ok = [status(batch=9, processed={0: 150, 1: 120}, ts=2_000)]
+    marker = CommitMarker(app="a", generation=0, epoch=2, slot=Slot.GREEN, batch_id=9, emitted={0: 150, 1: 120})
+    end = {0: 150, 1: 120}
+    assert settle(ok, marker, end, now=20_000) is WAIT
+    assert settle(ok, marker, end).met
+    slow = settle([status(batch=9, batch_ms=5_000, ts=2_000)], now=3_000)
+    assert slow.failed and "took 5000 ms (limit 2000 ms)" in slow.message
+    dead = settle(ok, health=Check(failed=True, message="dead: no status"), now=3_000)
+    assert dead.failed and "dead" in dead.message
+    silent = settle(ok, CommitMarker(app="a", generation=0, epoch=1, slot=Slot.BLUE, batch_id=3, emitted=FENCE), end)
+    assert silent.failed and "no output at epoch 2" in silent.message
+    behind = settle(ok, marker, {0: 5_000, 1: 120})
+    assert behind.failed and "records behind" in behind.message
+    assert settle([], None, None).met  # no input arrived past the fence: nothing to emit yet
