@@ -44,25 +44,28 @@ def other(slot: Slot) -> Slot:
     return Slot.GREEN if slot is Slot.BLUE else Slot.BLUE
 
 
-def with_fence(fence: Positions, epoch: int):
-    """Change: set the fence at `epoch`. Re-running it is a no-op; a different fence in place means
-    another handoff is under way (refused)."""
+def with_fence(fence: Positions, epoch: int, expires_ms: int = 0):
+    """Change: set the fence at `epoch`, to be lifted by the health DAG after `expires_ms` if its
+    handoff has not finished by then (0: never). Re-running it is a no-op; a different fence in place
+    means another handoff is under way (refused)."""
     def change(rec: ControlRecord) -> ControlRecord:
         if rec.epoch != epoch:
             raise HandoffError(f"{rec.app}: epoch is {rec.epoch}, the fence was planned at epoch {epoch}")
         if rec.fence is not None and dict(rec.fence) != dict(fence):
             raise HandoffError(f"{rec.app}: a fence {rec.fence} is already set (another handoff is under way)")
-        return dataclasses.replace(rec, fence=dict(fence))
+        if rec.fence is not None:
+            return rec
+        return dataclasses.replace(rec, fence=dict(fence), fence_expires_ms=expires_ms)
     return change
 
 
-def failover_fence(fence: Positions, epoch: int):
+def failover_fence(fence: Positions, epoch: int, expires_ms: int = 0):
     """Change: the fence of a failover, at what the dead active emitted. It replaces a fence a handoff
     had set further ahead (the dead active will never reach that one)."""
     def change(rec: ControlRecord) -> ControlRecord:
         if rec.epoch != epoch:
             raise HandoffError(f"{rec.app}: epoch is {rec.epoch}, the failover was planned at epoch {epoch}")
-        return dataclasses.replace(rec, fence=dict(fence))
+        return dataclasses.replace(rec, fence=dict(fence), fence_expires_ms=expires_ms)
     return change
 
 
@@ -77,7 +80,7 @@ def cut_over(to: Slot, from_epoch: int):
             raise HandoffError(f"{rec.app}: no fence is set; a cutover needs one")
         if rec.active is to:
             raise HandoffError(f"{rec.app}: {to.value} is already active at epoch {rec.epoch}")
-        return dataclasses.replace(rec, active=to, epoch=from_epoch + 1, fence=None)
+        return dataclasses.replace(rec, active=to, epoch=from_epoch + 1, fence=None, fence_expires_ms=0)
     return change
 
 
@@ -86,8 +89,15 @@ def without_fence(epoch: int):
     def change(rec: ControlRecord) -> ControlRecord:
         if rec.epoch != epoch:
             raise HandoffError(f"{rec.app}: epoch is {rec.epoch}, not {epoch}: not lifting its fence")
-        return dataclasses.replace(rec, fence=None)
+        return dataclasses.replace(rec, fence=None, fence_expires_ms=0)
     return change
+
+
+def stale_fence(rec: ControlRecord, now_ms: int) -> bool:
+    """A fence whose handoff should have finished by now: the run that set it died (or was marked
+    failed) before its cutover or abort. Lifting it is safe: the role has not moved at its epoch, a
+    live handoff that comes back finds no fence and fails its cutover (cut_over needs one)."""
+    return rec.fence is not None and 0 < rec.fence_expires_ms < now_ms
 
 
 def _passed(position: Mapping[int, int], fence: Mapping[int, int]) -> dict[int, tuple[int, int]]:
@@ -131,7 +141,7 @@ def fail_over(plane, app: str, partitions: int, dead: Slot, epoch: int, emitted:
     rerun recognises. `plane` is a baton.control_plane.ControlPlane."""
     standby = other(dead)
     fence = {p: emitted.get(p, 0) for p in range(partitions)}
-    plane.update(app, failover_fence(fence, epoch))
+    plane.update(app, failover_fence(fence, epoch, int((time.time() + reach_timeout_s + 120) * 1000)))
     deadline = time.monotonic() + reach_timeout_s
     while True:
         processed = standby_processed()

@@ -103,6 +103,9 @@ class ControlRecord:
     slots: dict[Slot, SlotSpec] = field(default_factory=dict)
     # When set, every slot stops consuming at exactly these positions (cutover / failover fence).
     fence: Positions | None = None
+    # When the fence's handoff must have finished (ms): past it, the health DAG lifts a fence left by a
+    # handoff that died (its Airflow run killed or marked failed), so the output never stays held. 0: none.
+    fence_expires_ms: int = 0
     writer: str = ""
     ts_ms: int = 0
 
@@ -122,6 +125,7 @@ class ControlRecord:
             "slots": {s.value: {**asdict(spec), "desired": spec.desired.value, "restarts": list(spec.restarts)}
                       for s, spec in self.slots.items()},
             "fence": positions_to_json(self.fence),
+            "fence_expires_ms": self.fence_expires_ms,
             "writer": self.writer,
             "ts_ms": self.ts_ms,
         }
@@ -149,6 +153,7 @@ class ControlRecord:
                 active=Slot(_req(d, "active", str, "control record")),
                 slots=slots,
                 fence=positions_from_json(d.get("fence"), "control record field 'fence'"),
+                fence_expires_ms=int(d.get("fence_expires_ms", 0)),
                 writer=str(d.get("writer", "")),
                 ts_ms=int(d.get("ts_ms", 0)),
             )

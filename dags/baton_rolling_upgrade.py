@@ -66,7 +66,9 @@ with DAG(
     warm_up = LagWithinSensor(task_id="warm_up", app=app, slot="{{ ti.xcom_pull(task_ids='preflight')['standby'] }}",
                               max_lag="{{ params.max_lag_records }}", max_lag_s="{{ params.max_lag_s }}",
                               wait_timeout_s=900)
-    fence = FenceOperator(task_id="fence", app=app, ahead_s="{{ params.ahead_s }}")
+    fence = FenceOperator(task_id="fence", app=app, ahead_s="{{ params.ahead_s }}",
+                          # past this the health DAG lifts the fence: the run died
+                          hold_s="{{ params.fence_timeout_s + 300 }}")
     reached = FenceReachedSensor(task_id="both_at_fence", app=app, plan=fence.output,
                                  wait_timeout_s="{{ params.fence_timeout_s }}")
     state_check = StatesAgreeSensor(task_id="state_check", app=app, plan=fence.output, policy="{{ params.policy }}",

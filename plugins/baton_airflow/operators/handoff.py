@@ -19,13 +19,15 @@ from baton_airflow.hooks.kafka import BatonKafkaHook
 from baton_airflow.operators.slots import resolve
 
 
-def set_fence(control: BatonControlHook, app: AppDefinition, rec: ControlRecord, ahead_s: float) -> ControlRecord:
-    """Set F `ahead_s` of arrivals (at the active's input rate) beyond the input's end, at rec's epoch."""
+def set_fence(control: BatonControlHook, app: AppDefinition, rec: ControlRecord, ahead_s: float,
+              hold_s: float = 600.0) -> ControlRecord:
+    """Set F `ahead_s` of arrivals (at the active's input rate) beyond the input's end, at rec's epoch.
+    After `hold_s` the health DAG lifts it if the handoff has not finished (its run died)."""
     history = [s for s in control.status(app.name, rec.active) if s.batch_id >= 0]
     processed = history[-1].processed if history else {}
     rate = max((s.input_rate for s in history[-5:]), default=0.0)
     fence = plan_fence(control.input_end(app), processed, rate, ahead_s, app.input.partitions)
-    return control.plane().update(app.name, with_fence(fence, rec.epoch))
+    return control.plane().update(app.name, with_fence(fence, rec.epoch, int((time.time() + hold_s) * 1000)))
 
 
 class _HandoffOperator(BaseOperator):
@@ -43,13 +45,14 @@ class _HandoffOperator(BaseOperator):
 
 class FenceOperator(_HandoffOperator):
     """Set the fence F a little ahead of the input (`ahead_s` of arrivals at the active's input rate).
-    A fence already set at this epoch (a retry, or a resumed run) is reused, not replaced."""
+    A fence already set at this epoch (a retry, or a resumed run) is reused, not replaced. `hold_s`:
+    how long the handoff may hold it; past that the health DAG lifts it (a run that died)."""
 
-    template_fields = ("app", "ahead_s")
+    template_fields = ("app", "ahead_s", "hold_s")
 
-    def __init__(self, *, ahead_s: float | str = 2.0, **kwargs: Any):
+    def __init__(self, *, ahead_s: float | str = 2.0, hold_s: float | str = 600.0, **kwargs: Any):
         super().__init__(**kwargs)
-        self.ahead_s = ahead_s
+        self.ahead_s, self.hold_s = ahead_s, hold_s
 
     def execute(self, context: Any) -> dict[str, Any]:
         app, _ = resolve(self.app, "blue")
@@ -66,7 +69,7 @@ class FenceOperator(_HandoffOperator):
                                            "a handoff needs both slots RUNNING")
         if rec.fence is None:
             try:
-                rec = set_fence(control, app, rec, float(self.ahead_s))
+                rec = set_fence(control, app, rec, float(self.ahead_s), float(self.hold_s))
             except HandoffError as exc:
                 raise AirflowFailException(str(exc)) from None
             self.log.info("%s: fence %s at epoch %s (%s s ahead)", app.name, rec.fence, rec.epoch, self.ahead_s)

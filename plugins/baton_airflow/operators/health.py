@@ -19,7 +19,7 @@ from typing import Any
 from airflow.sdk import BaseOperator
 
 from baton.apps import AppDefinition, load_registry, version_path
-from baton.handoff import fail_over, other
+from baton.handoff import HandoffError, fail_over, other, stale_fence, without_fence
 from baton.local.procs import tail
 from baton.health import (Finding, HealthPolicy, RestartAction, Severity, SlotHealth, Verdict, assess, decide_restart,
                           prune_restarts, summarize)
@@ -63,6 +63,9 @@ class HealthCheckOperator(BaseOperator):
             record = control.plane().current(app.name)
             if record is None:
                 continue  # never started: nothing is desired of it
+            if self.act and (lifted := self.lift_stale_fence(record, control.plane())):
+                record, message = lifted
+                actions.append(f"{app.name}: {message}")
             assessed = self.assess_app(app, record, control, spark, lag_samples)
             by_slot = dict(assessed)
             for slot, health in assessed:
@@ -83,6 +86,18 @@ class HealthCheckOperator(BaseOperator):
                                                        "findings": [f"{f.rule}: {f.message}" for f in h.findings]}
                           for h in healths},
                 "actions": actions}
+
+    def lift_stale_fence(self, record: ControlRecord, plane) -> tuple[ControlRecord, str] | None:
+        """A fence past its expiry was left by a handoff whose run died: lift it, or the active's
+        output stays held at F for good (baton.handoff.stale_fence says why that is safe)."""
+        if not stale_fence(record, int(self.clock() * 1000)):
+            return None
+        try:
+            lifted = plane.update(record.app, without_fence(record.epoch))
+        except HandoffError:  # a cutover moved the epoch meanwhile: the fence is gone with it
+            return None
+        return lifted, (f"lifted the fence {dict(record.fence)} its handoff left (expired; the run that set it "
+                        f"did not finish); {lifted.active.value} emits on at epoch {lifted.epoch}")
 
     def assess_app(self, app: AppDefinition, record: ControlRecord, control: BatonControlHook,
                    spark: BatonSparkHook, lag_samples: dict) -> list[tuple[Slot, SlotHealth]]:

@@ -3,7 +3,9 @@
 import pytest
 
 from baton.control_plane import ControlPlane
-from baton.handoff import HandoffError, cut_over, fence_reached, plan_fence, saw_epoch, with_fence, without_fence
+from baton.handoff import (
+    HandoffError, cut_over, fence_reached, plan_fence, saw_epoch, stale_fence, with_fence, without_fence,
+)
 from baton.records import CommitMarker, Role, Slot, SlotState, StatusRecord
 from tests.support.fakes import MemoryControlStore
 
@@ -101,3 +103,16 @@ def test_a_failover_fence_replaces_a_handoff_fence_the_dead_active_cannot_reach(
     assert rec.fence == {0: 40, 1: 50} and rec.epoch == 1
     with pytest.raises(HandoffError, match="epoch is 1"):
         plane.update("app", failover_fence({0: 40, 1: 50}, epoch=2))
+
+
+def test_a_fence_expires_and_is_stale_only_until_its_handoff_ends(plane):
+    rec = plane.update("app", with_fence(F, 1, expires_ms=5_000))
+    assert rec.fence_expires_ms == 5_000
+    assert not stale_fence(rec, now_ms=4_999) and stale_fence(rec, now_ms=5_001)
+    assert plane.update("app", with_fence(F, 1, expires_ms=9_000)).fence_expires_ms == 5_000  # a retry: as set
+    lifted = plane.update("app", without_fence(1))
+    assert (lifted.fence, lifted.fence_expires_ms) == (None, 0) and not stale_fence(lifted, 10_000)
+    plane.update("app", with_fence(F, 1))  # no expiry: never stale
+    assert not stale_fence(plane.current("app"), 10**15)
+    moved = plane.update("app", cut_over(Slot.GREEN, 1))
+    assert (moved.fence, moved.fence_expires_ms) == (None, 0)

@@ -124,3 +124,20 @@ def test_only_a_live_running_standby_can_take_over():
     assert HealthCheckOperator.can_fail_over(rec, Slot.GREEN, alive)
     assert not HealthCheckOperator.can_fail_over(rec, Slot.GREEN, SlotHealth("crashy", Slot.GREEN, Verdict.STARTING))
     assert not HealthCheckOperator.can_fail_over(rec, Slot.GREEN, None)
+
+
+def test_a_fence_left_by_a_dead_handoff_is_lifted_once_expired():
+    from baton.control_plane import ControlPlane
+    from baton.handoff import with_fence
+    from tests.support.fakes import MemoryControlStore
+
+    plane = ControlPlane(MemoryControlStore(), writer="test")
+    plane.move_slot("app", Slot.BLUE, SlotState.STARTING, version="v1")
+    rec = plane.update("app", with_fence({0: 10}, 1, expires_ms=5_000))
+    op = HealthCheckOperator(task_id="check")
+    op.clock = lambda: 4.0
+    assert op.lift_stale_fence(rec, plane) is None and plane.current("app").fence == {0: 10}
+    op.clock = lambda: 6.0
+    lifted, message = op.lift_stale_fence(rec, plane)
+    assert lifted.fence is None and plane.current("app").fence is None
+    assert "lifted the fence {0: 10}" in message and "blue emits on at epoch 1" in message
