@@ -1,0 +1,202 @@
+"""A cutover whose tasks are killed with SIGKILL mid-step, under live load, converges when Airflow
+retries them (issue 5): no second fence, no double epoch bump, no second cutover, no lost fence, and
+the output stays exactly once.
+
+How a running task is found: Airflow 3's LocalExecutor runs each task in one of its worker processes,
+which retitles itself `airflow worker -- LocalExecutor: <task instance id>` (the supervisor) and forks
+the task runner, which runs the operator (it retitles itself `airflow worker -- <task instance id>`).
+The task instance id comes from the REST API; killing the runner (not the supervisor) is what a crash
+of the operator's code looks like: the supervisor reports the try failed and Airflow retries it.
+
+How it is killed after its control write and before it could report: once the runner has a connection
+to the broker (its execute() began), it runs in slices of SLICE_S and is held stopped (SIGSTOP) while
+the control record is read; the first time the record shows the write, the runner is killed. After
+its write a step still reads the record back, logs, pushes its XCom and reports success (several
+round trips): far more than one slice, so the kill lands between the write and the report, which the
+try numbers then prove.
+
+Then the finished cutover task is cleared and re-run: it recognises its own write and changes nothing.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from collections import Counter
+
+import psutil
+import pytest
+
+from baton.kafka.control_log import decode_for_app, read_control
+from baton.kafka.tail import read_tail
+from baton.records import ControlRecord, Slot
+from baton.settings import CONTROL_TOPIC
+from baton.tools.verify import read_output, verify
+from tests.support.e2e import run_dag
+from tests.support.slots import produce_clicks, read_status, wait_for, wait_until_emitted
+
+pytestmark = pytest.mark.e2e
+
+DAG = "baton_cutover"
+SLICE_S = 0.02
+
+
+def task_instance(client, run_id: str, task_id: str) -> dict:
+    return next(t for t in client.task_instances(DAG, run_id) if t["task_id"] == task_id)
+
+
+def task_runner(client, run_id: str, task_id: str, timeout_s: float = 300) -> tuple[psutil.Process, dict]:
+    """The process running the current try of `task_id` in `run_id` (see the module docstring)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        ti = task_instance(client, run_id, task_id)
+        assert ti["state"] not in ("success", "failed", "upstream_failed", "skipped"), \
+            f"{task_id} ended ({ti['state']}) before its process was found"
+        title = f"airflow worker -- LocalExecutor: {ti['id']}"
+        for proc in psutil.process_iter(["cmdline"]):
+            if " ".join(proc.info["cmdline"] or []).strip() == title:
+                try:
+                    children = proc.children()
+                except psutil.NoSuchProcess:
+                    continue
+                if children:
+                    assert len(children) == 1, f"{task_id}'s supervisor has children {children}"
+                    return children[0], ti
+        time.sleep(0.05)
+    raise AssertionError(f"no process ran {task_id} of {run_id} within {timeout_s}s")
+
+
+def talks_to(proc: psutil.Process, port: int) -> bool:
+    return any(c.raddr and c.raddr.port == port for c in proc.net_connections(kind="tcp"))
+
+
+def kill_after_write(proc: psutil.Process, written, broker_port: int, timeout_s: float = 180) -> ControlRecord:
+    """Let `proc` run until written() (the control record showing its step's write) holds, then SIGKILL it
+    at once. Returns the record seen. Fails if the process ends first (the kill would have come too late)."""
+    deadline = time.monotonic() + timeout_s
+    stopped = False
+    try:
+        while not talks_to(proc, broker_port):  # free run through start-up (DAG parse) to execute()
+            assert time.monotonic() < deadline, "the task never connected to the broker"
+            time.sleep(0.005)
+        while time.monotonic() < deadline:
+            proc.send_signal(signal.SIGSTOP)
+            stopped = True
+            if (seen := written()) is not None:
+                proc.send_signal(signal.SIGKILL)
+                proc.wait(30)
+                return seen
+            proc.send_signal(signal.SIGCONT)
+            stopped = False
+            time.sleep(SLICE_S)
+        raise AssertionError(f"the task did not write within {timeout_s}s")
+    except psutil.NoSuchProcess:
+        raise AssertionError("the task ended before it could be killed after its write") from None
+    finally:
+        if stopped and proc.is_running():
+            proc.send_signal(signal.SIGCONT)
+
+
+def transitions(bootstrap: str, app: str, since_revision: int) -> list[tuple]:
+    """(epoch, active, fence) of every control record of `app` that readers applied from `since_revision` on
+    (read_control's revision rule), repeats dropped: what the handoff changed, whoever else wrote meanwhile
+    (the health DAG writes too)."""
+    applied: list[ControlRecord] = []
+    for rec in read_tail(bootstrap, CONTROL_TOPIC, lambda m: decode_for_app(app, m.key(), m.value()), last_n=None):
+        if not applied or rec.revision == applied[-1].revision + 1:
+            applied.append(rec)
+    states = [(r.epoch, r.active, r.fence) for r in applied if r.revision >= since_revision]
+    return [s for i, s in enumerate(states) if i == 0 or s != states[i - 1]]
+
+
+@pytest.mark.timeout(900)
+def test_a_cutover_whose_tasks_are_killed_mid_step_converges_exactly_once(stack):
+    platform, client, apps = stack
+    app, bootstrap = apps["cc_resume"], platform.broker.bootstrap
+    broker_port = int(bootstrap.rsplit(":", 1)[1])
+    started = run_dag(client, "baton_lifecycle", {"app": app.name, "action": "start", "slot": "both"})
+    assert started["state"] == "success", started
+    truth, sent, done = Counter(), [0], threading.Event()
+
+    def load():
+        while not done.is_set():
+            part, _ = produce_clicks(bootstrap, app.input.topic, 500, users=300, start=sent[0])
+            truth.update(part)
+            sent[0] += 500
+            time.sleep(0.25)
+
+    producer = threading.Thread(target=load, daemon=True)
+    producer.start()
+    try:
+        wait_until_emitted(bootstrap, app, 5_000, timeout_s=300)
+        before = read_control(bootstrap, app.name)
+        assert (before.active, before.epoch, before.fence) == (Slot.BLUE, 1, None)
+        t0 = time.monotonic()
+        run_id = client.trigger(DAG, {"app": app.name, "ahead_s": 2})["dag_run_id"]
+
+        # 1. The fence task, killed after it set the fence, before it returned the plan.
+        proc, _ = task_runner(client, run_id, "fence")
+        fenced = kill_after_write(proc, lambda: (r if (r := read_control(bootstrap, app.name)).fence else None),
+                                  broker_port)
+        assert (fenced.active, fenced.epoch) == (Slot.BLUE, 1)
+        print(f"fence killed {time.monotonic() - t0:.1f}s after the trigger, fence {fenced.fence}")
+
+        # 2. The gate, stopped as soon as its runner is found and killed once Airflow has the try running (before
+        #    it could defer): its retry must find both slots still held at the fence.
+        proc, _ = task_runner(client, run_id, "both_at_fence")
+        proc.send_signal(signal.SIGSTOP)
+        gate = wait_for("the gate to be running",
+                        lambda: (ti := task_instance(client, run_id, "both_at_fence"))["state"] == "running" and ti,
+                        60, every_s=0.1)
+        assert gate["pid"] == proc.pid  # the pid Airflow recorded for the try is the process found
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+        print(f"gate killed {time.monotonic() - t0:.1f}s after the trigger")
+
+        # 3. The cutover task, killed after its one write, before it reported.
+        proc, _ = task_runner(client, run_id, "cutover")
+        cutover = kill_after_write(proc, lambda: (r if (r := read_control(bootstrap, app.name)).epoch > 1 else None),
+                                   broker_port)
+        assert (cutover.active, cutover.epoch, cutover.fence) == (Slot.GREEN, 2, None)
+        print(f"cutover killed {time.monotonic() - t0:.1f}s after the trigger")
+
+        run = client.wait_for_run(DAG, run_id, timeout_s=420)
+        print(f"run {run['state']} {time.monotonic() - t0:.1f}s after the trigger")
+        assert run["state"] == "success", run
+        time.sleep(5)
+    finally:
+        done.set()
+        producer.join()
+
+    tis = {t["task_id"]: t for t in client.task_instances(DAG, run_id)}
+    # Each killed task was retried once (a try number of 1 would mean the kill came after it reported).
+    assert {t: (tis[t]["state"], tis[t]["try_number"]) for t in ("fence", "both_at_fence", "cutover")} == {
+        "fence": ("success", 2), "both_at_fence": ("success", 2), "cutover": ("success", 2)}, tis
+    assert tis["abort"]["state"] == "skipped"
+    # The retried fence reused the fence it had set: the plan the cutover used is that fence.
+    plan = client.xcom(DAG, run_id, "fence")
+    assert plan == {"fence": {str(p): o for p, o in fenced.fence.items()}, "epoch": 1, "from": "blue", "to": "green"}
+
+    # The control record's history since the trigger: the fence set once and held until the one cutover
+    # write, which lifted it and bumped the epoch once.
+    assert transitions(bootstrap, app.name, before.revision) == [
+        (1, Slot.BLUE, None), (1, Slot.BLUE, fenced.fence), (2, Slot.GREEN, None)]
+    record = read_control(bootstrap, app.name)
+    assert (record.active, record.epoch, record.fence) == (Slot.GREEN, 2, None)
+
+    wait_until_emitted(bootstrap, app, sent[0], timeout_s=300)
+    verdict = verify(truth, read_output(bootstrap, app.output.topic, app.output.partitions))
+    assert verdict.ok, verdict.summary()
+    assert read_status(bootstrap, app.name, "blue")[-1].epoch_seen == 2  # the old active is the standby now
+
+    # A re-run of the finished cutover (cleared, as after a lost success report) recognises its write: no-op.
+    client.clear_tasks(DAG, run_id, ["cutover"])
+    wait_for("the cleared cutover to run again", lambda: (ti := task_instance(client, run_id, "cutover"))["try_number"] == 3
+             and ti["state"] in ("success", "failed", "up_for_retry"), 300, every_s=1)
+    assert client.wait_for_run(DAG, run_id, timeout_s=120)["state"] == "success"
+    assert task_instance(client, run_id, "cutover")["state"] == "success"
+    assert transitions(bootstrap, app.name, before.revision) == [
+        (1, Slot.BLUE, None), (1, Slot.BLUE, fenced.fence), (2, Slot.GREEN, None)]
+    stopped = run_dag(client, "baton_lifecycle", {"app": app.name, "action": "stop", "slot": "both"})
+    assert stopped["state"] == "success"
