@@ -133,7 +133,9 @@ def test_a_cutover_whose_tasks_are_killed_mid_step_converges_exactly_once(stack)
         before = read_control(bootstrap, app.name)
         assert (before.active, before.epoch, before.fence) == (Slot.BLUE, 1, None)
         t0 = time.monotonic()
-        run_id = client.trigger(DAG, {"app": app.name, "ahead_s": 2})["dag_run_id"]
+        # fence_timeout_s also sets how long the fence is held before the health DAG may lift it (+120 s):
+        # room for three tasks' retries on a busy machine.
+        run_id = client.trigger(DAG, {"app": app.name, "ahead_s": 2, "fence_timeout_s": 300})["dag_run_id"]
 
         # 1. The fence task, killed after it set the fence, before it returned the plan.
         proc, _ = task_runner(client, run_id, "fence")
