@@ -69,8 +69,9 @@ def failover_fence(fence: Positions, epoch: int, expires_ms: int = 0):
     return change
 
 
-def cut_over(to: Slot, from_epoch: int):
-    """Change: `to` becomes active at from_epoch + 1 and the fence is lifted. Done already (a retry) = no-op."""
+def cut_over(to: Slot, from_epoch: int, correct: bool = False):
+    """Change: `to` becomes active at from_epoch + 1 and the fence is lifted. Done already (a retry) = no-op.
+    correct: the new active publishes its whole state as output on taking over (ControlRecord.correct_epoch)."""
     def change(rec: ControlRecord) -> ControlRecord:
         if rec.active is to and rec.epoch == from_epoch + 1:
             return rec
@@ -80,7 +81,8 @@ def cut_over(to: Slot, from_epoch: int):
             raise HandoffError(f"{rec.app}: no fence is set; a cutover needs one")
         if rec.active is to:
             raise HandoffError(f"{rec.app}: {to.value} is already active at epoch {rec.epoch}")
-        return dataclasses.replace(rec, active=to, epoch=from_epoch + 1, fence=None, fence_expires_ms=0)
+        return dataclasses.replace(rec, active=to, epoch=from_epoch + 1, fence=None, fence_expires_ms=0,
+                                   correct_epoch=from_epoch + 1 if correct else rec.correct_epoch)
     return change
 
 

@@ -106,6 +106,14 @@ class ControlRecord:
     # When the fence's handoff must have finished (ms): past it, the health DAG lifts a fence left by a
     # handoff that died (its Airflow run killed or marked failed), so the output never stays held. 0: none.
     fence_expires_ms: int = 0
+    # The active at this epoch publishes its whole state as output when it takes over (a reprocess's
+    # corrected-output cutover, or the way back from one): downstream's compacted view then holds
+    # its values for every key. 0: no correction.
+    correct_epoch: int = 0
+    # A long operation under way (e.g. "reprocess by <run id>") and until when it may hold the app
+    # (ms); another one is refused meanwhile. Empty: none.
+    operation: str = ""
+    operation_expires_ms: int = 0
     writer: str = ""
     ts_ms: int = 0
 
@@ -126,6 +134,9 @@ class ControlRecord:
                       for s, spec in self.slots.items()},
             "fence": positions_to_json(self.fence),
             "fence_expires_ms": self.fence_expires_ms,
+            "correct_epoch": self.correct_epoch,
+            "operation": self.operation,
+            "operation_expires_ms": self.operation_expires_ms,
             "writer": self.writer,
             "ts_ms": self.ts_ms,
         }
@@ -154,6 +165,9 @@ class ControlRecord:
                 slots=slots,
                 fence=positions_from_json(d.get("fence"), "control record field 'fence'"),
                 fence_expires_ms=int(d.get("fence_expires_ms", 0)),
+                correct_epoch=int(d.get("correct_epoch", 0)),
+                operation=str(d.get("operation", "")),
+                operation_expires_ms=int(d.get("operation_expires_ms", 0)),
                 writer=str(d.get("writer", "")),
                 ts_ms=int(d.get("ts_ms", 0)),
             )

@@ -28,6 +28,9 @@ with DAG(
                          description="fence this many seconds of input ahead of the end"),
         "fence_timeout_s": Param(120, type="integer", minimum=5, maximum=3600,
                                  description="how long both slots may take to reach the fence"),
+        "correct": Param(False, type="boolean",
+                         description="the new active publishes its whole state as output on taking over: the "
+                                     "way back after a reprocess (downstream gets the previous generation's values)"),
     },
     render_template_as_native_obj=True,
 ):
@@ -36,6 +39,7 @@ with DAG(
     reached = FenceReachedSensor(task_id="both_at_fence", app="{{ params.app }}", plan=fence.output,
                                  wait_timeout_s="{{ params.fence_timeout_s }}")
     cutover = CutoverOperator(task_id="cutover", app="{{ params.app }}", plan=fence.output,
+                              correct="{{ params.correct }}",
                               execution_timeout=timedelta(minutes=2))
     abort = AbortHandoffOperator(task_id="abort", app="{{ params.app }}", plan=fence.output)
     fence >> reached >> cutover

@@ -33,7 +33,7 @@ from baton.records import Positions, Role, Slot, SlotState, StateDigest, StatusR
 from baton.settings import STATUS_TOPIC
 from spark_apps.runtime.follower import Follower
 from spark_apps.runtime.kafka_sink import TransactionalEmitter, WriterFenced
-from spark_apps.runtime.state_check import digest_state, last_committed_batch
+from spark_apps.runtime.state_check import digest_state, last_committed_batch, state_output
 
 KIND_OUTPUT, KIND_DEAD = "o", "d"
 IDLE_HEARTBEAT_S = 5.0
@@ -136,6 +136,8 @@ class Harness:
             control, _ = self.follower.snapshot()
             if control is not None and control.role_of(self.slot) is Role.ACTIVE:
                 self.emitter.acquire(control.epoch)
+                if self.correction_due(control):  # before anything past the fence
+                    self.publish_correction(control)
                 res = self.emitter.emit(batch_id, start or {}, end or {}, out, dead)
                 if res.skipped:
                     self.counters.skipped_batches += 1
@@ -157,6 +159,37 @@ class Harness:
 
         self.spark = session(f"baton-{self.app.name}-{self.slot.value}", self.app, self.spark_conf)
         return build_frame(self.spark, self.app, self.bootstrap, self.starting_offsets, self.paths.cap_file)
+
+    # --- corrected output ---------------------------------------------------------------------
+    def correction_due(self, control) -> bool:
+        """This slot took the active role with a correction asked for, and has not published it yet."""
+        if control is None or control.role_of(self.slot) is not Role.ACTIVE or control.correct_epoch != control.epoch:
+            return False
+        last = self.emitter.last if self.emitter.holding and self.emitter.epoch == control.epoch else None
+        return last is None or last.epoch < control.epoch
+
+    def publish_correction(self, control) -> None:
+        """Under the batch lock: publish the state at the last committed batch (where this slot stands:
+        the fence it took over at) as output, in one transaction with a marker for this epoch, so
+        downstream's compacted view holds this slot's value for every key (ControlRecord.correct_epoch)."""
+        self.emitter.acquire(control.epoch)
+        if self.emitter.last is not None and self.emitter.last.epoch >= control.epoch:
+            return  # published before a restart
+        batch = last_committed_batch(self.paths.checkpoint)
+        at = read_offset_log(self.paths.checkpoint, batch) if batch is not None else {}
+        started = time.monotonic()
+        rows = state_output(self.spark, self.paths.checkpoint, batch, importlib.import_module(self.app.module)) \
+            if batch is not None else []
+        self.emitter.emit_correction(batch if batch is not None else -1, at or {}, rows)
+        print(f"baton: published the state at batch {batch} ({len(rows)} keys) as corrected output at epoch "
+              f"{control.epoch} in {time.monotonic() - started:.1f}s", file=sys.stderr, flush=True)
+
+    def maybe_correct(self) -> None:
+        control, _ = self.follower.snapshot()
+        if self.spark is None or not self.correction_due(control):
+            return
+        with self._batch_lock:
+            self.publish_correction(control)
 
     # --- state digests (spark_apps.runtime.state_check) -----------------------------------------
     def take_digest(self, batch_id: int | None, at: str) -> None:
@@ -219,6 +252,7 @@ class Harness:
                 if spec is not None and spec.desired in (SlotState.STOPPED, SlotState.STOPPING, SlotState.FAILED):
                     break
                 self.digest_at_fence()
+                self.maybe_correct()
             self.state = SlotState.STOPPING
             self.publish()
             # Stop at a batch boundary: wait for the running batch's sink to finish.

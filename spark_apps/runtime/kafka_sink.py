@@ -112,6 +112,24 @@ class TransactionalEmitter:
             raise ReplayConflict(
                 f"batch {batch_id} starts at {start} but output was already committed up to {self.last.emitted}"
             )
+        return self._commit(batch_id, end, output, dead_letters, timeout_s)
+
+    def emit_correction(self, batch_id: int, at: Positions, output: Iterable[tuple[bytes | None, bytes | None]],
+                        timeout_s: float = 60.0) -> Emitted:
+        """Publish this slot's whole state as output, once, on taking the writer role at a fence `at`
+        (a corrected-output cutover): one transaction with a marker at `at` for this epoch. Done
+        already if a marker of this epoch (or a later one) exists."""
+        if self._producer is None or self.epoch is None:
+            raise WriterFenced(f"{self.app}/{self.slot.value} does not hold the writer role")
+        if self.last is not None and self.last.epoch >= self.epoch:
+            return Emitted(self.last, skipped=True)
+        if self.last is not None and not (covers(at, self.last.emitted) and covers(self.last.emitted, at)):
+            # The state published must be the state at what was emitted: anything else loses or repeats input.
+            raise ReplayConflict(f"correction at {at} but output was committed up to {self.last.emitted}")
+        return self._commit(batch_id, at, output, (), timeout_s)
+
+    def _commit(self, batch_id: int, end: Positions, output, dead_letters, timeout_s: float) -> Emitted:
+        """One transaction: output rows, dead letters, the marker "emitted up to `end`"."""
         marker = CommitMarker(app=self.app, generation=self.generation, epoch=self.epoch, slot=self.slot,
                               batch_id=batch_id, emitted=dict(end), ts_ms=int(time.time() * 1000))
         p = self._producer

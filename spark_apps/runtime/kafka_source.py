@@ -77,6 +77,7 @@ from bisect import bisect_left
 from operator import itemgetter
 from typing import Any, Iterator, Mapping, Optional, Sequence
 
+from baton.kafka.positions import first_record, search_timestamp
 from baton.kafka.tail import is_fatal as _fatal, probe_ends
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
@@ -484,47 +485,12 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                         PROBE_TIMEOUT_S, sorted(unsettled))
         return ends
 
-    def _first_record(self, p: int, offset: int, end: int) -> Optional[tuple[int, int]]:
-        """(offset, timestamp ms) of the first record at >= offset and < end, or None."""
-        from confluent_kafka import KafkaError, KafkaException, TopicPartition
-
-        if offset >= end:
-            return None
-        c = self._consumer()
-        tp = TopicPartition(self.opts.topic, p, offset)
-        c.assign([tp])
-        try:
-            deadline = time.monotonic() + self.opts.poll_timeout_s
-            while time.monotonic() < deadline:
-                for m in c.consume(1, TAIL_WAIT_S):
-                    err = m.error()
-                    if err is None:
-                        return (m.offset(), m.timestamp()[1]) if m.offset() < end else None
-                    if err.code() == KafkaError._PARTITION_EOF:
-                        if m.offset() >= end:
-                            return None
-                    elif _fatal(err):
-                        raise KafkaException(err)
-                pos = c.position([tp])[0].offset
-                if pos >= end:
-                    return None
-            raise TimeoutError(f"{self.opts.topic}[{p}]: no record between {offset} and {end} "
-                               f"within {self.opts.poll_timeout_s:.0f}s")
-        finally:
-            c.unassign()
-
     def offset_for_timestamp(self, p: int, ts_ms: int, low: int, end: int) -> int:
         """Smallest offset o such that every record at >= o has timestamp >= ts_ms (assuming
         timestamps do not decrease within the partition): binary search, one record per step."""
-        lo, hi = low, end
-        while lo < hi:
-            mid = (lo + hi) // 2
-            rec = self._first_record(p, mid, end)
-            if rec is None or rec[1] >= ts_ms:
-                hi = mid
-            else:
-                lo = rec[0] + 1
-        return lo
+        consumer = self._consumer()
+        return search_timestamp(
+            lambda o: first_record(consumer, self.opts.topic, p, o, end, self.opts.poll_timeout_s), ts_ms, low, end)
 
     # -- DataSourceStreamReader
     def initialOffset(self) -> dict:

@@ -29,7 +29,21 @@ from baton.apps import AppDefinitionError, load_app
 from baton.settings import Settings
 
 
-def replay(app, checkpoint: Path, work: Path, bootstrap: str, timeout_s: float = 300.0) -> dict:
+# Infrastructure, not the new version: Spark gives a Python worker 10 s to connect back, which a
+# starved 2-core machine can miss. Such a replay is tried again (a fresh copy each time).
+TRANSIENT = ("Python worker failed to connect back", "Timed out while waiting for the Python worker")
+
+
+def replay(app, checkpoint: Path, work: Path, bootstrap: str, timeout_s: float = 300.0, attempts: int = 3) -> dict:
+    for attempt in range(1, attempts + 1):
+        result = replay_once(app, checkpoint, work, bootstrap, timeout_s)
+        if result["ok"] or not any(t in result.get("error", "") for t in TRANSIENT):
+            return result
+        print(f"replay attempt {attempt}: {result['error']}", file=sys.stderr, flush=True)
+    return {**result, "transient": True}
+
+
+def replay_once(app, checkpoint: Path, work: Path, bootstrap: str, timeout_s: float) -> dict:
     from spark_apps.runtime.follower import write_cap_file
     from spark_apps.runtime.harness import build_frame, read_offset_log
     from spark_apps.runtime.spark import session

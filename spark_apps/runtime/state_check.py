@@ -55,6 +55,24 @@ def digest_state(spark, checkpoint: Path, batch_id: int, at: str) -> StateDigest
                        schema=" ".join(schemas), ts_ms=int(time.time() * 1000))
 
 
+def state_frame(spark, checkpoint: Path, batch_id: int, operator: int = 0):
+    """The state after `batch_id` as a frame of the key's and the value's columns (`user_id`, `count`)."""
+    return (spark.read.format("statestore").option("batchId", batch_id).option("operatorId", operator)
+            .load(str(checkpoint)).select("key.*", "value.*"))
+
+
+def state_output(spark, checkpoint: Path, batch_id: int, module) -> list[tuple[bytes | None, bytes | None]]:
+    """The app's output record for every key of its state after `batch_id` (the module's
+    state_output(state) -> key, value): a corrected-output cutover publishes these."""
+    from pyspark.sql import functions as F
+
+    if not hasattr(module, "state_output"):
+        raise ValueError(f"{module.__name__} has no state_output(state): it cannot publish corrected output")
+    table = module.state_output(state_frame(spark, checkpoint, batch_id)).select(
+        F.col("key").cast("binary").alias("key"), F.col("value").cast("binary").alias("value")).toArrow()
+    return list(zip(table.column("key").to_pylist(), table.column("value").to_pylist()))
+
+
 def copy_checkpoint(source: Path, target: Path) -> int | None:
     """Copy a checkpoint; the copy's last committed batch (None: none). The source is never written.
     Safe while the source's query runs: Spark writes each log and state file whole (rename), and

@@ -2,6 +2,7 @@
 starting it costs about a minute. Each test uses its own app from APPS (its own topics and slots)."""
 
 import os
+import re
 import time
 
 import pytest
@@ -20,6 +21,8 @@ APPS = {
     "cc_resume": "module: spark_apps.apps.click_counts\ntrigger_ms: 500\nmax_records_per_trigger: 5000\n",
     "cc_up": "module: spark_apps.apps.click_counts\ntrigger_ms: 500\nmax_records_per_trigger: 5000\n"
              "batch_ms_budget: 15000\n",
+    "cc_fix": "module: tests.support.buggy_counts\ntrigger_ms: 500\nmax_records_per_trigger: 5000\n"
+              "batch_ms_budget: 15000\n",
     "crashy": "module: tests.support.crashing_app\n"
               # Restart at once, then after 1 s; the third death in the window gives up.
               "health: {max_restarts: 2, restart_backoff_s: 1, restart_window_s: 600, start_grace_s: 90}\n",
@@ -29,6 +32,7 @@ VERSIONS = {
     "cc_up": {"v2": "spark_apps.apps.click_counts_v2",   # same state as v1: an exact upgrade
               "v3": "spark_apps.apps.click_counts_v3",   # another state schema: refused at preflight
               "v4": "spark_apps.apps.click_counts"},     # v1's code again: the rollback test's target
+    "cc_fix": {"v2": "spark_apps.apps.click_counts"},    # the fix of v1's injected bug (tests.support.buggy_counts)
 }
 
 
@@ -43,9 +47,9 @@ def stack(tmp_path_factory):
             f"output: {{topic: out-{name}, partitions: 2}}\n{body}")
         for version, module in VERSIONS.get(name, {}).items():
             (apps_dir / "versions" / name).mkdir(parents=True, exist_ok=True)
+            v1 = (apps_dir / f"{name}.yaml").read_text().replace("version: v1", f"version: {version}")
             (apps_dir / "versions" / name / f"{version}.yaml").write_text(
-                (apps_dir / f"{name}.yaml").read_text().replace("version: v1", f"version: {version}")
-                .replace("module: spark_apps.apps.click_counts\n", f"module: {module}\n"))
+                re.sub(r"^module: .*$", f"module: {module}", v1, flags=re.MULTILINE))
     saved = {k: os.environ.get(k) for k in ("BATON_APPS_DIR", "BATON_HOME")}
     os.environ["BATON_APPS_DIR"] = str(apps_dir)
     os.environ["BATON_HOME"] = str(root / "state")

@@ -39,11 +39,13 @@ def make_app(bootstrap: str, directory: Path, module: str = "spark_apps.apps.cli
     return app, path
 
 
-def start_slot(bootstrap: str, path: Path, state_dir: Path, slot: str = "blue") -> subprocess.Popen:
+def start_slot(bootstrap: str, path: Path, state_dir: Path, slot: str = "blue",
+               starting_offsets: str = "earliest") -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     log = open(state_dir / f"{path.stem}-{slot}.log", "ab")
     return subprocess.Popen([sys.executable, "-m", "spark_apps.runtime.run", "--app", str(path), "--slot", slot,
-                             "--bootstrap", bootstrap, "--state-dir", str(state_dir)], env=env,
+                             "--bootstrap", bootstrap, "--state-dir", str(state_dir),
+                             "--starting-offsets", starting_offsets], env=env,
                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
 

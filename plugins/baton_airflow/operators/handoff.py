@@ -81,20 +81,21 @@ class FenceOperator(_HandoffOperator):
 
 class CutoverOperator(_HandoffOperator):
     """One write: the standby is active at epoch + 1 and the fence is lifted (baton.handoff explains why
-    one step is safe once both slots stand at F). `plan` is the FenceOperator's XCom."""
+    one step is safe once both slots stand at F). `plan` is the FenceOperator's XCom. `correct`: the
+    new active publishes its whole state as output on taking over (a reprocess, or the way back)."""
 
-    template_fields = ("app", "plan")
+    template_fields = ("app", "plan", "correct")
 
-    def __init__(self, *, plan: Any, **kwargs: Any):
+    def __init__(self, *, plan: Any, correct: bool | str = False, **kwargs: Any):
         super().__init__(**kwargs)
-        self.plan = plan
+        self.plan, self.correct = plan, correct
 
     def execute(self, context: Any) -> dict[str, Any]:
         app, _ = resolve(self.app, "blue")
         plane = self.control().plane()
         epoch, to = int(self.plan["epoch"]), Slot(self.plan["to"])
         try:
-            rec = plane.update(app.name, cut_over(to, epoch))
+            rec = plane.update(app.name, cut_over(to, epoch, correct=self.correct in (True, "True", "true")))
         except HandoffError as exc:
             raise AirflowFailException(str(exc)) from None
         self.log.info("%s: %s is active at epoch %s and emits from %s", app.name, to.value, rec.epoch,

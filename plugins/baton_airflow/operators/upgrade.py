@@ -24,6 +24,7 @@ from baton.handoff import HandoffError, cut_over, fence_reached, other, without_
 from baton.lifecycle import IllegalTransition
 from baton.records import Slot, SlotState, StateDigest
 from baton.settings import REPO_ROOT
+from baton.reprocess import end_operation
 from baton.upgrade import Policy, replay_verdict
 from baton_airflow.hooks.control import BatonControlHook
 from baton_airflow.hooks.kafka import BatonKafkaHook
@@ -33,13 +34,13 @@ from baton_airflow.operators.slots import resolve
 from baton_airflow.triggers.status import SlotStatusTrigger
 
 
-def _fail(context: Any, message: str) -> AirflowFailException:
+def fail_with_reason(context: Any, message: str) -> AirflowFailException:
     """A failed step's reason, kept for the abort step's report, as the exception to raise."""
     context["ti"].xcom_push(key="reason", value=message)
     return AirflowFailException(message)
 
 
-class _UpgradeOperator(BaseOperator):
+class AppOperator(BaseOperator):
     template_fields = ("app",)
 
     def __init__(self, *, app: str, kafka_conn_id: str = BatonKafkaHook.default_conn_name,
@@ -52,7 +53,7 @@ class _UpgradeOperator(BaseOperator):
         return BatonControlHook(self.kafka_conn_id), BatonSparkHook(conn_id=self.spark_conn_id)
 
 
-class PreflightOperator(_UpgradeOperator):
+class PreflightOperator(AppOperator):
     """Before anything changes: the new version's definition is valid and keeps the app's topics, both
     slots run, no handoff is under way, and the new code can run on the standby's state: it replays
     the standby's last batch on a copy of its checkpoint (spark_apps.runtime.replay), so Spark checks
@@ -72,27 +73,29 @@ class PreflightOperator(_UpgradeOperator):
             new = load_version(app.name, str(self.version))
             definition = version_path(app.name, str(self.version))
         except (AppDefinitionError, ValueError) as exc:
-            raise _fail(context, str(exc)) from None
+            raise fail_with_reason(context, str(exc)) from None
         control, spark = self.hooks()
         rec = control.plane().current(app.name)
         if rec is None:
-            raise _fail(context, f"{app.name} has never been started: start it (baton_lifecycle) before upgrading")
+            raise fail_with_reason(context, f"{app.name} has never been started: start it (baton_lifecycle) before upgrading")
         for slot in Slot:
             spec = rec.slots.get(slot)
             if spec is None or spec.desired is not SlotState.RUNNING or spark.find(app.name, slot) is None:
                 state = spec.desired.value if spec else "not started"
-                raise _fail(context, f"{app.name}/{slot.value} is {state}: a rolling upgrade needs both slots running")
+                raise fail_with_reason(context, f"{app.name}/{slot.value} is {state}: a rolling upgrade needs both slots running")
         if rec.fence is not None:
-            raise _fail(context, f"{app.name}: a fence {rec.fence} is set: another handoff is under way")
+            raise fail_with_reason(context, f"{app.name}: a fence {rec.fence} is set: another handoff is under way")
         standby = other(rec.active)
         versions = {s: rec.slots[s].version or app.version for s in Slot}
         if versions[rec.active] == new.version:
-            raise _fail(context, f"{app.name}: the active ({rec.active.value}) already runs {new.version}")
-        checkpoint = _checkpoint(spark, app.name, standby, rec.slots[standby].generation)
+            raise fail_with_reason(context, f"{app.name}: the active ({rec.active.value}) already runs {new.version}")
+        checkpoint = slot_checkpoint(spark, app.name, standby, rec.slots[standby].generation)
         result = self.replay(definition, checkpoint, control.bootstrap)
+        if result.get("transient"):  # the machine, not the version: a retry may pass
+            raise AirflowException(f"the replay could not run: {result.get('error')}")
         verdict = replay_verdict(result, policy)
         if verdict.failed:
-            raise _fail(context, f"preflight refused {app.name} {new.version}: {verdict.message}; nothing was changed")
+            raise fail_with_reason(context, f"preflight refused {app.name} {new.version}: {verdict.message}; nothing was changed")
         self.log.info("%s", verdict.message)
         return {"app": app.name, "version": new.version, "definition": str(definition), "policy": policy.value,
                 "from_version": versions[rec.active], "active": rec.active.value, "standby": standby.value,
@@ -106,27 +109,27 @@ class PreflightOperator(_UpgradeOperator):
                     "--checkpoint", str(checkpoint), "--work", str(Path(work) / "copy"), "--bootstrap", bootstrap,
                     "--timeout-s", str(self.replay_timeout_s)]
             self.log.info("replaying the standby's last batch with %s: %s", definition, " ".join(argv))
-            out = subprocess.run(argv, cwd=REPO_ROOT, capture_output=True, text=True,
-                                 timeout=self.replay_timeout_s + 120, env=_env())
+            out = subprocess.run(argv, cwd=REPO_ROOT, capture_output=True, text=True, stdin=subprocess.DEVNULL,
+                                 timeout=3 * self.replay_timeout_s + 120, env=subprocess_env())
         if out.returncode != 0 or not out.stdout.strip():
             raise AirflowException(f"the replay could not run (exit {out.returncode}): {out.stderr[-2000:]}")
         return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def _env() -> dict[str, str]:
+def subprocess_env() -> dict[str, str]:
     import os
 
     path = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH", "")) if p)
     return {**os.environ, "PYTHONPATH": path}
 
 
-def _checkpoint(spark: BatonSparkHook, app: str, slot: Slot, generation: int) -> Path:
+def slot_checkpoint(spark: BatonSparkHook, app: str, slot: Slot, generation: int) -> Path:
     from spark_apps.runtime.harness import slot_paths
 
     return slot_paths(spark.state_dir, app, slot, generation).checkpoint
 
 
-class UpgradeSlotOperator(_UpgradeOperator):
+class UpgradeSlotOperator(AppOperator):
     """Move one slot to the plan's version on its own checkpoint: stop it at a batch boundary (it
     digests the state it leaves), start the new version (it digests what it restores), wait until it
     runs. `plan` is the PreflightOperator's XCom; `role` picks the slot: "standby" or "active" (the
@@ -160,7 +163,7 @@ class UpgradeSlotOperator(_UpgradeOperator):
             elif spec.desired is not SlotState.RUNNING:
                 spec = plane.move_slot(app.name, slot, SlotState.STARTING, reason=why).slots[slot]
         except IllegalTransition as exc:
-            raise _fail(context, f"{app.name}/{slot.value}: {exc}") from None
+            raise fail_with_reason(context, f"{app.name}/{slot.value}: {exc}") from None
         proc = spark.ensure_started(definition, slot, control.bootstrap, generation=spec.generation)
         left = _left_digest(control, app.name, slot, int(proc.launched_at * 1000))
         self.log.info("%s/%s: %s launched (pid %s); it left %s", app.name, slot.value, version, proc.pid, left)
@@ -175,7 +178,7 @@ class UpgradeSlotOperator(_UpgradeOperator):
                          left: dict[str, Any] | None, since_ms: int) -> dict[str, Any]:
         app, slot = resolve(self.app, self.plan[self.role])
         if event.get("status") == "failed":
-            raise _fail(context, f"{self.plan['version']} did not start: {event.get('message')}; log {launch.get('log')}")
+            raise fail_with_reason(context, f"{self.plan['version']} did not start: {event.get('message')}; log {launch.get('log')}")
         if event.get("status") != "met":
             raise AirflowException(f"{event.get('message')}; driver log: {launch.get('log')}")
         control, _ = self.hooks()
@@ -192,7 +195,7 @@ def _left_digest(control: BatonControlHook, app: str, slot: Slot, launched_ms: i
     return None
 
 
-class RollbackOperator(_UpgradeOperator):
+class RollbackOperator(AppOperator):
     """The new active failed to settle: flip the role back to the old slot, still hot on the old
     version, at an exact fence (the same protocol as the cutover, the other way), then fail the run
     with the settle check's reason. `cutover` is the CutoverOperator's XCom, `plan` the preflight's."""
@@ -200,12 +203,12 @@ class RollbackOperator(_UpgradeOperator):
     template_fields = ("app", "plan", "cutover", "ahead_s", "fence_timeout_s")
 
     def __init__(self, *, plan: Any, cutover: Any, settle_task_id: str = "settle", ahead_s: float = 2.0,
-                 fence_timeout_s: float = 120.0, **kwargs: Any):
+                 fence_timeout_s: float = 120.0, correct: bool = False, **kwargs: Any):
         kwargs.setdefault("trigger_rule", "one_failed")
         kwargs.setdefault("retries", 2)
         super().__init__(**kwargs)
         self.plan, self.cutover, self.settle_task_id = plan, cutover, settle_task_id
-        self.ahead_s, self.fence_timeout_s = ahead_s, fence_timeout_s
+        self.ahead_s, self.fence_timeout_s, self.correct = ahead_s, fence_timeout_s, correct
 
     def execute(self, context: Any) -> None:
         if not self.cutover:  # the cutover itself failed (abort handles that): nothing moved, nothing to undo
@@ -226,9 +229,12 @@ class RollbackOperator(_UpgradeOperator):
                 rec = set_fence(control, app, rec, float(self.ahead_s))
             self.log.warning("%s: rolling back to %s: fence %s", app.name, back_to.value, rec.fence)
             self.wait_at_fence(control, app, back_to, dict(rec.fence), epoch)
-            plane.update(app.name, cut_over(back_to, epoch))
+            # After a corrected-output cutover, the old slot's state is published again on the way back.
+            plane.update(app.name, cut_over(back_to, epoch, correct=self.correct))
         plane.move_slot(app.name, new_slot, SlotState.RUNNING,
                         reason=f"rolled back from {self.plan['version']}: {reason}"[:500])
+        if self.plan.get("operation"):  # a reprocess: the app is free again
+            plane.update(app.name, end_operation(self.plan["operation"]))
         raise AirflowFailException(f"{app.name}: rolled back to {back_to.value} on {self.plan['from_version']} "
                                    f"(epoch {epoch + 1}); {self.plan['version']} did not settle: {reason}")
 
@@ -249,7 +255,7 @@ class RollbackOperator(_UpgradeOperator):
             time.sleep(0.5)
 
 
-class AbortUpgradeOperator(_UpgradeOperator):
+class AbortUpgradeOperator(AppOperator):
     """A gate before the cutover failed: lift the fence if one is set at the plan's epoch (the active
     keeps serving, untouched) and fail the run with the failed step's reason."""
 

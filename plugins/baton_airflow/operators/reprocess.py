@@ -1,0 +1,244 @@
+"""The reprocess's steps (baton.reprocess has the request checks; baton.handoff the cutover).
+
+A reprocess holds the app (ControlRecord.operation) from its validation to its end, so a second one
+is refused; every step recognises its own earlier work when retried.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import subprocess
+import sys
+import time
+from typing import Any
+
+from airflow.sdk.exceptions import AirflowException
+
+from baton.apps import AppDefinitionError, load_version, version_path
+from baton.handoff import HandoffError, other, without_fence
+from baton.kafka.positions import bounds, offsets_for_timestamp
+from baton.lifecycle import IllegalTransition
+from baton.records import Slot, SlotState
+from baton.reprocess import RequestRefused, Start, begin_operation, check_app_state, end_operation, resolve_start
+from baton.settings import REPO_ROOT
+from baton_airflow.hooks.spark import BatonSparkHook
+from baton_airflow.operators.slots import resolve
+from baton_airflow.operators.upgrade import AppOperator, fail_with_reason, slot_checkpoint, subprocess_env
+from baton_airflow.triggers.status import SlotStatusTrigger
+
+HOLD_S = 6 * 3600  # a reprocess may hold the app this long; past it, another may start (a dead run)
+
+
+class ReprocessRequestOperator(AppOperator):
+    """Refuse a bad request before anything changes (unknown version, a module that cannot publish
+    corrected output, a start beyond the log or in the future, a partition that does not exist, a
+    slot not running, a handoff or another reprocess under way); else mark the reprocess under way
+    and return its plan, start offsets resolved."""
+
+    template_fields = ("app", "version", "start", "start_timestamp_ms", "start_offsets")
+
+    def __init__(self, *, version: str, start: str = "earliest", start_timestamp_ms: Any = None,
+                 start_offsets: Any = None, **kwargs: Any):
+        kwargs.setdefault("retries", 1)
+        super().__init__(**kwargs)
+        self.version, self.start = version, start
+        self.start_timestamp_ms, self.start_offsets = start_timestamp_ms, start_offsets
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        app, _ = resolve(self.app, "blue")
+        control, spark = self.hooks()
+        plane = control.plane()
+        operation = f"reprocess by {context['run_id']}"
+        now_ms = plane.now_ms()
+        rec = plane.current(app.name)
+        try:
+            new = load_version(app.name, str(self.version))
+            definition = version_path(app.name, str(self.version))
+            module = importlib.import_module(new.module)
+            if not hasattr(module, "state_output"):
+                raise RequestRefused(f"{new.module} has no state_output(state): it cannot publish corrected output")
+            start = Start.parse(self.start, _none(self.start_timestamp_ms), _none(self.start_offsets))
+            if rec is None or rec.operation != operation:  # a retry of this run skips the checks it passed
+                check_app_state(rec, now_ms)
+            lows, ends = bounds(control.bootstrap, app.input.topic, range(app.input.partitions))
+            offsets = resolve_start(start, app.input.partitions, lows, ends, now_ms,
+                                    lambda ts: offsets_for_timestamp(control.bootstrap, app.input.topic,
+                                                                     range(app.input.partitions), ts))
+            rec = plane.update(app.name, begin_operation(operation, now_ms + HOLD_S * 1000, now_ms))
+        except (AppDefinitionError, RequestRefused, ImportError) as exc:
+            raise fail_with_reason(context, f"reprocess of {app.name} refused: {exc}; nothing was changed") from None
+        standby = other(rec.active)
+        generation = max(spec.generation for spec in rec.slots.values()) + 1
+        if rec.slots[standby].version == new.version and rec.slots[standby].generation > rec.slots[rec.active].generation:
+            generation = rec.slots[standby].generation  # a retry: the new generation is already this one
+        self.log.info("%s: reprocess with %s from %s (%s) in %s as generation %s", app.name, new.version, offsets,
+                      start.kind, standby.value, generation)
+        return {"app": app.name, "version": new.version, "definition": str(definition), "operation": operation,
+                "active": rec.active.value, "standby": standby.value, "epoch": rec.epoch,
+                "from_version": rec.slots[standby].version or app.version,
+                "from_generation": rec.slots[standby].generation, "generation": generation,
+                "start": start.kind, "start_offsets": {str(p): o for p, o in offsets.items()}}
+
+
+def _none(value: Any) -> Any:
+    return None if value in (None, "", "None") else value
+
+
+class NewGenerationOperator(AppOperator):
+    """Start the plan's new generation in the standby slot: stop it, keep its checkpoint (archived: a
+    note beside it says when and why), start the new version with fresh state from the start offsets,
+    wait until it runs. Follow mode keeps it at or behind what the active emitted."""
+
+    template_fields = ("app", "plan")
+
+    def __init__(self, *, plan: Any, wait_timeout_s: float = 600.0, **kwargs: Any):
+        kwargs.setdefault("retries", 2)  # apache/airflow#71580
+        super().__init__(**kwargs)
+        self.plan, self.wait_timeout_s = plan, wait_timeout_s
+
+    def execute(self, context: Any) -> None:
+        app, slot = resolve(self.app, self.plan["standby"])
+        generation = int(self.plan["generation"])
+        control, spark = self.hooks()
+        plane = control.plane()
+        spec = plane.current(app.name).slots[slot]
+        why = f"reprocess generation {generation} ({context['run_id']})"
+        try:
+            if spec.generation != generation:
+                plane.move_slot(app.name, slot, SlotState.STOPPING, reason=why)
+                spark.stop(app.name, slot, grace_s=60, self_stop_s=60)
+                plane.move_slot(app.name, slot, SlotState.STOPPED, reason=why)
+                archive(spark, app.name, slot, spec.generation, spec.version, why)
+                spec = plane.move_slot(app.name, slot, SlotState.STARTING, version=self.plan["version"], reason=why,
+                                       generation=generation, started_ms=plane.now_ms()).slots[slot]
+        except IllegalTransition as exc:
+            raise fail_with_reason(context, f"{app.name}/{slot.value}: {exc}") from None
+        offsets = json.dumps({str(p): int(o) for p, o in self.plan["start_offsets"].items()})
+        proc = spark.ensure_started(self.plan["definition"], slot, control.bootstrap, generation=generation,
+                                    starting_offsets=offsets)
+        self.log.info("%s/%s: generation %s (%s) from %s, pid %s", app.name, slot.value, generation,
+                      self.plan["version"], offsets, proc.pid)
+        self.defer(trigger=SlotStatusTrigger(app=app.name, slot=slot.value, condition="running",
+                                             bootstrap=control.bootstrap, since_ms=int(proc.launched_at * 1000),
+                                             timeout_s=self.wait_timeout_s),
+                   method_name="execute_complete",
+                   kwargs={"launch": BatonSparkHook.describe(proc), "since_ms": int(proc.launched_at * 1000)})
+
+    def execute_complete(self, context: Any, event: dict[str, Any], launch: dict[str, Any], since_ms: int) -> dict:
+        app, slot = resolve(self.app, self.plan["standby"])
+        if event.get("status") == "failed":
+            raise fail_with_reason(context, f"generation {self.plan['generation']} did not start: "
+                                            f"{event.get('message')}; log {launch.get('log')}")
+        if event.get("status") != "met":
+            raise AirflowException(f"{event.get('message')}; driver log: {launch.get('log')}")
+        control, _ = self.hooks()
+        control.plane().move_slot(app.name, slot, SlotState.RUNNING, reason="")
+        return {"slot": slot.value, "generation": self.plan["generation"], "since_ms": since_ms, "launch": launch}
+
+
+def archive(spark: BatonSparkHook, app: str, slot: Slot, generation: int, version: str, why: str) -> None:
+    """Keep a generation's checkpoint (nothing is deleted) with a note saying what it holds."""
+    root = slot_checkpoint(spark, app, slot, generation).parent
+    if root.is_dir():
+        (root / "ARCHIVED.json").write_text(json.dumps({
+            "app": app, "slot": slot.value, "generation": generation, "version": version, "why": why,
+            "archived_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}, indent=1))
+
+
+class InvariantsOperator(AppOperator):
+    """The app's own checks (its module's check_state) on the new generation's state."""
+
+    template_fields = ("app", "plan")
+
+    def __init__(self, *, plan: Any, timeout_s: float = 600.0, **kwargs: Any):
+        kwargs.setdefault("retries", 1)
+        super().__init__(**kwargs)
+        self.plan, self.timeout_s = plan, timeout_s
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        app, slot = resolve(self.app, self.plan["standby"])
+        _, spark = self.hooks()
+        checkpoint = slot_checkpoint(spark, app.name, slot, int(self.plan["generation"]))
+        out = subprocess.run([sys.executable, "-m", "spark_apps.runtime.invariants", "--app", self.plan["definition"],
+                              "--checkpoint", str(checkpoint)], cwd=REPO_ROOT, capture_output=True, text=True,
+                             stdin=subprocess.DEVNULL, timeout=self.timeout_s, env=subprocess_env())
+        if out.returncode != 0 or not out.stdout.strip():
+            raise AirflowException(f"the invariant check could not run (exit {out.returncode}): {out.stderr[-2000:]}")
+        result = json.loads(out.stdout.strip().splitlines()[-1])
+        if not result["ok"]:
+            detail = result.get("error") or f"{result['violations']} violation(s), e.g. {'; '.join(result['examples'])}"
+            raise fail_with_reason(context, f"generation {self.plan['generation']} breaks the app's invariants: {detail}")
+        self.log.info("invariants hold: %s", result)
+        return result
+
+
+class FinishReprocessOperator(AppOperator):
+    """The new generation is active and settled: the reprocess is over (the app is free again). The
+    previous generation stays hot in the other slot: the way back is baton_cutover with correct=true."""
+
+    template_fields = ("app", "plan")
+
+    def __init__(self, *, plan: Any, **kwargs: Any):
+        kwargs.setdefault("retries", 2)
+        super().__init__(**kwargs)
+        self.plan = plan
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        app, _ = resolve(self.app, "blue")
+        control, spark = self.hooks()
+        rec = control.plane().update(app.name, end_operation(self.plan["operation"]))
+        old = Slot(self.plan["active"])
+        summary = {"active": rec.active.value, "epoch": rec.epoch, "generation": self.plan["generation"],
+                   "version": self.plan["version"], "previous": {"slot": old.value, "version": rec.slots[old].version,
+                                                                   "generation": rec.slots[old].generation},
+                   "archived": str(slot_checkpoint(spark, app.name, Slot(self.plan["standby"]),
+                                                   int(self.plan["from_generation"])).parent),
+                   "way_back": {"dag": "baton_cutover", "conf": {"app": app.name, "correct": True}}}
+        self.log.info("reprocess done: %s", summary)
+        return summary
+
+
+class AbortReprocessOperator(AppOperator):
+    """A gate before the cutover failed: lift the fence if one is set at the plan's epoch, put the
+    standby back on its previous generation (its archived checkpoint), free the app, and fail the run
+    with the failed step's reason. The active was never touched."""
+
+    template_fields = ("app", "plan")
+
+    def __init__(self, *, plan: Any, steps: list[str], **kwargs: Any):
+        kwargs.setdefault("trigger_rule", "one_failed")
+        kwargs.setdefault("retries", 2)
+        super().__init__(**kwargs)
+        self.plan, self.steps = plan, steps
+
+    def execute(self, context: Any) -> None:
+        from airflow.sdk.exceptions import AirflowFailException
+
+        reasons = [r for r in (context["ti"].xcom_pull(task_ids=step, key="reason") for step in self.steps) if r]
+        reason = reasons[0] if reasons else "a step failed (see its log)"
+        app, _ = resolve(self.app, "blue")
+        if not self.plan:  # refused at validation: nothing changed
+            raise AirflowFailException(reason)
+        control, spark = self.hooks()
+        plane = control.plane()
+        rec = plane.current(app.name)
+        if rec.epoch == int(self.plan["epoch"]) and rec.fence is not None:
+            try:
+                rec = plane.update(app.name, without_fence(rec.epoch))
+            except HandoffError:
+                pass
+        standby = Slot(self.plan["standby"])
+        back = ""
+        if rec.active is not standby and rec.slots[standby].generation != int(self.plan["from_generation"]):
+            gen, version = int(self.plan["from_generation"]), self.plan["from_version"]
+            plane.move_slot(app.name, standby, SlotState.STOPPING, reason=f"reprocess aborted: {reason}"[:500])
+            spark.stop(app.name, standby, grace_s=60, self_stop_s=60)
+            plane.move_slot(app.name, standby, SlotState.STOPPED, reason="reprocess aborted")
+            plane.move_slot(app.name, standby, SlotState.STARTING, version=version, generation=gen,
+                            reason="back on its generation after an aborted reprocess", started_ms=plane.now_ms())
+            spark.ensure_started(str(version_path(app.name, version)), standby, control.bootstrap, generation=gen)
+            back = f"; {standby.value} restarted on generation {gen} ({version})"
+        plane.update(app.name, end_operation(self.plan["operation"]))
+        raise AirflowFailException(f"{app.name}: reprocess aborted before the cutover: {reason}; "
+                                   f"{rec.active.value} stays active{back}")

@@ -1,0 +1,61 @@
+"""A reprocess's invariant gate: the app's own checks on a slot's state.
+
+    python -m spark_apps.runtime.invariants --app DEF.yaml --checkpoint SLOT_CHECKPOINT
+
+Reads the state after the checkpoint's last committed batch (Spark's state reader; the slot keeps
+running) and applies the app module's `check_state(state) -> DataFrame` (one row per violation, a
+`problem` column). Prints one JSON line: {"ok": bool, "batch": N, "rows": state rows, "violations": n,
+"examples": [up to 10 problems]}; an app without check_state passes with a note. Exit 0 when it could
+tell, 2 for bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+from pathlib import Path
+
+from baton.apps import AppDefinitionError, load_app
+
+
+def check(app, checkpoint: Path) -> dict:
+    from spark_apps.runtime.spark import session
+    from spark_apps.runtime.state_check import last_committed_batch, state_frame
+
+    module = importlib.import_module(app.module)
+    if not hasattr(module, "check_state"):
+        return {"ok": True, "batch": None, "note": f"{app.module} defines no check_state: nothing to check"}
+    batch = last_committed_batch(checkpoint)
+    if batch is None:
+        return {"ok": False, "batch": None, "error": "the slot has no committed batch: no state to check"}
+    spark = session(f"baton-invariants-{app.name}", app, {"spark.master": "local[2]"})
+    state = state_frame(spark, checkpoint, batch)
+    rows = state.count()
+    problems = module.check_state(state)
+    count = problems.count()
+    examples = [r["problem"] for r in problems.limit(10).collect()]
+    return {"ok": count == 0, "batch": batch, "rows": rows, "violations": count, "examples": examples}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="spark_apps.runtime.invariants")
+    ap.add_argument("--app", required=True, help="the definition the slot runs (.yaml path or registry name)")
+    ap.add_argument("--checkpoint", required=True, type=Path)
+    args = ap.parse_args(argv)
+    try:
+        app = load_app(args.app)
+    except AppDefinitionError as exc:
+        print(f"bad app definition: {exc}", file=sys.stderr)
+        return 2
+    try:
+        result = check(app, args.checkpoint)
+    except Exception as exc:  # noqa: BLE001 - the check itself failed: that is the answer, with its reason
+        result = {"ok": False, "batch": None, "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:500]}"}
+    print(json.dumps(result), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,15 @@
+"""The click-count app with an injected bug (the reprocess tests' v1): every click of a user whose id
+ends in 7 is counted twice. Same state schema and output format as spark_apps.apps.click_counts (v2,
+the fix), so a reprocess moves from one to the other."""
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from spark_apps.apps.click_counts import REQUIRED, VALUE_SCHEMA, check_state, output, state_output
+
+__all__ = ["REQUIRED", "VALUE_SCHEMA", "check_state", "state_output", "transform"]
+
+
+def transform(events: DataFrame) -> DataFrame:
+    weight = F.when(F.col("user_id").endswith("7"), F.lit(2)).otherwise(F.lit(1)).cast("long")
+    return output(events.groupBy("user_id").agg(F.sum(weight).alias("count")))
