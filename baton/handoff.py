@@ -25,7 +25,9 @@ import time
 from typing import Callable, Mapping, Sequence
 
 from baton.conditions import Check, WAIT
-from baton.records import CommitMarker, ControlRecord, Positions, Slot, StatusRecord
+from baton.records import CommitMarker, ControlRecord, Handoff, Positions, Slot, StatusRecord
+
+FAILOVER = "failover"  # the handoff id of the health DAG's failovers
 
 
 class HandoffError(RuntimeError):
@@ -44,18 +46,20 @@ def other(slot: Slot) -> Slot:
     return Slot.GREEN if slot is Slot.BLUE else Slot.BLUE
 
 
-def with_fence(fence: Positions, epoch: int, expires_ms: int = 0):
-    """Change: set the fence at `epoch`, to be lifted by the health DAG after `expires_ms` if its
-    handoff has not finished by then (0: never). Re-running it is a no-op; a different fence in place
-    means another handoff is under way (refused)."""
+def with_fence(fence: Positions, epoch: int, expires_ms: int = 0, by: str = ""):
+    """Change: set the fence at `epoch` for handoff `by` (a run id), to be lifted by the health DAG
+    after `expires_ms` if its handoff has not finished by then (0: never). Re-running it is a no-op; a
+    fence of another handoff in place is refused."""
     def change(rec: ControlRecord) -> ControlRecord:
         if rec.epoch != epoch:
             raise HandoffError(f"{rec.app}: epoch is {rec.epoch}, the fence was planned at epoch {epoch}")
-        if rec.fence is not None and dict(rec.fence) != dict(fence):
-            raise HandoffError(f"{rec.app}: a fence {rec.fence} is already set (another handoff is under way)")
         if rec.fence is not None:
-            return rec
-        return dataclasses.replace(rec, fence=dict(fence), fence_expires_ms=expires_ms)
+            if rec.handoff is not None and rec.handoff.id == by:
+                return rec
+            owner = rec.handoff.id if rec.handoff else "an unknown handoff"
+            raise HandoffError(f"{rec.app}: a fence {rec.fence} is already set by {owner} (another handoff is under way)")
+        return dataclasses.replace(rec, fence=dict(fence), fence_expires_ms=expires_ms,
+                                   handoff=Handoff(by, epoch, dict(fence), other(rec.active)))
     return change
 
 
@@ -65,8 +69,18 @@ def failover_fence(fence: Positions, epoch: int, expires_ms: int = 0):
     def change(rec: ControlRecord) -> ControlRecord:
         if rec.epoch != epoch:
             raise HandoffError(f"{rec.app}: epoch is {rec.epoch}, the failover was planned at epoch {epoch}")
-        return dataclasses.replace(rec, fence=dict(fence), fence_expires_ms=expires_ms)
+        return dataclasses.replace(rec, fence=dict(fence), fence_expires_ms=expires_ms,
+                                   handoff=Handoff(FAILOVER, epoch, dict(fence), other(rec.active)))
     return change
+
+
+def finished(rec: ControlRecord, by: str) -> Handoff | None:
+    """Handoff `by` has cut over already (its record is kept after the cutover): a re-run of its steps
+    must recognise it, not start another one."""
+    h = rec.handoff
+    if h is not None and h.id == by and rec.fence is None and rec.epoch == h.epoch + 1 and rec.active is h.to:
+        return h
+    return None
 
 
 def cut_over(to: Slot, from_epoch: int, correct: bool = False):
@@ -86,12 +100,16 @@ def cut_over(to: Slot, from_epoch: int, correct: bool = False):
     return change
 
 
-def without_fence(epoch: int):
-    """Change: lift the fence, only at `epoch` (a newer epoch's fence belongs to someone else)."""
+def without_fence(epoch: int, by: str | None = None):
+    """Change: lift the fence, only at `epoch` (a newer epoch's fence belongs to someone else) and, if
+    `by` is given, only the fence handoff `by` set."""
     def change(rec: ControlRecord) -> ControlRecord:
         if rec.epoch != epoch:
             raise HandoffError(f"{rec.app}: epoch is {rec.epoch}, not {epoch}: not lifting its fence")
-        return dataclasses.replace(rec, fence=None, fence_expires_ms=0)
+        if by is not None and rec.fence is not None and (rec.handoff is None or rec.handoff.id != by):
+            raise HandoffError(f"{rec.app}: the fence was set by {rec.handoff.id if rec.handoff else 'another'} "
+                               f"handoff, not {by}: not lifting it")
+        return dataclasses.replace(rec, fence=None, fence_expires_ms=0, handoff=None if rec.fence else rec.handoff)
     return change
 
 

@@ -95,6 +95,33 @@ class SlotSpec:
 
 
 @dataclass(frozen=True)
+class Handoff:
+    """Who set the current fence (or did the last cutover): an Airflow run id, or "failover" for the
+    health DAG's; the epoch it was set at, the fence and the slot taking over. Kept after the cutover,
+    so a re-run of the same run's fence step recognises its finished handoff instead of starting a new
+    one, and an abort lifts only its own run's fence."""
+
+    id: str
+    epoch: int
+    fence: Positions
+    to: "Slot"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "epoch": self.epoch, "fence": positions_to_json(self.fence), "to": self.to.value}
+
+    @classmethod
+    def from_json(cls, raw: Any) -> "Handoff | None":
+        if raw is None:
+            return None
+        what = "control record field 'handoff'"
+        if not isinstance(raw, dict):
+            raise RecordError(f"{what}: expected an object")
+        return cls(id=_req(raw, "id", str, what), epoch=_req(raw, "epoch", int, what),
+                   fence=positions_from_json(_req(raw, "fence", dict, what), what) or {},
+                   to=Slot(_req(raw, "to", str, what)))
+
+
+@dataclass(frozen=True)
 class ControlRecord:
     app: str
     revision: int
@@ -106,6 +133,7 @@ class ControlRecord:
     # When the fence's handoff must have finished (ms): past it, the health DAG lifts a fence left by a
     # handoff that died (its Airflow run killed or marked failed), so the output never stays held. 0: none.
     fence_expires_ms: int = 0
+    handoff: Handoff | None = None
     # The active at this epoch publishes its whole state as output when it takes over (a reprocess's
     # corrected-output cutover, or the way back from one): downstream's compacted view then holds
     # its values for every key. 0: no correction.
@@ -134,6 +162,7 @@ class ControlRecord:
                       for s, spec in self.slots.items()},
             "fence": positions_to_json(self.fence),
             "fence_expires_ms": self.fence_expires_ms,
+            "handoff": self.handoff.to_json() if self.handoff else None,
             "correct_epoch": self.correct_epoch,
             "operation": self.operation,
             "operation_expires_ms": self.operation_expires_ms,
@@ -165,6 +194,7 @@ class ControlRecord:
                 slots=slots,
                 fence=positions_from_json(d.get("fence"), "control record field 'fence'"),
                 fence_expires_ms=int(d.get("fence_expires_ms", 0)),
+                handoff=Handoff.from_json(d.get("handoff")),
                 correct_epoch=int(d.get("correct_epoch", 0)),
                 operation=str(d.get("operation", "")),
                 operation_expires_ms=int(d.get("operation_expires_ms", 0)),

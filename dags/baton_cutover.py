@@ -35,7 +35,7 @@ with DAG(
     render_template_as_native_obj=True,
 ):
     fence = FenceOperator(task_id="fence", app="{{ params.app }}", ahead_s="{{ params.ahead_s }}",
-                          hold_s="{{ params.fence_timeout_s + 120 }}")
+                          hold_s="{{ 3 * (params.fence_timeout_s + 10) + 120 }}")
     reached = FenceReachedSensor(task_id="both_at_fence", app="{{ params.app }}", plan=fence.output,
                                  wait_timeout_s="{{ params.fence_timeout_s }}")
     cutover = CutoverOperator(task_id="cutover", app="{{ params.app }}", plan=fence.output,

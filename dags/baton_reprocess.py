@@ -68,7 +68,7 @@ with DAG(
                                 max_lag="{{ params.max_lag_records }}", wait_timeout_s="{{ params.catch_up_timeout_s }}")
     invariants = InvariantsOperator(task_id="invariants", app=app, plan=PLAN, execution_timeout=timedelta(minutes=15))
     fence = FenceOperator(task_id="fence", app=app, ahead_s="{{ params.ahead_s }}",
-                          hold_s="{{ params.fence_timeout_s + 300 }}")
+                          hold_s="{{ 3 * (params.fence_timeout_s + 10) + 120 }}")
     reached = FenceReachedSensor(task_id="both_at_fence", app=app, plan=fence.output,
                                  wait_timeout_s="{{ params.fence_timeout_s }}")
     cutover = CutoverOperator(task_id="cutover", app=app, plan=fence.output, correct=True,

@@ -68,7 +68,7 @@ with DAG(
                               wait_timeout_s=900)
     fence = FenceOperator(task_id="fence", app=app, ahead_s="{{ params.ahead_s }}",
                           # past this the health DAG lifts the fence: the run died
-                          hold_s="{{ params.fence_timeout_s + 300 }}")
+                          hold_s="{{ 3 * (params.fence_timeout_s + 10) + 3 * 190 + 120 }}")
     reached = FenceReachedSensor(task_id="both_at_fence", app=app, plan=fence.output,
                                  wait_timeout_s="{{ params.fence_timeout_s }}")
     state_check = StatesAgreeSensor(task_id="state_check", app=app, plan=fence.output, policy="{{ params.policy }}",

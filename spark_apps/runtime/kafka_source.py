@@ -71,7 +71,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import time
 from bisect import bisect_left
 from operator import itemgetter

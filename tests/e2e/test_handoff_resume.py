@@ -21,9 +21,7 @@ Then the finished cutover task is cleared and re-run: it recognises its own writ
 from __future__ import annotations
 
 import signal
-import threading
 import time
-from collections import Counter
 
 import psutil
 import pytest
@@ -33,8 +31,8 @@ from baton.kafka.tail import read_tail
 from baton.records import ControlRecord, Slot
 from baton.settings import CONTROL_TOPIC
 from baton.tools.verify import read_output, verify
-from tests.support.e2e import run_dag
-from tests.support.slots import produce_clicks, read_status, wait_for, wait_until_emitted
+from tests.support.e2e import LiveLoad, run_dag
+from tests.support.slots import read_status, wait_for, wait_until_emitted
 
 pytestmark = pytest.mark.e2e
 
@@ -117,18 +115,7 @@ def test_a_cutover_whose_tasks_are_killed_mid_step_converges_exactly_once(stack)
     broker_port = int(bootstrap.rsplit(":", 1)[1])
     started = run_dag(client, "baton_lifecycle", {"app": app.name, "action": "start", "slot": "both"})
     assert started["state"] == "success", started
-    truth, sent, done = Counter(), [0], threading.Event()
-
-    def load():
-        while not done.is_set():
-            part, _ = produce_clicks(bootstrap, app.input.topic, 500, users=300, start=sent[0])
-            truth.update(part)
-            sent[0] += 500
-            time.sleep(0.25)
-
-    producer = threading.Thread(target=load, daemon=True)
-    producer.start()
-    try:
+    with LiveLoad(bootstrap, app.input.topic) as load:
         wait_until_emitted(bootstrap, app, 5_000, timeout_s=300)
         before = read_control(bootstrap, app.name)
         assert (before.active, before.epoch, before.fence) == (Slot.BLUE, 1, None)
@@ -167,9 +154,6 @@ def test_a_cutover_whose_tasks_are_killed_mid_step_converges_exactly_once(stack)
         print(f"run {run['state']} {time.monotonic() - t0:.1f}s after the trigger")
         assert run["state"] == "success", run
         time.sleep(5)
-    finally:
-        done.set()
-        producer.join()
 
     tis = {t["task_id"]: t for t in client.task_instances(DAG, run_id)}
     # Each killed task was retried once (a try number of 1 would mean the kill came after it reported).
@@ -187,15 +171,18 @@ def test_a_cutover_whose_tasks_are_killed_mid_step_converges_exactly_once(stack)
     record = read_control(bootstrap, app.name)
     assert (record.active, record.epoch, record.fence) == (Slot.GREEN, 2, None)
 
-    wait_until_emitted(bootstrap, app, sent[0], timeout_s=300)
-    verdict = verify(truth, read_output(bootstrap, app.output.topic, app.output.partitions))
+    wait_until_emitted(bootstrap, app, load.sent, timeout_s=300)
+    verdict = verify(load.truth, read_output(bootstrap, app.output.topic, app.output.partitions))
     assert verdict.ok, verdict.summary()
     assert read_status(bootstrap, app.name, "blue")[-1].epoch_seen == 2  # the old active is the standby now
 
-    # A re-run of the finished cutover (cleared, as after a lost success report) recognises its write: no-op.
-    client.clear_tasks(DAG, run_id, ["cutover"])
+    # A re-run of the finished fence and cutover (cleared, as after a lost success report) recognises this
+    # run's handoff (kept in the control record): the same plan, no second fence, no second cutover.
+    client.clear_tasks(DAG, run_id, ["fence", "cutover"])
     wait_for("the cleared cutover to run again", lambda: (ti := task_instance(client, run_id, "cutover"))["try_number"] == 3
              and ti["state"] in ("success", "failed", "up_for_retry"), 300, every_s=1)
+    assert task_instance(client, run_id, "fence")["state"] == "success"
+    assert client.xcom(DAG, run_id, "fence")["fence"] == {str(p): o for p, o in fenced.fence.items()}
     assert client.wait_for_run(DAG, run_id, timeout_s=120)["state"] == "success"
     assert task_instance(client, run_id, "cutover")["state"] == "success"
     assert transitions(bootstrap, app.name, before.revision) == [

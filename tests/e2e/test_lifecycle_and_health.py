@@ -13,9 +13,7 @@ triggered through the REST API.
 
 import os
 import signal
-import threading
 import time
-from collections import Counter
 
 import pytest
 
@@ -25,7 +23,7 @@ from baton.launcher import Launcher
 from baton.local.procs import pid_alive
 from baton.records import Slot, SlotState
 from baton.tools.verify import read_output, verify
-from tests.support.e2e import desired, run_dag
+from tests.support.e2e import LiveLoad, desired, run_dag
 from tests.support.slots import produce_clicks, read_status, wait_for, wait_until_emitted
 
 pytestmark = pytest.mark.e2e
@@ -124,29 +122,15 @@ def test_cutover_through_the_rest_api_under_load_is_exactly_once(stack):
     app, bootstrap = apps["cc_cut"], platform.broker.bootstrap
     started = run_dag(client, "baton_lifecycle", {"app": app.name, "action": "start", "slot": "both"})
     assert started["state"] == "success", started
-    truth, sent, done = Counter(), [0], threading.Event()
-
-    def load():
-        while not done.is_set():
-            part, _ = produce_clicks(bootstrap, app.input.topic, 500, users=300, start=sent[0])
-            truth.update(part)
-            sent[0] += 500
-            time.sleep(0.25)
-
-    producer = threading.Thread(target=load, daemon=True)
-    producer.start()
-    try:
+    with LiveLoad(bootstrap, app.input.topic) as load:
         wait_until_emitted(bootstrap, app, 5_000, timeout_s=300)
         cut = run_dag(client, "baton_cutover", {"app": app.name, "ahead_s": 2})
         assert cut["state"] == "success", cut
         record = read_control(bootstrap, app.name)
         assert (record.active, record.epoch, record.fence) == (Slot.GREEN, 2, None)
         time.sleep(5)
-    finally:
-        done.set()
-        producer.join()
-    wait_until_emitted(bootstrap, app, sent[0], timeout_s=300)
-    verdict = verify(truth, read_output(bootstrap, app.output.topic, app.output.partitions))
+    wait_until_emitted(bootstrap, app, load.sent, timeout_s=300)
+    verdict = verify(load.truth, read_output(bootstrap, app.output.topic, app.output.partitions))
     assert verdict.ok, verdict.summary()
     assert read_status(bootstrap, app.name, "blue")[-1].epoch_seen == 2  # the old active is the standby now
     stopped = run_dag(client, "baton_lifecycle", {"app": app.name, "action": "stop", "slot": "both"})

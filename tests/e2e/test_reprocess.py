@@ -9,16 +9,15 @@ requests with bad start positions, are refused with their reasons and change not
 downstream then holds again.
 """
 
-import threading
 import time
 from collections import Counter
 
 import pytest
 
 from baton.kafka.control_log import read_control
-from baton.records import CommitMarker, Slot
+from baton.records import CommitMarker
 from baton.tools.verify import read_output
-from tests.support.e2e import run_dag
+from tests.support.e2e import LiveLoad, both_slots_running, run_dag
 from tests.support.slots import produce_clicks, read_topic, wait_until_emitted
 
 pytestmark = pytest.mark.e2e
@@ -43,13 +42,10 @@ def reason(client, run, task):
 def running(stack):
     platform, client, apps = stack
     app = apps[APP]
-    started = run_dag(client, "baton_lifecycle", {"app": app.name, "action": "start", "slot": "both"})
-    assert started["state"] == "success", started
-    truth, _ = produce_clicks(platform.broker.bootstrap, app.input.topic, 4_000, users=300)
-    wait_until_emitted(platform.broker.bootstrap, app, 4_000, timeout_s=300)
-    yield platform, client, app, truth
-    stopped = run_dag(client, "baton_lifecycle", {"app": app.name, "action": "stop", "slot": "both"})
-    assert stopped["state"] == "success"
+    with both_slots_running(client, app):
+        truth, _ = produce_clicks(platform.broker.bootstrap, app.input.topic, 4_000, users=300)
+        wait_until_emitted(platform.broker.bootstrap, app, 4_000, timeout_s=300)
+        yield platform, client, app, truth
 
 
 @pytest.mark.parametrize("conf, words", [
@@ -73,18 +69,7 @@ def test_a_reprocess_corrects_every_key_without_stopping_the_output_and_has_a_wa
     bootstrap = platform.broker.bootstrap
     assert compacted(bootstrap, app) == buggy(truth)  # the bug, as downstream sees it
     before = read_control(bootstrap, app.name)
-    sent, done = [4_000], threading.Event()
-
-    def load():
-        while not done.is_set():
-            part, _ = produce_clicks(bootstrap, app.input.topic, 400, users=300, start=sent[0])
-            truth.update(part)
-            sent[0] += 400
-            time.sleep(0.25)
-
-    producer = threading.Thread(target=load, daemon=True)
-    producer.start()
-    try:
+    with LiveLoad(bootstrap, app.input.topic, per_tick=400, start=4_000, truth=truth) as load:
         started_at = time.time()
         first = client.trigger("baton_reprocess", {"app": app.name, "version": "v2", "start": "earliest",
                                                    "settle_s": 10})
@@ -95,9 +80,6 @@ def test_a_reprocess_corrects_every_key_without_stopping_the_output_and_has_a_wa
         result = client.wait_for_run("baton_reprocess", first["dag_run_id"], timeout_s=1200)
         assert result["state"] == "success", client.task_instances("baton_reprocess", first["dag_run_id"])
         time.sleep(5)
-    finally:
-        done.set()
-        producer.join()
     record = read_control(bootstrap, app.name)
     standby = before.active.other
     assert (record.active, record.epoch, record.fence, record.operation) == (standby, before.epoch + 1, None, "")
@@ -106,7 +88,7 @@ def test_a_reprocess_corrects_every_key_without_stopping_the_output_and_has_a_wa
     summary = client.xcom("baton_reprocess", first["dag_run_id"], "finish")
     assert summary["way_back"]["conf"] == {"app": app.name, "correct": True}
 
-    wait_until_emitted(bootstrap, app, sent[0], timeout_s=300)
+    wait_until_emitted(bootstrap, app, load.sent, timeout_s=300)
     assert compacted(bootstrap, app) == truth  # every key corrected, the live input included
     # The live output never stopped: committed output markers kept coming through the whole run.
     markers = [m.ts_ms / 1000 for m in read_topic(bootstrap, app.commits_topic,
@@ -120,5 +102,5 @@ def test_a_reprocess_corrects_every_key_without_stopping_the_output_and_has_a_wa
     assert back["state"] == "success", back
     record = read_control(bootstrap, app.name)
     assert (record.active, record.epoch) == (before.active, before.epoch + 2)
-    wait_until_emitted(bootstrap, app, sent[0], timeout_s=300)
+    wait_until_emitted(bootstrap, app, load.sent, timeout_s=300)
     assert compacted(bootstrap, app) == buggy(truth)  # v1's output path again, bug and all

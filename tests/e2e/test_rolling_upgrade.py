@@ -11,7 +11,6 @@ The tests run in file order on one app (cc_up): each starts from where the previ
 """
 
 import json
-import threading
 import time
 import uuid
 from collections import Counter
@@ -22,46 +21,18 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 from baton.kafka.control_log import read_control
 from baton.records import Slot, SlotState
 from baton.tools.verify import read_output, verify
-from tests.support.e2e import run_dag
+from tests.support.e2e import LiveLoad, both_slots_running, run_dag
 from tests.support.slots import produce_clicks, wait_until_emitted
 
 pytestmark = pytest.mark.e2e
 APP = "cc_up"
 
 
-class Load:
-    """~2,000 clicks/s in the background; `truth` is what was sent."""
-
-    def __init__(self, bootstrap, app):
-        self.bootstrap, self.app, self.truth, self.sent = bootstrap, app, Counter(), 0
-        self.done = threading.Event()
-        self.thread = threading.Thread(target=self.run, daemon=True)
-
-    def run(self):
-        while not self.done.is_set():
-            part, _ = produce_clicks(self.bootstrap, self.app.input.topic, 500, users=300, start=self.sent)
-            self.truth.update(part)
-            self.sent += 500
-            time.sleep(0.25)
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.done.set()
-        self.thread.join()
-
-
 @pytest.fixture(scope="module")
 def running(stack):
     platform, client, apps = stack
-    app = apps[APP]
-    started = run_dag(client, "baton_lifecycle", {"app": app.name, "action": "start", "slot": "both"})
-    assert started["state"] == "success", started
-    yield platform, client, app, Counter()
-    stopped = run_dag(client, "baton_lifecycle", {"app": app.name, "action": "stop", "slot": "both"})
-    assert stopped["state"] == "success"
+    with both_slots_running(client, apps[APP]):
+        yield platform, client, apps[APP], Counter()
 
 
 def failure_reason(client, run, task):
@@ -92,7 +63,7 @@ def test_a_version_with_another_state_schema_is_refused_before_anything_changes(
 def test_a_rolling_upgrade_under_load_is_exactly_once(running):
     platform, client, app, truth = running
     bootstrap = platform.broker.bootstrap
-    with Load(bootstrap, app) as load:
+    with LiveLoad(bootstrap, app.input.topic) as load:
         run = run_dag(client, "baton_rolling_upgrade", {"app": app.name, "version": "v2", "settle_s": 10},
                       timeout_s=900)
         time.sleep(3)
@@ -133,7 +104,7 @@ def test_a_version_that_breaks_the_sla_after_the_cutover_is_rolled_back(running)
     platform, client, app, truth = running
     bootstrap = platform.broker.bootstrap
     before = read_control(bootstrap, app.name)  # green active on v2 at epoch 2
-    with Load(bootstrap, app) as load:
+    with LiveLoad(bootstrap, app.input.topic) as load:
         # Every batch of the new active breaks a 1 ms batch limit: the settle check must fail.
         run = run_dag(client, "baton_rolling_upgrade",
                       {"app": app.name, "version": "v4", "settle_s": 20, "max_batch_ms": 1}, timeout_s=900)

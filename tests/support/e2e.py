@@ -1,6 +1,12 @@
 """Helpers for e2e tests driving the platform through Airflow's REST API."""
 
+import threading
+import time
+from collections import Counter
+from contextlib import contextmanager
+
 from baton.kafka.control_log import read_control
+from tests.support.slots import produce_clicks
 
 
 def run_dag(client, dag_id, conf=None, timeout_s=420):
@@ -11,3 +17,40 @@ def run_dag(client, dag_id, conf=None, timeout_s=420):
 def desired(platform, app, slot):
     rec = read_control(platform.broker.bootstrap, app)
     return rec.slots.get(slot) if rec else None
+
+
+class LiveLoad:
+    """Live traffic for a test's duration: `per_tick` clicks every 0.25 s over `users` users, numbered on
+    from `start`. `truth` counts what was sent (a given Counter is updated in place); `sent` is the next
+    click's number, i.e. how many were sent counting from 0."""
+
+    def __init__(self, bootstrap, topic, per_tick=500, users=300, start=0, truth=None):
+        self.bootstrap, self.topic, self.per_tick, self.users = bootstrap, topic, per_tick, users
+        self.sent, self.truth = start, truth if truth is not None else Counter()
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+
+    def run(self):
+        while not self.done.is_set():
+            part, _ = produce_clicks(self.bootstrap, self.topic, self.per_tick, users=self.users, start=self.sent)
+            self.truth.update(part)
+            self.sent += self.per_tick
+            time.sleep(0.25)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.done.set()
+        self.thread.join()
+
+
+@contextmanager
+def both_slots_running(client, app):
+    """Both slots of `app` started through baton_lifecycle for the block, stopped after it."""
+    started = run_dag(client, "baton_lifecycle", {"app": app.name, "action": "start", "slot": "both"})
+    assert started["state"] == "success", started
+    yield
+    stopped = run_dag(client, "baton_lifecycle", {"app": app.name, "action": "stop", "slot": "both"})
+    assert stopped["state"] == "success"

@@ -11,23 +11,25 @@ from typing import Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
-from baton.handoff import HandoffError, cut_over, other, plan_fence, with_fence, without_fence
+from baton.handoff import (
+    HandoffError, cut_over, fence_reached, finished, other, plan_fence, with_fence, without_fence,
+)
 from baton.apps import AppDefinition
-from baton.records import ControlRecord, Slot, SlotState
+from baton.records import ControlRecord, Handoff, Slot, SlotState
 from baton_airflow.hooks.control import BatonControlHook
 from baton_airflow.hooks.kafka import BatonKafkaHook
 from baton_airflow.operators.slots import resolve
 
 
 def set_fence(control: BatonControlHook, app: AppDefinition, rec: ControlRecord, ahead_s: float,
-              hold_s: float = 600.0) -> ControlRecord:
+              hold_s: float = 600.0, by: str = "") -> ControlRecord:
     """Set F `ahead_s` of arrivals (at the active's input rate) beyond the input's end, at rec's epoch.
     After `hold_s` the health DAG lifts it if the handoff has not finished (its run died)."""
     history = [s for s in control.status(app.name, rec.active) if s.batch_id >= 0]
     processed = history[-1].processed if history else {}
     rate = max((s.input_rate for s in history[-5:]), default=0.0)
     fence = plan_fence(control.input_end(app), processed, rate, ahead_s, app.input.partitions)
-    return control.plane().update(app.name, with_fence(fence, rec.epoch, int((time.time() + hold_s) * 1000)))
+    return control.plane().update(app.name, with_fence(fence, rec.epoch, int((time.time() + hold_s) * 1000), by))
 
 
 class _HandoffOperator(BaseOperator):
@@ -61,22 +63,31 @@ class FenceOperator(_HandoffOperator):
         rec = plane.current(app.name)
         if rec is None:
             raise AirflowFailException(f"{app.name} has never been started: nothing to hand over")
+        run = context["run_id"]
+        if (done := finished(rec, run)) is not None:  # this run cut over already (a re-run): its plan again
+            self.log.info("%s: this run's handoff to %s at %s is done (epoch %s)", app.name, done.to.value,
+                          done.fence, rec.epoch)
+            return plan_of(done)
         standby = other(rec.active)
         for slot in (rec.active, standby):
             spec = rec.slots.get(slot)
             if spec is None or spec.desired is not SlotState.RUNNING:
                 raise AirflowFailException(f"{app.name}/{slot.value} is {spec.desired.value if spec else 'not started'}: "
                                            "a handoff needs both slots RUNNING")
-        if rec.fence is None:
-            try:
-                rec = set_fence(control, app, rec, float(self.ahead_s), float(self.hold_s))
-            except HandoffError as exc:
-                raise AirflowFailException(str(exc)) from None
-            self.log.info("%s: fence %s at epoch %s (%s s ahead)", app.name, rec.fence, rec.epoch, self.ahead_s)
-        else:
-            self.log.info("%s: reusing the fence %s already set at epoch %s", app.name, rec.fence, rec.epoch)
-        return {"fence": {str(p): o for p, o in rec.fence.items()}, "epoch": rec.epoch,
-                "from": rec.active.value, "to": other(rec.active).value}
+        reuse = rec.fence is not None
+        try:  # a fence this run set before (a retry) is kept; another handoff's is refused
+            rec = set_fence(control, app, rec, float(self.ahead_s), float(self.hold_s), by=run)
+        except HandoffError as exc:
+            raise AirflowFailException(str(exc)) from None
+        self.log.info("%s: %s fence %s at epoch %s (%s s ahead)", app.name, "reusing this run's" if reuse else "set",
+                      rec.fence, rec.epoch, self.ahead_s)
+        return plan_of(rec.handoff)
+
+
+def plan_of(handoff: Handoff) -> dict[str, Any]:
+    """The handoff plan the later steps take (XCom): fence, epoch it was set at, from and to."""
+    return {"fence": {str(p): o for p, o in handoff.fence.items()}, "epoch": handoff.epoch,
+            "from": other(handoff.to).value, "to": handoff.to.value}
 
 
 class CutoverOperator(_HandoffOperator):
@@ -92,8 +103,16 @@ class CutoverOperator(_HandoffOperator):
 
     def execute(self, context: Any) -> dict[str, Any]:
         app, _ = resolve(self.app, "blue")
-        plane = self.control().plane()
+        control = self.control()
+        plane = control.plane()
         epoch, to = int(self.plan["epoch"]), Slot(self.plan["to"])
+        rec = plane.current(app.name)
+        if not (rec.active is to and rec.epoch == epoch + 1):  # not done yet: both must stand at F now
+            fence = {int(p): int(o) for p, o in self.plan["fence"].items()}
+            check = fence_reached(control.last_commit(app), control.status(app.name, to, last_n=500), fence, epoch)
+            if not check.met:
+                raise AirflowFailException(f"{app.name}: not cutting over: "
+                                           f"{check.message or f'both slots are not at the fence {fence}'}")
         try:
             rec = plane.update(app.name, cut_over(to, epoch, correct=self.correct in (True, "True", "true")))
         except HandoffError as exc:
@@ -123,7 +142,11 @@ class AbortHandoffOperator(_HandoffOperator):
         if not self.plan or rec is None or rec.epoch != int(self.plan["epoch"]) or rec.fence is None:
             self.log.info("%s: nothing to undo", app.name)
             return
-        plane.update(app.name, without_fence(rec.epoch))
+        try:
+            plane.update(app.name, without_fence(rec.epoch, by=context["run_id"]))
+        except HandoffError as exc:  # another handoff's fence (e.g. a failover's): not ours to lift
+            self.log.info("%s: %s", app.name, exc)
+            return
         self.log.warning("%s: handoff aborted before the cutover; fence lifted, %s stays active at epoch %s",
                          app.name, rec.active.value, rec.epoch)
         raise AirflowFailException(f"{app.name}: handoff aborted before the cutover; {rec.active.value} stays active")

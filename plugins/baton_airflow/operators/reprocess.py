@@ -16,7 +16,7 @@ from typing import Any
 from airflow.sdk.exceptions import AirflowException
 
 from baton.apps import AppDefinitionError, load_version, version_path
-from baton.handoff import HandoffError, other, without_fence
+from baton.handoff import other
 from baton.kafka.positions import bounds, offsets_for_timestamp
 from baton.lifecycle import IllegalTransition
 from baton.records import Slot, SlotState
@@ -24,7 +24,9 @@ from baton.reprocess import RequestRefused, Start, begin_operation, check_app_st
 from baton.settings import REPO_ROOT
 from baton_airflow.hooks.spark import BatonSparkHook
 from baton_airflow.operators.slots import resolve
-from baton_airflow.operators.upgrade import AppOperator, fail_with_reason, slot_checkpoint, subprocess_env
+from baton_airflow.operators.steps import (
+    AppOperator, fail_with_reason, first_reason, lift_own_fence, slot_checkpoint, subprocess_env,
+)
 from baton_airflow.triggers.status import SlotStatusTrigger
 
 HOLD_S = 6 * 3600  # a reprocess may hold the app this long; past it, another may start (a dead run)
@@ -215,19 +217,13 @@ class AbortReprocessOperator(AppOperator):
     def execute(self, context: Any) -> None:
         from airflow.sdk.exceptions import AirflowFailException
 
-        reasons = [r for r in (context["ti"].xcom_pull(task_ids=step, key="reason") for step in self.steps) if r]
-        reason = reasons[0] if reasons else "a step failed (see its log)"
+        reason = first_reason(context, self.steps)
         app, _ = resolve(self.app, "blue")
         if not self.plan:  # refused at validation: nothing changed
             raise AirflowFailException(reason)
         control, spark = self.hooks()
         plane = control.plane()
-        rec = plane.current(app.name)
-        if rec.epoch == int(self.plan["epoch"]) and rec.fence is not None:
-            try:
-                rec = plane.update(app.name, without_fence(rec.epoch))
-            except HandoffError:
-                pass
+        rec = lift_own_fence(plane, plane.current(app.name), int(self.plan["epoch"]), context["run_id"], self.log)
         standby = Slot(self.plan["standby"])
         back = ""
         if rec.active is not standby and rec.slots[standby].generation != int(self.plan["from_generation"]):

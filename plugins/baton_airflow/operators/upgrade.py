@@ -12,45 +12,26 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 
 from baton.apps import AppDefinitionError, load_version, version_path
-from baton.handoff import HandoffError, cut_over, fence_reached, other, without_fence
+from baton.handoff import HandoffError, cut_over, fence_reached, finished, other, without_fence
 from baton.lifecycle import IllegalTransition
 from baton.records import Slot, SlotState, StateDigest
-from baton.settings import REPO_ROOT
 from baton.reprocess import end_operation
+from baton.settings import REPO_ROOT
 from baton.upgrade import Policy, replay_verdict
 from baton_airflow.hooks.control import BatonControlHook
-from baton_airflow.hooks.kafka import BatonKafkaHook
 from baton_airflow.hooks.spark import BatonSparkHook
 from baton_airflow.operators.handoff import set_fence
 from baton_airflow.operators.slots import resolve
+from baton_airflow.operators.steps import (
+    AppOperator, fail_with_reason, first_reason, lift_own_fence, slot_checkpoint, subprocess_env,
+)
 from baton_airflow.triggers.status import SlotStatusTrigger
-
-
-def fail_with_reason(context: Any, message: str) -> AirflowFailException:
-    """A failed step's reason, kept for the abort step's report, as the exception to raise."""
-    context["ti"].xcom_push(key="reason", value=message)
-    return AirflowFailException(message)
-
-
-class AppOperator(BaseOperator):
-    template_fields = ("app",)
-
-    def __init__(self, *, app: str, kafka_conn_id: str = BatonKafkaHook.default_conn_name,
-                 spark_conn_id: str = BatonSparkHook.default_conn_name, **kwargs: Any):
-        kwargs.setdefault("retry_delay", timedelta(seconds=5))
-        super().__init__(**kwargs)
-        self.app, self.kafka_conn_id, self.spark_conn_id = app, kafka_conn_id, spark_conn_id
-
-    def hooks(self) -> tuple[BatonControlHook, BatonSparkHook]:
-        return BatonControlHook(self.kafka_conn_id), BatonSparkHook(conn_id=self.spark_conn_id)
 
 
 class PreflightOperator(AppOperator):
@@ -114,19 +95,6 @@ class PreflightOperator(AppOperator):
         if out.returncode != 0 or not out.stdout.strip():
             raise AirflowException(f"the replay could not run (exit {out.returncode}): {out.stderr[-2000:]}")
         return json.loads(out.stdout.strip().splitlines()[-1])
-
-
-def subprocess_env() -> dict[str, str]:
-    import os
-
-    path = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH", "")) if p)
-    return {**os.environ, "PYTHONPATH": path}
-
-
-def slot_checkpoint(spark: BatonSparkHook, app: str, slot: Slot, generation: int) -> Path:
-    from spark_apps.runtime.harness import slot_paths
-
-    return slot_paths(spark.state_dir, app, slot, generation).checkpoint
 
 
 class UpgradeSlotOperator(AppOperator):
@@ -219,16 +187,19 @@ class RollbackOperator(AppOperator):
         control, _ = self.hooks()
         plane = control.plane()
         rec = plane.current(app.name)
-        if rec.active is back_to and rec.epoch == epoch + 1:
+        by = f"{context['run_id']}/rollback"
+        if finished(rec, by) is not None:
             self.log.info("%s: already rolled back to %s at epoch %s", app.name, back_to.value, rec.epoch)
         elif rec.active is not new_slot or rec.epoch != epoch:
             raise AirflowFailException(f"{app.name}: the role moved on since the cutover ({rec.active.value} at epoch "
                                        f"{rec.epoch}): not rolling back; the settle check said: {reason}")
         else:
-            if rec.fence is None:
-                rec = set_fence(control, app, rec, float(self.ahead_s))
+            try:  # this rollback's fence, kept if a retry finds it set; another handoff's is refused
+                rec = set_fence(control, app, rec, float(self.ahead_s), by=by)
+            except HandoffError as exc:
+                raise AirflowFailException(f"{app.name}: cannot roll back: {exc}; the settle check said: {reason}") from None
             self.log.warning("%s: rolling back to %s: fence %s", app.name, back_to.value, rec.fence)
-            self.wait_at_fence(control, app, back_to, dict(rec.fence), epoch)
+            self.wait_at_fence(control, app, back_to, dict(rec.fence), epoch, by)
             # After a corrected-output cutover, the old slot's state is published again on the way back.
             plane.update(app.name, cut_over(back_to, epoch, correct=self.correct))
         plane.move_slot(app.name, new_slot, SlotState.RUNNING,
@@ -238,7 +209,8 @@ class RollbackOperator(AppOperator):
         raise AirflowFailException(f"{app.name}: rolled back to {back_to.value} on {self.plan['from_version']} "
                                    f"(epoch {epoch + 1}); {self.plan['version']} did not settle: {reason}")
 
-    def wait_at_fence(self, control: BatonControlHook, app, standby: Slot, fence: dict[int, int], epoch: int) -> None:
+    def wait_at_fence(self, control: BatonControlHook, app, standby: Slot, fence: dict[int, int], epoch: int,
+                      by: str) -> None:
         deadline = time.monotonic() + float(self.fence_timeout_s)
         while True:
             check = fence_reached(control.last_commit(app), control.status(app.name, standby, last_n=500), fence, epoch)
@@ -247,7 +219,7 @@ class RollbackOperator(AppOperator):
             if check.failed or time.monotonic() > deadline:
                 why = check.message if check.failed else f"not reached within {self.fence_timeout_s} s"
                 try:
-                    control.plane().update(app.name, without_fence(epoch))
+                    control.plane().update(app.name, without_fence(epoch, by=by))
                 except HandoffError:
                     pass
                 raise AirflowFailException(f"{app.name}: rollback to {standby.value} failed: {why}; "
@@ -268,14 +240,12 @@ class AbortUpgradeOperator(AppOperator):
         self.plan, self.steps = plan, steps
 
     def execute(self, context: Any) -> None:
-        reasons = [r for r in (context["ti"].xcom_pull(task_ids=step, key="reason") for step in self.steps) if r]
-        reason = reasons[0] if reasons else "a step failed (see its log)"
+        reason = first_reason(context, self.steps)
         app, _ = resolve(self.app, "blue")
         plane = self.hooks()[0].plane()
         rec = plane.current(app.name)
-        if self.plan and rec is not None and rec.epoch == int(self.plan["epoch"]) and rec.fence is not None:
-            plane.update(app.name, without_fence(rec.epoch))
-            self.log.warning("%s: fence lifted", app.name)
+        if self.plan and rec is not None:
+            rec = lift_own_fence(plane, rec, int(self.plan["epoch"]), context["run_id"], self.log)
         where = ""
         if self.plan and rec is not None:
             standby = rec.slots.get(Slot(self.plan["standby"]))

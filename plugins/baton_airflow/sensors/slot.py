@@ -15,7 +15,7 @@ from baton_airflow.triggers.status import SlotStatusTrigger
 
 
 class _SlotSensor(BaseSensorOperator):
-    template_fields = ("app", "slot")
+    template_fields = ("app", "slot", "wait_timeout_s")
 
     def __init__(self, *, app: str, slot: str, wait_timeout_s: float = 600.0,
                  kafka_conn_id: str = BatonKafkaHook.default_conn_name, **kwargs: Any):
@@ -31,7 +31,7 @@ class _SlotSensor(BaseSensorOperator):
         app = load_app(self.app)
         self.defer(trigger=SlotStatusTrigger(
             app=app.name, slot=self.slot, bootstrap=BatonKafkaHook(self.kafka_conn_id).bootstrap,
-            timeout_s=self.wait_timeout_s, **self.trigger_args(context)), method_name="execute_complete")
+            timeout_s=float(self.wait_timeout_s), **self.trigger_args(context)), method_name="execute_complete")
 
     def poke(self, context: Any) -> bool:  # deferrable only; never poked
         raise AirflowException(f"{type(self).__name__} only runs deferred")

@@ -4,9 +4,10 @@ import pytest
 
 from baton.control_plane import ControlPlane
 from baton.handoff import (
-    HandoffError, cut_over, fence_reached, plan_fence, saw_epoch, stale_fence, with_fence, without_fence,
+    FAILOVER, HandoffError, cut_over, failover_fence, fence_reached, finished, plan_fence, saw_epoch, stale_fence,
+    with_fence, without_fence,
 )
-from baton.records import CommitMarker, Role, Slot, SlotState, StatusRecord
+from baton.records import CommitMarker, Handoff, Role, Slot, SlotState, StatusRecord
 from tests.support.fakes import MemoryControlStore
 
 F = {0: 100, 1: 200}
@@ -48,9 +49,12 @@ def test_a_full_handoff_moves_the_role_once_and_every_step_can_be_rerun(plane):
 
 
 def test_stale_or_conflicting_steps_are_refused(plane):
-    plane.update("app", with_fence(F, epoch=1))
-    with pytest.raises(HandoffError, match="already set"):
-        plane.update("app", with_fence({0: 1, 1: 1}, epoch=1))
+    plane.update("app", with_fence(F, epoch=1, by="run1"))
+    with pytest.raises(HandoffError, match="already set by run1"):
+        plane.update("app", with_fence({0: 1, 1: 1}, epoch=1, by="run2"))
+    assert plane.update("app", with_fence({0: 1, 1: 1}, epoch=1, by="run1")).fence == F  # a retry keeps its fence
+    with pytest.raises(HandoffError, match="set by run1 handoff, not run2"):
+        plane.update("app", without_fence(1, by="run2"))  # another run's abort must not lift it
     with pytest.raises(HandoffError, match="epoch is 1"):
         plane.update("app", with_fence(F, epoch=0))
     plane.update("app", cut_over(Slot.GREEN, from_epoch=1))
@@ -116,3 +120,14 @@ def test_a_fence_expires_and_is_stale_only_until_its_handoff_ends(plane):
     assert not stale_fence(plane.current("app"), 10**15)
     moved = plane.update("app", cut_over(Slot.GREEN, 1))
     assert (moved.fence, moved.fence_expires_ms) == (None, 0)
+
+
+def test_a_finished_handoff_is_recognised_by_its_own_run_only(plane):
+    plane.update("app", with_fence(F, epoch=1, by="run1"))
+    assert finished(plane.current("app"), "run1") is None  # fenced, not cut over yet
+    done = plane.update("app", cut_over(Slot.GREEN, from_epoch=1))
+    assert finished(done, "run1") == Handoff("run1", 1, F, Slot.GREEN)
+    assert finished(done, "run2") is None
+    # A later failover replaces the record of the last handoff.
+    plane.update("app", failover_fence({0: 5, 1: 5}, 2))
+    assert plane.current("app").handoff.id == FAILOVER and finished(plane.current("app"), "run1") is None

@@ -108,3 +108,12 @@ def test_reprocess_form_rejects_bad_conf_naming_the_field(dagbag, conf, field):
     with pytest.raises(ParamValidationError, match=f"param {field}"):
         params.update(conf)
         params.validate()
+
+
+def test_every_jinja_argument_is_a_template_field(dagbag):
+    """A "{{ ... }}" argument an operator does not template stays a literal string at run time (found
+    the hard way: a sensor's timeout of "{{ params.x }}" failed at run time, in the e2e test)."""
+    untemplated = [f"{dag_id}.{task.task_id}.{name}" for dag_id, dag in dagbag.dags.items() for task in dag.tasks
+                   for name, value in vars(task).items()
+                   if isinstance(value, str) and "{{" in value and name not in task.template_fields]
+    assert untemplated == []

@@ -1,0 +1,71 @@
+"""What the multi-step DAGs' operators share (rolling upgrade, reprocess): hooks for one app, a failed
+step's reason kept for the abort step's report, lifting only this run's fence, and the environment
+and paths of the Spark helper processes they run."""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, Sequence
+
+from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowFailException
+
+from baton.handoff import HandoffError, without_fence
+from baton.records import ControlRecord, Slot
+from baton.settings import REPO_ROOT
+from baton_airflow.hooks.control import BatonControlHook
+from baton_airflow.hooks.kafka import BatonKafkaHook
+from baton_airflow.hooks.spark import BatonSparkHook
+
+
+class AppOperator(BaseOperator):
+    template_fields = ("app",)
+
+    def __init__(self, *, app: str, kafka_conn_id: str = BatonKafkaHook.default_conn_name,
+                 spark_conn_id: str = BatonSparkHook.default_conn_name, **kwargs: Any):
+        kwargs.setdefault("retry_delay", timedelta(seconds=5))
+        super().__init__(**kwargs)
+        self.app, self.kafka_conn_id, self.spark_conn_id = app, kafka_conn_id, spark_conn_id
+
+    def hooks(self) -> tuple[BatonControlHook, BatonSparkHook]:
+        return BatonControlHook(self.kafka_conn_id), BatonSparkHook(conn_id=self.spark_conn_id)
+
+
+def fail_with_reason(context: Any, message: str) -> AirflowFailException:
+    """A failed step's reason, kept for the abort step's report, as the exception to raise."""
+    context["ti"].xcom_push(key="reason", value=message)
+    return AirflowFailException(message)
+
+
+def first_reason(context: Any, steps: Sequence[str]) -> str:
+    """The reason the first failed step of `steps` gave (fail_with_reason, or a sensor's)."""
+    for step in steps:
+        if reason := context["ti"].xcom_pull(task_ids=step, key="reason"):
+            return reason
+    return f"a step failed without a reason (see the logs of {', '.join(steps)})"
+
+
+def lift_own_fence(plane, rec: ControlRecord, epoch: int, run_id: str, log) -> ControlRecord:
+    """Lift the fence this run set at `epoch`, if it is still there; another handoff's is left alone."""
+    if rec.epoch != epoch or rec.fence is None:
+        return rec
+    try:
+        rec = plane.update(rec.app, without_fence(rec.epoch, by=run_id))
+        log.warning("%s: fence lifted; %s stays active at epoch %s", rec.app, rec.active.value, rec.epoch)
+    except HandoffError as exc:  # another handoff's fence (e.g. a failover's): not ours to lift
+        log.info("%s: %s", rec.app, exc)
+    return rec
+
+
+def subprocess_env() -> dict[str, str]:
+    """For Spark helper processes (replay, invariants): this checkout importable."""
+    path = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    return {**os.environ, "PYTHONPATH": path}
+
+
+def slot_checkpoint(spark: BatonSparkHook, app: str, slot: Slot, generation: int) -> Path:
+    from spark_apps.runtime.harness import slot_paths
+
+    return slot_paths(spark.state_dir, app, slot, generation).checkpoint
