@@ -42,7 +42,8 @@ status:
 # Benchmarks, each on its own broker, results as JSON + PNG in bench/results/: the Kafka source's
 # read rate, the click-count app's throughput and latency at the seed's 20,085 events/s with its
 # standby beside it (about 5 min), restart to first batch with 100k and 1M keys of state, and the
-# windowed app's state, a cutover and a kill -9 failover under that load (about 40 min in all).
+# windowed app's state, a cutover, a kill -9 failover and a rolling upgrade v1 -> v2 under that load
+# (about 50 min in all).
 # Run on a quiet machine: other load skews every figure.
 bench: install
 	$(BIN)/python bench/source_read.py --records 2000000
@@ -51,6 +52,7 @@ bench: install
 	$(BIN)/python bench/window_state.py
 	$(BIN)/python bench/handoff.py --kind cutover
 	$(BIN)/python bench/handoff.py --kind failover
+	$(BIN)/python bench/handoff.py --kind rolling_upgrade
 
 # Re-resolve requirements.in into the lock (needs the registry).
 lock: install

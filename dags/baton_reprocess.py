@@ -65,6 +65,7 @@ with DAG(
                                         start_offsets="{{ params.start_offsets }}")
     new_generation = NewGenerationOperator(task_id="new_generation", app=app, plan=PLAN)
     caught_up = LagWithinSensor(task_id="caught_up", app=app, slot="{{ ti.xcom_pull(task_ids='validate')['standby'] }}",
+                                since_ms="{{ ti.xcom_pull(task_ids='new_generation')['since_ms'] }}",
                                 max_lag="{{ params.max_lag_records }}", wait_timeout_s="{{ params.catch_up_timeout_s }}")
     invariants = InvariantsOperator(task_id="invariants", app=app, plan=PLAN, execution_timeout=timedelta(minutes=15))
     fence = FenceOperator(task_id="fence", app=app, ahead_s="{{ params.ahead_s }}",

@@ -64,6 +64,7 @@ with DAG(
     restore_check = RestoreCheckSensor(task_id="restore_check", app=app, wait_timeout_s=300,
                                        upgrade="{{ ti.xcom_pull(task_ids='upgrade_standby') }}")
     warm_up = LagWithinSensor(task_id="warm_up", app=app, slot="{{ ti.xcom_pull(task_ids='preflight')['standby'] }}",
+                              since_ms="{{ ti.xcom_pull(task_ids='upgrade_standby')['since_ms'] }}",
                               max_lag="{{ params.max_lag_records }}", max_lag_s="{{ params.max_lag_s }}",
                               wait_timeout_s=900)
     fence = FenceOperator(task_id="fence", app=app, ahead_s="{{ params.ahead_s }}",
@@ -81,6 +82,7 @@ with DAG(
                                            upgrade="{{ ti.xcom_pull(task_ids='upgrade_old_active') }}")
     warm_up_old = LagWithinSensor(task_id="warm_up_old", app=app,
                                   slot="{{ ti.xcom_pull(task_ids='preflight')['active'] }}",
+                                  since_ms="{{ ti.xcom_pull(task_ids='upgrade_old_active')['since_ms'] }}",
                                   max_lag="{{ params.max_lag_records }}", max_lag_s="{{ params.max_lag_s }}",
                                   wait_timeout_s=900)
 

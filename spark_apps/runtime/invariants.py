@@ -15,6 +15,7 @@ import argparse
 import importlib
 import json
 import sys
+import time
 from pathlib import Path
 
 from baton.apps import AppDefinitionError, load_app
@@ -27,16 +28,22 @@ def check(app, checkpoint: Path) -> dict:
     module = importlib.import_module(app.module)
     if not hasattr(module, "check_state"):
         return {"ok": True, "batch": None, "note": f"{app.module} defines no check_state: nothing to check"}
-    batch = last_committed_batch(checkpoint)
-    if batch is None:
-        return {"ok": False, "batch": None, "error": "the slot has no committed batch: no state to check"}
     spark = session(f"baton-invariants-{app.name}", app, {"spark.master": "local[2]"})
-    state = state_frame(spark, checkpoint, batch)
-    rows = state.count()
-    problems = module.check_state(state)
-    count = problems.count()
-    examples = [r["problem"] for r in problems.limit(10).collect()]
-    return {"ok": count == 0, "batch": batch, "rows": rows, "violations": count, "examples": examples}
+    for attempt in range(3):
+        batch = last_committed_batch(checkpoint)
+        if batch is None:
+            return {"ok": False, "batch": None, "error": "the slot has no committed batch: no state to check"}
+        try:
+            state = state_frame(spark, checkpoint, batch)
+            rows = state.count()
+            problems = module.check_state(state)
+            count = problems.count()
+            examples = [r["problem"] for r in problems.limit(10).collect()]
+            return {"ok": count == 0, "batch": batch, "rows": rows, "violations": count, "examples": examples}
+        except Exception as exc:  # the running slot's maintenance moved the files under the read: again
+            if attempt == 2 or "STDS_" not in str(exc):
+                raise
+            time.sleep(2)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -77,19 +77,22 @@ class PositionReachedSensor(_SlotSensor):
 
 class LagWithinSensor(_SlotSensor):
     """The slot is within `max_lag` records of the input topic's end (default: the app's budget) and,
-    if `max_lag_s` is given, within that many seconds of input (the warm-up gate)."""
+    if `max_lag_s` is given, within that many seconds of input (the warm-up gate). Only status records
+    since `since_ms` count: after a restart, the previous launch's records say nothing of the new one."""
 
-    template_fields = (*_SlotSensor.template_fields, "max_lag", "max_lag_s")
+    template_fields = (*_SlotSensor.template_fields, "max_lag", "max_lag_s", "since_ms")
 
-    def __init__(self, *, max_lag: int | str | None = None, max_lag_s: float | str | None = None, **kwargs: Any):
+    def __init__(self, *, max_lag: int | str | None = None, max_lag_s: float | str | None = None,
+                 since_ms: int | str = 0, **kwargs: Any):
         super().__init__(**kwargs)
-        self.max_lag, self.max_lag_s = max_lag, max_lag_s
+        self.max_lag, self.max_lag_s, self.since_ms = max_lag, max_lag_s, since_ms
 
     def trigger_args(self, context: Any) -> dict[str, Any]:
         app = load_app(self.app)
         return dict(condition="lag", input_topic=app.input.topic, partitions=app.input.partitions,
                     max_lag=int(self.max_lag) if self.max_lag not in (None, "") else app.max_lag_records,
-                    max_lag_s=float(self.max_lag_s) if self.max_lag_s not in (None, "") else None)
+                    max_lag_s=float(self.max_lag_s) if self.max_lag_s not in (None, "") else None,
+                    since_ms=int(self.since_ms or 0))
 
 
 class FenceReachedSensor(_SlotSensor):
