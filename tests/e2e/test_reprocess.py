@@ -79,16 +79,16 @@ def test_a_reprocess_corrects_every_key_without_stopping_the_output_and_has_a_wa
         assert second["state"] == "failed" and "is under way: one at a time" in reason(client, second, "validate")
         result = client.wait_for_run("baton_reprocess", first["dag_run_id"], timeout_s=1200)
         assert result["state"] == "success", client.task_instances("baton_reprocess", first["dag_run_id"])
+        record = read_control(bootstrap, app.name)
+        standby = before.active.other
+        assert (record.active, record.epoch, record.fence, record.operation) == (standby, before.epoch + 1, None, "")
+        assert record.slots[standby].generation == before.slots[standby].generation + 1
+        assert record.slots[standby].version == "v2" and record.slots[before.active].version == "v1"
+        summary = client.xcom("baton_reprocess", first["dag_run_id"], "finish")
+        assert summary["way_back"]["conf"] == {"app": app.name, "correct": True}
         time.sleep(5)
-    record = read_control(bootstrap, app.name)
-    standby = before.active.other
-    assert (record.active, record.epoch, record.fence, record.operation) == (standby, before.epoch + 1, None, "")
-    assert record.slots[standby].generation == before.slots[standby].generation + 1
-    assert record.slots[standby].version == "v2" and record.slots[before.active].version == "v1"
-    summary = client.xcom("baton_reprocess", first["dag_run_id"], "finish")
-    assert summary["way_back"]["conf"] == {"app": app.name, "correct": True}
-
-    wait_until_emitted(bootstrap, app, load.sent, timeout_s=300)
+        corrected = load.sent
+    wait_until_emitted(bootstrap, app, corrected, timeout_s=300)
     assert compacted(bootstrap, app) == truth  # every key corrected, the live input included
     # The live output never stopped: committed output markers kept coming through the whole run.
     markers = [m.ts_ms / 1000 for m in read_topic(bootstrap, app.commits_topic,
@@ -97,9 +97,13 @@ def test_a_reprocess_corrects_every_key_without_stopping_the_output_and_has_a_wa
     gaps = [b - a for a, b in zip(markers, markers[1:])]
     assert markers and max(gaps) < 15, f"longest gap between committed outputs {max(gaps):.1f} s"
 
-    # The way back: the previous generation (v1, still following) takes over and publishes its state.
-    back = run_dag(client, "baton_cutover", {"app": app.name, "correct": True}, timeout_s=600)
-    assert back["state"] == "success", back
+    # The way back, under live load: the previous generation (v1, still following) takes over and
+    # publishes its state.
+    with LiveLoad(bootstrap, app.input.topic, per_tick=400, start=corrected, truth=truth) as load:
+        time.sleep(3)
+        back = run_dag(client, "baton_cutover", {"app": app.name, "correct": True}, timeout_s=600)
+        assert back["state"] == "success", back
+        time.sleep(3)
     record = read_control(bootstrap, app.name)
     assert (record.active, record.epoch) == (before.active, before.epoch + 2)
     wait_until_emitted(bootstrap, app, load.sent, timeout_s=300)
