@@ -3,9 +3,10 @@
 In:  `clicks`, JSON events {"user_id": "alice", "timestamp": 1678886400}
 Out: `user_counts`, key = user_id, value = {"user_id": "alice", "count": 42}: the running count.
 
-State: one row per user, key (user_id), value (count). `state_output` turns it into output records
-(a reprocess publishes the corrected value of every key with it); `check_state` is the app's own
-invariant on its state (a reprocess checks it before the new state may take over).
+State: one row per user, key (user_id), value (count: the aggregation's buffer, named after the
+aggregate function, not the output alias). `state_output` turns it into output records (a reprocess
+publishes the corrected value of every key with it); `check_state` is the app's own invariant on its
+state (a reprocess checks it before the new state may take over).
 """
 
 from pyspark.sql import DataFrame
