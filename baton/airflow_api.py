@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import uuid
 from typing import Any
 
 import httpx
@@ -53,11 +54,22 @@ class AirflowClient:
     def import_errors(self) -> list[dict[str, Any]]:
         return self.request("GET", "/importErrors", "list import errors")["import_errors"]
 
-    def trigger(self, dag_id: str, conf: dict[str, Any], run_id: str | None = None) -> dict[str, Any]:
-        body: dict[str, Any] = {"conf": conf, "logical_date": None}
-        if run_id:
-            body["dag_run_id"] = run_id
-        return self.request("POST", f"/dags/{dag_id}/dagRuns", f"trigger {dag_id}", json=body)
+    def trigger(self, dag_id: str, conf: dict[str, Any], run_id: str | None = None,
+                attempts: int = 4) -> dict[str, Any]:
+        """Create a run. A 5xx (the embedded Airflow's SQLite is briefly locked under load) is retried
+        with the same run id: a run the failed attempt did create is found (409) instead of doubled."""
+        run_id = run_id or f"manual__{uuid.uuid4().hex[:12]}"
+        body: dict[str, Any] = {"conf": conf, "logical_date": None, "dag_run_id": run_id}
+        for attempt in range(1, attempts + 1):
+            try:
+                return self.request("POST", f"/dags/{dag_id}/dagRuns", f"trigger {dag_id}", json=body)
+            except AirflowAPIError as exc:
+                if exc.status == 409 and attempt > 1:
+                    return self.dag_run(dag_id, run_id)
+                if exc.status < 500 or attempt == attempts:
+                    raise
+                time.sleep(attempt)
+        raise AssertionError("unreachable")
 
     def dag_run(self, dag_id: str, run_id: str) -> dict[str, Any]:
         return self.request("GET", f"/dags/{dag_id}/dagRuns/{run_id}", f"get run {run_id}")

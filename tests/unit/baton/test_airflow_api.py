@@ -1,0 +1,41 @@
+"""The REST client retries a run's creation through a server error without creating it twice."""
+
+import json
+
+import httpx
+import pytest
+
+from baton.airflow_api import AirflowAPIError, AirflowClient
+
+
+def client_with(answers):
+    """A client whose server answers POST .../dagRuns from `answers` in turn; records the run ids sent."""
+    sent = []
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/auth/token":
+            return httpx.Response(201, json={"access_token": "t"})
+        if request.method == "POST":
+            sent.append(json.loads(request.content)["dag_run_id"])
+            status = answers.pop(0)
+            return httpx.Response(status, json={"dag_run_id": sent[-1], "state": "queued"} if status < 300 else {})
+        return httpx.Response(200, json={"dag_run_id": request.url.path.rsplit("/", 1)[1], "state": "queued"})
+
+    client = AirflowClient("http://airflow", "u", "p")
+    client._http = httpx.Client(base_url="http://airflow", transport=httpx.MockTransport(handle))
+    return client, sent
+
+
+def test_a_server_error_is_retried_with_the_same_run_id(monkeypatch):
+    monkeypatch.setattr("time.sleep", lambda s: None)
+    client, sent = client_with([500, 409])  # the first attempt did create the run
+    run = client.trigger("d", {"app": "a"})
+    assert len(sent) == 2 and sent[0] == sent[1] and run["dag_run_id"] == sent[0]
+
+
+def test_a_bad_request_is_not_retried(monkeypatch):
+    monkeypatch.setattr("time.sleep", lambda s: None)
+    client, sent = client_with([400])
+    with pytest.raises(AirflowAPIError) as err:
+        client.trigger("d", {"app": "nope"})
+    assert err.value.status == 400 and len(sent) == 1
