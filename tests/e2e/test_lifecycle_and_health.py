@@ -39,8 +39,9 @@ def test_a_bad_conf_is_refused_with_the_field_and_starts_nothing(stack, conf, fi
         client.trigger("baton_lifecycle", conf)
     assert 400 <= err.value.status < 500
     assert field in err.value.body
-    assert read_control(platform.broker.bootstrap, "cc_e2e") is None
-    assert not list((platform.settings.state_dir / "slots").glob("*/*/driver.json"))
+    # Nothing was written or launched for the app the conf named (other tests share the platform).
+    assert read_control(platform.broker.bootstrap, conf["app"]) is None
+    assert not list((platform.settings.state_dir / "slots" / conf["app"]).glob("*/driver.json"))
 
 
 def test_start_health_restart_after_kill_9_and_stop(stack):
