@@ -96,6 +96,8 @@ class Harness:
         self.last_progress: dict | None = None  # the last batch's progress, repeated by idle heartbeats
         self.last_publish = 0.0
         self.digest: StateDigest | None = None  # the last state digest taken (restore, fence or stop)
+        self.restored_batch: int | None = None  # the last committed batch at start: what the query restores
+        self.restore_digested = False
 
     # --- status -------------------------------------------------------------------------------
     def publish(self, progress: dict | None = None, error: str = "") -> None:
@@ -231,11 +233,8 @@ class Harness:
             self.spark.streams.addListener(_ProgressListener(self))
             self.state = SlotState.RESTORING
             self.publish()
-            restored = last_committed_batch(self.paths.checkpoint)
+            self.restored_batch = last_committed_batch(self.paths.checkpoint)
             self.query = writer.start()
-            # What the query restores, digested beside its first batches (the restore check).
-            threading.Thread(target=self.take_digest, args=(restored, "restore"), daemon=True,
-                             name="baton-restore-digest").start()
         except Exception as exc:  # bad app code or settings: say why in the status topic, exit non-zero
             self.state = SlotState.FAILED
             self.publish(error=f"{type(exc).__name__}: {exc}"[:2000])
@@ -251,6 +250,11 @@ class Harness:
                 spec = control.slots.get(self.slot) if control else None
                 if spec is not None and spec.desired in (SlotState.STOPPED, SlotState.STOPPING, SlotState.FAILED):
                     break
+                if not self.restore_digested and self.state is SlotState.RUNNING:
+                    # What the query restored (the restore check), digested once it runs (a first batch
+                    # or idle), so the digest's Spark job is not on the restart's critical path.
+                    self.restore_digested = True
+                    self.take_digest(self.restored_batch, "restore")
                 self.digest_at_fence()
                 self.maybe_correct()
             self.state = SlotState.STOPPING

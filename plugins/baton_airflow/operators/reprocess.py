@@ -25,7 +25,7 @@ from baton.settings import REPO_ROOT
 from baton_airflow.hooks.spark import BatonSparkHook
 from baton_airflow.operators.slots import resolve
 from baton_airflow.operators.steps import (
-    AppOperator, fail_with_reason, first_reason, lift_own_fence, slot_checkpoint, subprocess_env,
+    AbortStepsOperator, AppOperator, fail_with_reason, first_reason, lift_own_fence, slot_checkpoint, subprocess_env,
 )
 from baton_airflow.triggers.status import SlotStatusTrigger
 
@@ -201,18 +201,10 @@ class FinishReprocessOperator(AppOperator):
         return summary
 
 
-class AbortReprocessOperator(AppOperator):
+class AbortReprocessOperator(AbortStepsOperator):
     """A gate before the cutover failed: lift the fence if one is set at the plan's epoch, put the
     standby back on its previous generation (its archived checkpoint), free the app, and fail the run
     with the failed step's reason. The active was never touched."""
-
-    template_fields = ("app", "plan")
-
-    def __init__(self, *, plan: Any, steps: list[str], **kwargs: Any):
-        kwargs.setdefault("trigger_rule", "one_failed")
-        kwargs.setdefault("retries", 2)
-        super().__init__(**kwargs)
-        self.plan, self.steps = plan, steps
 
     def execute(self, context: Any) -> None:
         from airflow.sdk.exceptions import AirflowFailException

@@ -33,6 +33,19 @@ class AppOperator(BaseOperator):
         return BatonControlHook(self.kafka_conn_id), BatonSparkHook(conn_id=self.spark_conn_id)
 
 
+class AbortStepsOperator(AppOperator):
+    """Runs when one of `steps` failed (trigger rule one_failed): undoes what the run set up and fails
+    the run with the failed step's reason (first_reason). `plan` is the run's first step's XCom."""
+
+    template_fields = ("app", "plan")
+
+    def __init__(self, *, plan: Any, steps: list[str], **kwargs: Any):
+        kwargs.setdefault("trigger_rule", "one_failed")
+        kwargs.setdefault("retries", 2)
+        super().__init__(**kwargs)
+        self.plan, self.steps = plan, steps
+
+
 def fail_with_reason(context: Any, message: str) -> AirflowFailException:
     """A failed step's reason, kept for the abort step's report, as the exception to raise."""
     context["ti"].xcom_push(key="reason", value=message)

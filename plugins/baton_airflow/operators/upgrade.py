@@ -29,7 +29,7 @@ from baton_airflow.hooks.spark import BatonSparkHook
 from baton_airflow.operators.handoff import set_fence
 from baton_airflow.operators.slots import resolve
 from baton_airflow.operators.steps import (
-    AppOperator, fail_with_reason, first_reason, lift_own_fence, slot_checkpoint, subprocess_env,
+    AbortStepsOperator, AppOperator, fail_with_reason, first_reason, lift_own_fence, slot_checkpoint, subprocess_env,
 )
 from baton_airflow.triggers.status import SlotStatusTrigger
 
@@ -227,17 +227,9 @@ class RollbackOperator(AppOperator):
             time.sleep(0.5)
 
 
-class AbortUpgradeOperator(AppOperator):
+class AbortUpgradeOperator(AbortStepsOperator):
     """A gate before the cutover failed: lift the fence if one is set at the plan's epoch (the active
     keeps serving, untouched) and fail the run with the failed step's reason."""
-
-    template_fields = ("app", "plan")
-
-    def __init__(self, *, plan: Any, steps: list[str], **kwargs: Any):
-        kwargs.setdefault("trigger_rule", "one_failed")
-        kwargs.setdefault("retries", 2)
-        super().__init__(**kwargs)
-        self.plan, self.steps = plan, steps
 
     def execute(self, context: Any) -> None:
         reason = first_reason(context, self.steps)

@@ -45,4 +45,3 @@ def test_cap_file_is_written_whole_and_removed_for_no_cap(tmp_path):
     assert list(tmp_path.iterdir()) == [path]  # no temp file left behind
     write_cap_file(path, None)
     assert not path.exists()
-
