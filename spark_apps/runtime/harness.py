@@ -1,8 +1,8 @@
 """The app harness: every Baton app runs inside it.
 
-It reads the app definition, builds one streaming query per slot (Baton source -> parse -> the app's
-stateful transform, unioned with the dead letters so the input is read once), and in foreachBatch
-emits exactly once when this slot holds the active role, or nothing when it is the standby.
+It reads the app definition, builds one streaming query per slot (Baton source, which decodes the
+events, -> the app's stateful transform; see build_frame), and in foreachBatch emits the output and
+the dead letters exactly once when this slot holds the active role, or nothing when it is the standby.
 It follows the control topic without a restart, publishes a status record per batch, and stops
 at a batch boundary on request (control record or SIGTERM).
 
@@ -31,11 +31,14 @@ from confluent_kafka import Producer
 from baton.apps import AppDefinition
 from baton.records import Positions, Role, Slot, SlotState, StateDigest, StatusRecord
 from baton.settings import STATUS_TOPIC
+from spark_apps.runtime.dead_letters import collect, purge, read_initial
+from spark_apps.runtime.decode import INVALID_PREFIX, NOT_AN_OBJECT, supported
 from spark_apps.runtime.follower import Follower
 from spark_apps.runtime.kafka_sink import TransactionalEmitter, WriterFenced
 from spark_apps.runtime.state_check import digest_state, last_committed_batch, state_output
 
 KIND_OUTPUT, KIND_DEAD = "o", "d"
+CORRUPT = "_baton_corrupt"  # from_json's corrupt-record column (the path where Spark parses events)
 IDLE_HEARTBEAT_S = 5.0
 
 
@@ -50,6 +53,11 @@ class SlotPaths:
     @property
     def cap_file(self) -> Path:
         return self.root / "cap.json"
+
+    @property
+    def spool(self) -> Path:
+        """Dead letters from the read tasks to the sink (spark_apps.runtime.dead_letters)."""
+        return self.root / "dead-letters"
 
 
 def slot_paths(state_dir: Path, app: str, slot: Slot, generation: int) -> SlotPaths:
@@ -118,23 +126,12 @@ class Harness:
     # --- the batch ----------------------------------------------------------------------------
     def on_batch(self, df, batch_id: int) -> None:
         with self._batch_lock:
-            table = df.toArrow()
-            kinds = table.column("kind").to_pylist()
-            keys = table.column("key").to_pylist()
-            values = table.column("value").to_pylist()
-            out = [(k, v) for kind, k, v in zip(kinds, keys, values) if kind == KIND_OUTPUT]
-            dead = []
-            if len(out) != len(kinds):
-                reasons = table.column("reason").to_pylist()
-                parts = table.column("src_partition").to_pylist()
-                offs = table.column("src_offset").to_pylist()
-                for kind, k, v, r, p, o in zip(kinds, keys, values, reasons, parts, offs):
-                    if kind == KIND_DEAD:
-                        dead.append((k, v, [("baton.reason", r.encode()),
-                                            ("baton.source", f"{self.app.input.topic}/{p}/{o}".encode())]))
-            self.counters.dead_letters += len(dead)
+            table = df.toArrow()  # runs the batch: every read task has finished when it returns
             end = read_offset_log(self.paths.checkpoint, batch_id)
-            start = read_offset_log(self.paths.checkpoint, batch_id - 1) if batch_id > 0 else None
+            start = (read_offset_log(self.paths.checkpoint, batch_id - 1) if batch_id > 0
+                     else read_initial(self.paths.spool))
+            out, dead = self.split(table, start, end or {})
+            self.counters.dead_letters += len(dead)
             control, _ = self.follower.snapshot()
             if control is not None and control.role_of(self.slot) is Role.ACTIVE:
                 self.emitter.acquire(control.epoch)
@@ -147,6 +144,28 @@ class Harness:
                     self.counters.emitted_batches += 1
             elif self.emitter.holding:
                 self.emitter.release()
+            purge(self.paths.spool, end or {})
+
+    def split(self, table, start, end) -> tuple[list, list]:
+        """The batch's output (key, value) pairs and dead letters (key, value, headers)."""
+        topic = self.app.input.topic
+        keys = table.column("key").to_pylist()
+        values = table.column("value").to_pylist()
+        if "kind" not in table.column_names:  # the source decoded: dead letters are in the spool
+            dead = [(d.key, d.value, _dead_headers(d.reason, topic, d.partition, d.offset))
+                    for d in collect(self.paths.spool, start or {}, end)]
+            return list(zip(keys, values)), dead
+        kinds = table.column("kind").to_pylist()
+        out = [(k, v) for kind, k, v in zip(kinds, keys, values) if kind == KIND_OUTPUT]
+        dead = []
+        if len(out) != len(kinds):
+            reasons = table.column("reason").to_pylist()
+            parts = table.column("src_partition").to_pylist()
+            offs = table.column("src_offset").to_pylist()
+            for kind, k, v, r, p, o in zip(kinds, keys, values, reasons, parts, offs):
+                if kind == KIND_DEAD:
+                    dead.append((k, v, _dead_headers(r, topic, p, o)))
+        return out, dead
 
     # --- the query ----------------------------------------------------------------------------
     def build_query(self):
@@ -160,7 +179,8 @@ class Harness:
         from spark_apps.runtime.spark import session
 
         self.spark = session(f"baton-{self.app.name}-{self.slot.value}", self.app, self.spark_conf)
-        return build_frame(self.spark, self.app, self.bootstrap, self.starting_offsets, self.paths.cap_file)
+        return build_frame(self.spark, self.app, self.bootstrap, self.starting_offsets, self.paths.cap_file,
+                           self.paths.spool)
 
     # --- corrected output ---------------------------------------------------------------------
     def correction_due(self, control) -> bool:
@@ -230,7 +250,7 @@ class Harness:
             self.follower.catch_up()
             self.follower.start()
             writer = self.build_query()
-            self.spark.streams.addListener(_ProgressListener(self))
+            add_progress_listener(self.spark, self)
             self.state = SlotState.RESTORING
             self.publish()
             self.restored_batch = last_committed_batch(self.paths.checkpoint)
@@ -282,30 +302,47 @@ class Harness:
         return code
 
 
-def build_frame(spark, app: AppDefinition, bootstrap: str, starting_offsets: str, cap_file: Path):
-    """Baton source -> parse -> the app's transform, unioned with the dead letters (by `kind`), the
-    input read once. `cap_file` bounds how far the source reads (spark_apps.runtime.follower)."""
+def build_frame(spark, app: AppDefinition, bootstrap: str, starting_offsets: str, cap_file: Path, spool: Path):
+    """The streaming frame the sink sees. `cap_file` bounds how far the source reads
+    (spark_apps.runtime.follower).
+
+    When every field of the app's VALUE_SCHEMA is of a type the source decodes (decode.TYPES), the
+    source decodes the events and the frame is the app's output, (key, value); the dead letters go
+    to `spool` (dead_letters.py). Otherwise Spark parses them (from_json) and the frame is the output
+    unioned with the dead letters, by `kind` (the input is then scanned twice: once a branch)."""
     from pyspark.sql import functions as F
+    from pyspark.sql.types import DataType
 
     from spark_apps.runtime.kafka_source import KafkaSource
 
-    spark.dataSource.register(KafkaSource)
-    raw = (spark.readStream.format("baton-kafka")
-           .option("bootstrap.servers", bootstrap)
-           .option("topic", app.input.topic)
-           .option("startingOffsets", starting_offsets)
-           .option("maxRecordsPerTrigger", str(app.max_records_per_trigger))
-           .option("capFile", str(cap_file))
-           .load())
     # Imported here, inside run()'s error handling: an app module that fails to import is reported
     # as FAILED with the error in the status topic like any other bad app code.
     mod: ModuleType = importlib.import_module(app.module)
+    spark.dataSource.register(KafkaSource)
+    reader = (spark.readStream.format("baton-kafka")
+              .option("bootstrap.servers", bootstrap)
+              .option("topic", app.input.topic)
+              .option("startingOffsets", starting_offsets)
+              .option("maxRecordsPerTrigger", str(app.max_records_per_trigger))
+              .option("capFile", str(cap_file))
+              .option("readOn", "driver"))
+    fields = decodable_fields(mod.VALUE_SCHEMA)
+    if fields is not None:
+        events = (reader.option("valueFields", json.dumps(fields))
+                  .option("requiredFields", json.dumps(list(mod.REQUIRED)))
+                  .option("deadLetterDir", str(spool)).load())
+        return mod.transform(events).select(F.col("key").cast("binary").alias("key"),
+                                            F.col("value").cast("binary").alias("value"))
+    raw = reader.load()
+    # A value that is not JSON parses to a row of nulls; Spark's corrupt-record column tells it apart.
+    names = [f.name for f in DataType.fromDDL(mod.VALUE_SCHEMA).fields]
     parsed = raw.select(
         "key", "value", "partition", "offset",
-        F.from_json(F.col("value").cast("string"), mod.VALUE_SCHEMA).alias("e"),
+        F.from_json(F.col("value").cast("string"), f"{mod.VALUE_SCHEMA}, {CORRUPT} STRING",
+                    {"columnNameOfCorruptRecord": CORRUPT}).alias("e"),
     )
     missing = [F.when(F.col(f"e.{f}").isNull(), F.lit(f)) for f in mod.REQUIRED]
-    reason = F.when(F.col("e").isNull(), F.lit("not a JSON object")).otherwise(
+    reason = F.when(F.col("e").isNull() | F.col(f"e.{CORRUPT}").isNotNull(), F.lit(NOT_AN_OBJECT)).otherwise(
         F.concat_ws(", ", *missing))
     parsed = parsed.withColumn("reason", reason)
     # Parse each event once per branch. Without a barrier the optimizer pushes the `reason` filter
@@ -313,7 +350,7 @@ def build_frame(spark, app: AppDefinition, bootstrap: str, starting_offsets: str
     # in the physical plan; JSON parsing was 58% of the JVM's CPU). A nondeterministic column that
     # both filters reference keeps the filters above the parse.
     parsed = parsed.withColumn("_barrier", F.spark_partition_id())
-    good = parsed.where((F.col("reason") == "") & (F.col("_barrier") >= 0)).select("e.*")
+    good = parsed.where((F.col("reason") == "") & (F.col("_barrier") >= 0)).select(*[F.col(f"e.{n}") for n in names])
     out = mod.transform(good).select(
         F.lit(KIND_OUTPUT).alias("kind"),
         F.col("key").cast("binary").alias("key"), F.col("value").cast("binary").alias("value"),
@@ -323,11 +360,27 @@ def build_frame(spark, app: AppDefinition, bootstrap: str, starting_offsets: str
     dead = parsed.where((F.col("reason") != "") & (F.col("_barrier") >= 0)).select(
         F.lit(KIND_DEAD).alias("kind"), F.col("key").cast("binary").alias("key"),
         F.col("value").cast("binary").alias("value"),
-        F.when(F.col("reason") == "not a JSON object", F.col("reason"))
-         .otherwise(F.concat(F.lit("missing or invalid field(s): "), F.col("reason"))).alias("reason"),
+        F.when(F.col("reason") == NOT_AN_OBJECT, F.col("reason"))
+         .otherwise(F.concat(F.lit(INVALID_PREFIX), F.col("reason"))).alias("reason"),
         F.col("partition").cast("int").alias("src_partition"), F.col("offset").cast("long").alias("src_offset"),
     )
     return out.unionByName(dead)
+
+
+def decodable_fields(ddl: str) -> list[tuple[str, str]] | None:
+    """[(name, type)] of a VALUE_SCHEMA the source can decode itself, else None (Spark's DDL parser
+    says what the types are, so both paths read the schema alike)."""
+    from pyspark.sql.types import DataType, StructType
+
+    schema = DataType.fromDDL(ddl)
+    if not isinstance(schema, StructType):
+        return None
+    fields = [(f.name, f.dataType.simpleString()) for f in schema.fields]
+    return fields if supported(fields) else None
+
+
+def _dead_headers(reason: str, topic: str, partition: int, offset: int) -> list[tuple[str, bytes]]:
+    return [("baton.reason", reason.encode()), ("baton.source", f"{topic}/{partition}/{offset}".encode())]
 
 
 def _status_from_progress(p: dict) -> dict:
@@ -349,33 +402,48 @@ def _status_from_progress(p: dict) -> dict:
     )
 
 
-class _ProgressListener:
-    """Publishes a status record for every completed batch (runs on the driver)."""
+class _ProgressBridge:
+    """The query's events, from the JVM through py4j, as JSON for the harness: two py4j calls an event.
 
-    def __new__(cls, harness: Harness):
-        from pyspark.sql.streaming import StreamingQueryListener
+    PySpark's own StreamingQueryListener converts each progress field by field (about a hundred py4j
+    calls, answered on Spark's listener thread): measured ~90 ms of the JVM's CPU a batch, the
+    biggest fixed cost of a batch after the tasks."""
 
-        class Listener(StreamingQueryListener):
-            def onQueryStarted(self, event):
-                pass
+    def __init__(self, harness: Harness):
+        self.harness = harness
 
-            def onQueryProgress(self, event):
-                c = harness.counters
-                if c.first_batch_ms is None:
-                    c.first_batch_ms = int((time.monotonic() - c.started) * 1000)
-                    harness.state = SlotState.RUNNING
-                harness.last_progress = json.loads(event.progress.json)
-                harness.publish(harness.last_progress)
+    def onQueryStarted(self, jevent):
+        pass
 
-            def onQueryIdle(self, event):
-                # No new input (or the cap holds this slot back): the query is up and polling. Say so,
-                # at most every IDLE_HEARTBEAT_S, so an idle slot is RUNNING and visibly alive.
-                now = time.monotonic()
-                if harness.state is SlotState.RESTORING or now - harness.last_publish >= IDLE_HEARTBEAT_S:
-                    harness.state = SlotState.RUNNING
-                    harness.publish(harness.last_progress)
+    def onQueryProgress(self, jevent):
+        h = self.harness
+        c = h.counters
+        if c.first_batch_ms is None:
+            c.first_batch_ms = int((time.monotonic() - c.started) * 1000)
+            h.state = SlotState.RUNNING
+        h.last_progress = json.loads(jevent.progress().json())
+        h.publish(h.last_progress)
 
-            def onQueryTerminated(self, event):
-                pass
+    def onQueryIdle(self, jevent):
+        # No new input (or the cap holds this slot back): the query is up and polling. Say so,
+        # at most every IDLE_HEARTBEAT_S, so an idle slot is RUNNING and visibly alive.
+        h = self.harness
+        if h.state is SlotState.RESTORING or time.monotonic() - h.last_publish >= IDLE_HEARTBEAT_S:
+            h.state = SlotState.RUNNING
+            h.publish(h.last_progress)
 
-        return Listener()
+    def onQueryTerminated(self, jevent):
+        pass
+
+    class Java:
+        implements = ["org.apache.spark.sql.streaming.PythonStreamingQueryListener"]
+
+
+def add_progress_listener(spark, harness: Harness) -> None:
+    """Register the bridge as PySpark registers its listeners (a JVM wrapper around a py4j proxy)."""
+    from pyspark.java_gateway import ensure_callback_server_started
+
+    ensure_callback_server_started(spark.sparkContext._gateway)
+    jvm = spark.sparkContext._jvm
+    spark._jsparkSession.streams().addListener(
+        jvm.org.apache.spark.sql.streaming.PythonStreamingQueryListenerWrapper(_ProgressBridge(harness)))

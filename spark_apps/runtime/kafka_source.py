@@ -30,12 +30,22 @@ Options (Spark lower-cases option keys; any case works):
                            current position holds the partition where it is (never rewinds). This is
                            how the control plane fences a slot or keeps a standby behind the active.
   pollTimeoutMs            executor read: fail the task after this long without progress (120000).
+  valueFields              JSON [["name", "type"], ...] (types: spark_apps.runtime.decode.TYPES): the
+                           source decodes each value as a JSON object with these fields (decode.py);
+                           requires deadLetterDir. requiredFields: JSON ["name", ...], fields that must
+                           be present (else the event is a dead letter).
+  deadLetterDir            with valueFields: where each read task leaves the events that did not decode,
+                           with their reasons (spark_apps.runtime.dead_letters).
+  readOn                   "executors" (default): one Spark task per partition with data reads it;
+                           "driver": Spark's driver-side source process reads every partition with one
+                           long-lived consumer (kafka_driver_reader.py: no task per read, for the
+                           latency of small batches).
 
-Schema: key binary, value binary, topic string, partition int, offset long, timestamp timestamp.
-Key and value are binary (like Spark's own Kafka source): no decoding on the hot path and no crash
-on bytes that are not UTF-8; apps do CAST(value AS STRING) / from_json and route what does not
-parse to their dead-letter topic. The timestamp is the record's timestamp in UTC (null when the
-record carries none).
+Schema, raw (no valueFields): key binary, value binary, topic string, partition int, offset long,
+timestamp timestamp. Key and value are binary (like Spark's own Kafka source): no decoding and no
+crash on bytes that are not UTF-8; the app parses (from_json) and routes what does not parse to its
+dead-letter topic. The timestamp is the record's timestamp in UTC (null when the record carries none).
+Schema, decoded (valueFields): the fields, in order; events that do not decode are not rows.
 
 Offsets are {"<partition>": next offset to read} with partitions in numeric order (Spark compares
 offsets by their JSON text). One Spark input partition per Kafka partition with data in
@@ -87,8 +97,13 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import (
     BinaryType,
+    BooleanType,
+    ByteType,
+    DoubleType,
+    FloatType,
     IntegerType,
     LongType,
+    ShortType,
     StringType,
     StructField,
     StructType,
@@ -129,11 +144,13 @@ class SourceOptions:
     """Parsed, validated options (everything but what needs the broker)."""
 
     __slots__ = ("bootstrap", "topic", "starting", "starting_timestamp", "max_records",
-                 "cap_file", "poll_timeout_s", "kafka_conf")
+                 "cap_file", "poll_timeout_s", "kafka_conf", "value_fields", "required", "dead_letter_dir",
+                 "read_on")
 
     def __init__(self, bootstrap: str, topic: str, starting: Any, starting_timestamp: Optional[int],
                  max_records: Optional[int], cap_file: Optional[str], poll_timeout_s: float,
-                 kafka_conf: dict[str, str]):
+                 kafka_conf: dict[str, str], value_fields: Optional[list[tuple[str, str]]] = None,
+                 required: Sequence[str] = (), dead_letter_dir: Optional[str] = None, read_on: str = "executors"):
         self.bootstrap = bootstrap
         self.topic = topic
         self.starting = starting  # "earliest" | "latest" | {partition: offset or EARLIEST/LATEST}
@@ -142,6 +159,10 @@ class SourceOptions:
         self.cap_file = cap_file
         self.poll_timeout_s = poll_timeout_s
         self.kafka_conf = kafka_conf
+        self.value_fields = value_fields  # None: raw records
+        self.required = list(required)
+        self.dead_letter_dir = dead_letter_dir
+        self.read_on = read_on
 
     def __getstate__(self):
         return {k: getattr(self, k) for k in self.__slots__}
@@ -234,6 +255,11 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
     raw_poll = opts.pop("polltimeoutms", None)
     poll_ms = _positive_int("pollTimeoutMs", raw_poll) if raw_poll is not None else DEFAULT_POLL_TIMEOUT_MS
 
+    value_fields, required, dead_letter_dir = _parse_decoding(opts)
+    read_on = str(opts.pop("readon", "executors")).strip().lower()
+    if read_on not in ("executors", "driver"):
+        raise ValueError(f"option 'readOn' must be 'executors' or 'driver', got {read_on!r}")
+
     kafka_conf: dict[str, str] = {}
     for k in list(opts):
         if k.startswith("kafka."):
@@ -247,7 +273,32 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         if k != "path":
             log.warning("baton-kafka: ignoring unknown option %r", k)
     return SourceOptions(bootstrap, topic, starting, starting_timestamp, max_records, cap_file,
-                         poll_ms / 1000.0, kafka_conf)
+                         poll_ms / 1000.0, kafka_conf, value_fields, required, dead_letter_dir, read_on)
+
+
+def _parse_decoding(opts: dict) -> tuple[Optional[list[tuple[str, str]]], list[str], Optional[str]]:
+    """valueFields / requiredFields / deadLetterDir (popped from `opts`), checked together."""
+    from spark_apps.runtime.decode import DecodeSpecError, EventDecoder
+
+    raw_fields, raw_required = opts.pop("valuefields", None), opts.pop("requiredfields", None)
+    dead_letter_dir = opts.pop("deadletterdir", None) or None
+    if raw_fields is None:
+        if raw_required is not None or dead_letter_dir is not None:
+            raise ValueError("options 'requiredFields' and 'deadLetterDir' go with 'valueFields'")
+        return None, [], None
+    try:
+        fields = [(str(n), str(t).lower()) for n, t in json.loads(raw_fields)]
+        required = [str(r) for r in json.loads(raw_required)] if raw_required is not None else []
+    except (ValueError, TypeError):
+        raise ValueError(f"option 'valueFields' must be JSON [[name, type], ...] and 'requiredFields' JSON "
+                         f"[name, ...]; got {raw_fields!r} and {raw_required!r}") from None
+    try:
+        EventDecoder(fields, required)
+    except DecodeSpecError as exc:
+        raise ValueError(f"option 'valueFields': {exc}") from None
+    if not dead_letter_dir:
+        raise ValueError("option 'valueFields' needs 'deadLetterDir' (where events that do not decode go)")
+    return fields, required, dead_letter_dir
 
 
 _OWNED_CONF = {"group.id", "enable.auto.commit", "enable.partition.eof", "isolation.level",
@@ -371,6 +422,16 @@ def plan_end(start: Mapping[int, int], available: Mapping[int, int], *,
     return {p: end[p] for p in sorted(end)}
 
 
+def output_schema(opts: SourceOptions) -> StructType:
+    if opts.value_fields is None:
+        return SCHEMA
+    return StructType([StructField(n, _SPARK_TYPES[t]()) for n, t in opts.value_fields])
+
+
+_SPARK_TYPES = {"string": StringType, "bigint": LongType, "int": IntegerType, "smallint": ShortType,
+                "tinyint": ByteType, "double": DoubleType, "float": FloatType, "boolean": BooleanType}
+
+
 class KafkaInputPartition(InputPartition):
     """Offsets [start, end) of one Kafka partition: one Spark task."""
 
@@ -401,12 +462,28 @@ class KafkaSource(DataSource):
         return FORMAT
 
     def schema(self) -> StructType:
-        return SCHEMA
+        return output_schema(parse_options(self.options))
 
     def streamReader(self, schema: StructType) -> "KafkaStreamReader":
-        if [(f.name, f.dataType) for f in schema.fields] != [(f.name, f.dataType) for f in SCHEMA.fields]:
-            raise ValueError(f"{FORMAT} has a fixed schema ({SCHEMA.simpleString()}); got {schema.simpleString()}")
-        return KafkaStreamReader(parse_options(self.options))
+        opts = self._checked(schema)
+        if opts.read_on == "driver":  # Spark then asks for simpleStreamReader
+            from pyspark.errors import PySparkNotImplementedError
+
+            raise PySparkNotImplementedError(errorClass="NOT_IMPLEMENTED", messageParameters={"feature": "streamReader"})
+        return KafkaStreamReader(opts)
+
+    def simpleStreamReader(self, schema: StructType):
+        from spark_apps.runtime.kafka_driver_reader import DriverStreamReader
+
+        return DriverStreamReader(self._checked(schema))
+
+    def _checked(self, schema: StructType) -> SourceOptions:
+        opts = parse_options(self.options)
+        expected = output_schema(opts)
+        if [(f.name, f.dataType) for f in schema.fields] != [(f.name, f.dataType) for f in expected.fields]:
+            raise ValueError(f"{FORMAT} has the schema its options give ({expected.simpleString()}); "
+                             f"got {schema.simpleString()}")
+        return opts
 
 
 class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -507,6 +584,10 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 start = {p: self.offset_for_timestamp(p, o.starting_timestamp, lows[p], ends[p]) for p in parts}
             else:
                 start = resolve_starting(o.starting, parts, lows, ends)
+        if o.dead_letter_dir:
+            from spark_apps.runtime.dead_letters import write_initial
+
+            write_initial(o.dead_letter_dir, start)
         return offsets_to_json(start)
 
     def getDefaultReadLimit(self) -> ReadLimit:
@@ -558,87 +639,151 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # -- executors: the hot path
     def read(self, partition: KafkaInputPartition) -> Iterator[Any]:
-        import pyarrow as pa
-        from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
-        from pyspark.sql.pandas.types import to_arrow_schema
+        from confluent_kafka import Consumer
 
         topic, p, start, end = partition.topic, partition.partition, partition.start, partition.end
         if start >= end:
             return
-        schema = to_arrow_schema(SCHEMA, timezone="UTC")
         c = Consumer(self._conf(**{
             "queued.min.messages": 1_000_000,
             "fetch.queue.backoff.ms": 1,
             "fetch.wait.max.ms": 100,
         }))
         try:
-            tp = TopicPartition(topic, p, start)
-            c.assign([tp])
-            consume, position = c.consume, c.position
-            m_key, m_value, m_offset, m_ts, m_err = (Message.key, Message.value, Message.offset,
-                                                     Message.timestamp, Message.error)
-            ts_ms = itemgetter(1)
-            binary, int64 = pa.binary(), pa.int64()
-            ts_type, ts_out = pa.timestamp("ms", tz="UTC"), schema.field("timestamp").type
-            from_arrays, array = pa.RecordBatch.from_arrays, pa.array
-            size = min(CHUNK, end - start)
-            topic_col = array([topic] * size, pa.string())
-            part_col = array([p] * size, pa.int32())
-            EOF = KafkaError._PARTITION_EOF
-            timeout = self.opts.poll_timeout_s
-            nxt = start
-            progress_at = time.monotonic()
-            while nxt < end:
-                want = end - nxt
-                if want > CHUNK:
-                    want = CHUNK
-                msgs = consume(want, TAIL_WAIT_S)
-                got = len(msgs)
-                done = False
-                if got:
-                    if any(map(m_err, msgs)):
-                        data = []
-                        for m in msgs:
-                            err = m.error()
-                            if err is None:
-                                data.append(m)
-                            elif err.code() == EOF:
-                                if m.offset() >= end:
-                                    done = True
-                            elif _fatal(err):
-                                raise KafkaException(err)
-                        msgs = data
-                    if msgs:
-                        offs = list(map(m_offset, msgs))
-                        if offs[-1] >= end:
-                            k = bisect_left(offs, end)
-                            msgs, offs, done = msgs[:k], offs[:k], True
-                    if msgs:
-                        n = len(msgs)
-                        nxt = offs[-1] + 1
-                        stamps = list(map(ts_ms, map(m_ts, msgs)))
-                        if min(stamps) < 0:  # TIMESTAMP_NOT_AVAILABLE
-                            stamps = [t if t >= 0 else None for t in stamps]
-                        yield from_arrays([
-                            array(list(map(m_key, msgs)), binary),
-                            array(list(map(m_value, msgs)), binary),
-                            topic_col.slice(0, n) if n <= size else array([topic] * n, pa.string()),
-                            part_col.slice(0, n) if n <= size else array([p] * n, pa.int32()),
-                            array(offs, int64),
-                            array(stamps, ts_type).cast(ts_out),
-                        ], schema=schema)
-                        progress_at = time.monotonic()
-                if done:
-                    break
-                if got < want:
-                    # Short: caught up with the fetcher, or only markers/aborted records remain
-                    # before `end`. The position moves past transaction markers.
-                    pos = position([tp])[0].offset
-                    if pos > nxt:
-                        nxt = pos
-                        progress_at = time.monotonic()
-                    elif time.monotonic() - progress_at > timeout:
-                        raise TimeoutError(
-                            f"{topic}[{p}]: no progress at offset {nxt} (reading to {end}) for {timeout:.0f}s")
+            chunks = read_range(c, topic, p, start, end, self.opts.poll_timeout_s)
+            if self.opts.value_fields is None:
+                yield from raw_batches(chunks, topic, p)
+            else:
+                yield from decoded_batches(chunks, self.opts, p, start, end)
         finally:
             c.close()
+
+
+def read_range(c, topic: str, p: int, start: int, end: int, timeout_s: float) -> Iterator[tuple[list, list[int]]]:
+    """The records of `topic`[p] in [start, end) as (messages, offsets) chunks of at most CHUNK, read
+    by the assigned consumer `c`. Stops when the next offset reaches `end`, not after a count:
+    transaction markers and aborted records use offsets but are never delivered."""
+    from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
+
+    tp = TopicPartition(topic, p, start)
+    c.assign([tp])
+    consume, position = c.consume, c.position
+    m_offset, m_err = Message.offset, Message.error
+    EOF = KafkaError._PARTITION_EOF
+    nxt = start
+    progress_at = time.monotonic()
+    while nxt < end:
+        want = end - nxt
+        if want > CHUNK:
+            want = CHUNK
+        msgs = consume(want, TAIL_WAIT_S)
+        got = len(msgs)
+        done = False
+        if got:
+            if any(map(m_err, msgs)):
+                data = []
+                for m in msgs:
+                    err = m.error()
+                    if err is None:
+                        data.append(m)
+                    elif err.code() == EOF:
+                        if m.offset() >= end:
+                            done = True
+                    elif _fatal(err):
+                        raise KafkaException(err)
+                msgs = data
+            if msgs:
+                offs = list(map(m_offset, msgs))
+                if offs[-1] >= end:
+                    k = bisect_left(offs, end)
+                    msgs, offs, done = msgs[:k], offs[:k], True
+            if msgs:
+                nxt = offs[-1] + 1
+                yield msgs, offs
+                progress_at = time.monotonic()
+        if done:
+            break
+        if got < want:
+            # Short: caught up with the fetcher, or only markers/aborted records remain before
+            # `end`. The position moves past transaction markers.
+            pos = position([tp])[0].offset
+            if pos > nxt:
+                nxt = pos
+                progress_at = time.monotonic()
+            elif time.monotonic() - progress_at > timeout_s:
+                raise TimeoutError(
+                    f"{topic}[{p}]: no progress at offset {nxt} (reading to {end}) for {timeout_s:.0f}s")
+
+
+def raw_columns(msgs: list) -> list[list]:
+    """key, value, offset, timestamp (ms, None when the record has none) of raw records."""
+    from confluent_kafka import Message
+
+    stamps = list(map(itemgetter(1), map(Message.timestamp, msgs)))
+    if stamps and min(stamps) < 0:  # TIMESTAMP_NOT_AVAILABLE
+        stamps = [t if t >= 0 else None for t in stamps]
+    return [list(map(Message.key, msgs)), list(map(Message.value, msgs)), list(map(Message.offset, msgs)), stamps]
+
+
+def raw_record_batch(topic: str, p: int, columns: list[list]):
+    """An Arrow record batch of SCHEMA from raw_columns."""
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    schema = to_arrow_schema(SCHEMA, timezone="UTC")
+    keys, values, offsets, stamps = columns
+    n = len(offsets)
+    return pa.RecordBatch.from_arrays([
+        pa.array(keys, pa.binary()), pa.array(values, pa.binary()),
+        pa.array([topic] * n, pa.string()), pa.array([p] * n, pa.int32()), pa.array(offsets, pa.int64()),
+        pa.array(stamps, pa.timestamp("ms", tz="UTC")).cast(schema.field("timestamp").type),
+    ], schema=schema)
+
+
+def decode_records(decoder, msgs: list) -> tuple[list[int], list[list], list[tuple]]:
+    """(offsets of the events that decode, their columns, dead letters (offset, key, value, reason))."""
+    from confluent_kafka import Message
+
+    values = list(map(Message.value, msgs))
+    columns, dead = decoder.decode(values)
+    offsets = list(map(Message.offset, msgs))
+    if not dead:
+        return offsets, columns, []
+    bad = {i for i, _ in dead}
+    good = [o for i, o in enumerate(offsets) if i not in bad]
+    return good, columns, [(offsets[i], msgs[i].key(), values[i], reason) for i, reason in dead]
+
+
+def decoded_record_batch(opts: SourceOptions, columns: list[list]):
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    schema = to_arrow_schema(output_schema(opts), timezone="UTC")
+    return pa.RecordBatch.from_arrays([pa.array(c, f.type) for c, f in zip(columns, schema)], schema=schema)
+
+
+def raw_batches(chunks, topic: str, p: int) -> Iterator[Any]:
+    """Raw records as Arrow record batches built column-wise (SCHEMA)."""
+    for msgs, _offs in chunks:
+        yield raw_record_batch(topic, p, raw_columns(msgs))
+
+
+def decoded_batches(chunks, opts: SourceOptions, p: int, start: int, end: int) -> Iterator[Any]:
+    """Decoded events as Arrow record batches of the declared fields; the events that do not decode
+    go to the dead-letter spool file of [start, end), written (even empty) once the range is read."""
+    from spark_apps.runtime.dead_letters import write_spool
+    from spark_apps.runtime.decode import EventDecoder
+
+    decoder = EventDecoder(opts.value_fields, opts.required)
+    dead_all: list[tuple] = []
+    for msgs, _offs in chunks:
+        _good, columns, dead = decode_records(decoder, msgs)
+        if columns[0]:
+            yield decoded_record_batch(opts, columns)
+        dead_all.extend(dead)
+    write_spool(opts.dead_letter_dir, p, start, end, *dead_columns(dead_all))
+
+
+def dead_columns(dead: list[tuple]) -> tuple[list, list, list, list]:
+    """(keys, values, reasons, offsets) of (offset, key, value, reason) dead letters."""
+    return [d[1] for d in dead], [d[2] for d in dead], [d[3] for d in dead], [d[0] for d in dead]

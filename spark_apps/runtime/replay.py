@@ -60,7 +60,7 @@ def replay_once(app, checkpoint: Path, work: Path, bootstrap: str, timeout_s: fl
     # The source reads no further than the replayed batch's end: exactly that batch runs, then none.
     cap = work / "cap.json"
     write_cap_file(cap, read_offset_log(copy, batch))
-    frame = build_frame(spark, app, bootstrap, "earliest", cap)
+    frame = build_frame(spark, app, bootstrap, "earliest", cap, work / "dead-letters")
     query = (frame.writeStream.format("noop").outputMode("update").option("checkpointLocation", str(copy))
              .trigger(processingTime="200 milliseconds").start())
     deadline = time.monotonic() + timeout_s

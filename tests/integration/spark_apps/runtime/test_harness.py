@@ -1,5 +1,6 @@
 """The click-count app in its harness, on the real broker and real Spark: exactly once through a
-kill -9 of the driver, bad input to the dead-letter topic without a restart, graceful SIGTERM."""
+kill -9 of the driver, bad input to the dead-letter topic without a restart, graceful SIGTERM; and
+the harness's path for events the source does not decode (nested fields: Spark's from_json)."""
 
 import time
 
@@ -17,8 +18,8 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
-def app(bootstrap, tmp_path):
-    app, path = make_app(bootstrap, tmp_path)
+def app(bootstrap, tmp_path, request):
+    app, path = make_app(bootstrap, tmp_path, **getattr(request, "param", {}))
     write_control(bootstrap, ControlRecord(app=app.name, revision=1, epoch=1, active=Slot.BLUE,
                                            slots={Slot.BLUE: SlotSpec(SlotState.RUNNING, "v1")}))
     yield app, path
@@ -62,6 +63,26 @@ def read_dead(bootstrap, topic):
     return read_topic(bootstrap, topic, lambda m: {k: v.decode() for k, v in m.headers()})
 
 
+NESTED = {"module": "tests.support.nested_clicks"}
+
+
+@pytest.mark.parametrize("app", [NESTED], indirect=True)
+def test_events_spark_parses_count_once_and_bad_ones_are_dead_letters(bootstrap, app, tmp_path):
+    app, path = app
+    truth, bad = produce_clicks(bootstrap, app.input.topic, 4_000, users=100, bad_every=25)
+    proc = start_slot(bootstrap, path, tmp_path)
+    try:
+        wait_until_emitted(bootstrap, app, 4_000)
+        verdict = verify(truth, read_output(bootstrap, app.output.topic, app.output.partitions))
+        assert verdict.ok, verdict.summary()
+        dead = read_dead(bootstrap, app.dead_letter_topic)
+        assert len(dead) == bad and {h["baton.reason"] for h in dead} == {
+            "not a JSON object", "missing or invalid field(s): user_id"}
+    finally:
+        assert stop_slot(proc) == 0
+
+
+@pytest.mark.parametrize("app", [NESTED], indirect=True)
 def test_each_event_is_parsed_once_per_branch(bootstrap, app, tmp_path, spark):
     """The optimizer must not copy from_json into the split filters (it did: 8 parses per event)."""
     from spark_apps.runtime.harness import Harness

@@ -1,0 +1,146 @@
+"""Baton's Kafka source read on the driver (option readOn=driver): one long-lived consumer, no task.
+
+Spark runs a streaming Python source's reads as tasks, each in a Python worker; on this project's
+2-core machine a read task cost ~100 ms of wall time whatever its size (the worker round trip), four
+a batch, one per partition. As a SimpleDataSourceStreamReader the source instead reads in Spark's
+driver-side source process: a thread fetches and decodes continuously (spark_apps.runtime.prefetch),
+and when Spark asks for the next batch's end the reader takes what is ready and hands it to the JVM
+with the batch's plan; the batch's scan is then a JVM task over those rows. One process reads every
+partition: right for the rates of a slot that fits one machine's state (a Python process decodes
+~1M events/s); readOn=executors (the default) spreads the read over tasks for more.
+
+A batch:
+1. starts where the previous one ended (a different start, e.g. after a failed batch, is sought);
+2. takes every partition's records up to its limit: the cap file (fences, follow mode) and, under
+   Trigger.AvailableNow, the ends at the query's start; maxRecordsPerTrigger bounds the whole batch;
+3. becomes Arrow batches (raw records, or the declared fields with each partition's dead letters
+   written to the spool for its range, spark_apps.runtime.dead_letters).
+A batch Spark replays after a restart is re-read between its offsets (readBetweenOffsets, in a task,
+exactly as readOn=executors reads), so it holds the same records.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Iterator, Optional
+
+from pyspark.sql.datasource import SimpleDataSourceStreamReader
+from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
+
+from spark_apps.runtime.kafka_source import (
+    KafkaInputPartition, KafkaStreamReader, SourceOptions, dead_columns, decode_records, decoded_record_batch,
+    offsets_from_json, offsets_to_json, raw_columns, raw_record_batch, read_cap,
+)
+from spark_apps.runtime.prefetch import Prefetcher, Taken
+
+# Rows a partition's buffer holds before its fetching pauses (memory: ~100 bytes a decoded row).
+MAX_BUFFERED = 1_000_000
+
+
+class DriverStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableNow):
+    def __init__(self, options: SourceOptions):
+        self.opts = options
+        self.planner = KafkaStreamReader(options)  # initial offsets, metadata, watermarks, replays
+        self._prefetch: Optional[Prefetcher] = None
+        self._target: Optional[dict[int, int]] = None  # Trigger.AvailableNow bound
+
+    def __getstate__(self):  # shipped to executors for replays: never a client or a thread
+        state = self.__dict__.copy()
+        state["_prefetch"] = None
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+
+    # -- SimpleDataSourceStreamReader
+    def initialOffset(self) -> dict:
+        return self.planner.initialOffset()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = self.planner.available_ends(self.planner._partition_ids())
+
+    def read(self, start: dict) -> tuple[Iterator[Any], dict]:
+        begin = offsets_from_json(start)
+        parts = self.planner._partition_ids()
+        for p in parts:
+            if p not in begin:  # a partition added since the query started: read it from its start
+                lows, _ = self.planner._watermarks([p])
+                begin[p] = lows[p]
+        limits = self._limits(parts)
+        fresh = self._prefetch is None
+        prefetch = self._prefetcher(begin)
+        if fresh or self._target is not None:
+            # The first read waits for what the broker holds now (else a restarted slot's first batch
+            # would cost a trigger); under AvailableNow every read waits for the query's end offsets
+            # (a read that found nothing yet would end the query).
+            ends = self._target if self._target is not None else self.planner.available_ends(parts)
+            want = {p: min(ends.get(p, begin[p]), limits[p]) for p in parts}
+            if not prefetch.wait_until(want, self.opts.max_records, self.opts.poll_timeout_s) and self._target:
+                raise TimeoutError(f"{self.opts.topic}: records up to {want} not fetched within "
+                                   f"{self.opts.poll_timeout_s:.0f}s")
+        taken = prefetch.take(begin, limits, self.opts.max_records)
+        end = {p: taken[p].end if p in taken else o for p, o in begin.items()}
+        if end == begin:
+            return iter(()), start
+        batches = []
+        for p in sorted(taken):
+            if taken[p].end > taken[p].start:
+                batches.extend(self._batches(p, taken[p]))
+        return iter(batches), offsets_to_json(end)
+
+    def readBetweenOffsets(self, start: dict, end: dict) -> Iterator[Any]:
+        s, e = offsets_from_json(start), offsets_from_json(end)
+        batches = []
+        for p in sorted(e):
+            batches.extend(self.planner.read(KafkaInputPartition(self.opts.topic, p, s.get(p, e[p]), e[p])))
+        return iter(batches)
+
+    def commit(self, end: dict) -> None:
+        """Nothing to do: Spark's checkpoint is the record of positions, Kafka holds none."""
+
+    def stop(self) -> None:
+        self.planner.stop()
+        pf, self._prefetch = self._prefetch, None
+        if pf is not None:
+            pf.close()
+
+    # -- reading
+    def _prefetcher(self, begin: dict[int, int]) -> Prefetcher:
+        if self._prefetch is None:
+            from confluent_kafka import Consumer
+
+            from spark_apps.runtime.decode import EventDecoder
+
+            # Fetch continuously: a fetch is held up to 200 ms for data. Measured on Tansu at 20k events/s:
+            # records ~90 ms old (p50) when a batch takes them, and the broker at ~5% of a core for this
+            # consumer; holding fetches 20-50 ms made records ~50 ms fresher for 15-20% of a core.
+            conf = self.planner._conf(**{"queued.min.messages": 1_000_000, "fetch.queue.backoff.ms": 1,
+                                         "fetch.wait.max.ms": 200})
+            if self.opts.value_fields is None:
+                width, decode = 4, lambda msgs: (list(map(lambda m: m.offset(), msgs)), raw_columns(msgs), [])
+            else:
+                decoder = EventDecoder(self.opts.value_fields, self.opts.required)
+                width, decode = len(self.opts.value_fields), lambda msgs: decode_records(decoder, msgs)
+            per_partition = max(10_000, MAX_BUFFERED // max(1, len(begin)))
+            self._prefetch = Prefetcher(lambda: Consumer(conf), self.opts.topic, begin, width, decode, per_partition)
+        return self._prefetch
+
+    def _limits(self, parts: list[int]) -> dict[int, float]:
+        cap = read_cap(self.opts.cap_file, parts) if self.opts.cap_file else None
+        limits = {}
+        for p in parts:
+            limit = math.inf
+            if cap is not None:
+                limit = min(limit, cap[p])
+            if self._target is not None and p in self._target:
+                limit = min(limit, self._target[p])
+            limits[p] = limit
+        return limits
+
+    def _batches(self, p: int, taken: Taken) -> list:
+        if self.opts.value_fields is None:
+            return [raw_record_batch(self.opts.topic, p, taken.columns)] if taken.offsets else []
+        from spark_apps.runtime.dead_letters import write_spool
+
+        write_spool(self.opts.dead_letter_dir, p, taken.start, taken.end, *dead_columns(taken.dead))
+        return [decoded_record_batch(self.opts, taken.columns)] if taken.offsets else []

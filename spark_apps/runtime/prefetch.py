@@ -1,0 +1,222 @@
+"""Records fetched and decoded ahead of the batch that takes them (the driver-side reader's buffer).
+
+A thread consumes every partition continuously, decodes what arrives (kafka_driver_reader's `Rows`
+builder: raw columns or the declared fields and dead letters) and appends it to a per-partition
+buffer. When Spark asks for the next batch, the reader takes from the buffers up to each partition's
+limit (cap file, AvailableNow target) and the batch's record budget: the Kafka round trips and the
+decoding happened while the previous batch ran, off the batch's critical path. What lies past a
+limit stays buffered until the limit moves (a standby capped at the active's position, a fence),
+so nothing is fetched twice.
+
+Positions: a buffer starts where the next batch starts. A batch that starts elsewhere (the engine
+re-planned after a failed batch) has its partition sought and the buffer emptied. A partition's
+`next` is the consumer's position, which moves past transaction markers (they use offsets but are
+never delivered), so a batch can end after trailing markers, as the executor read does.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from bisect import bisect_left
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+from baton.kafka.tail import is_fatal as _fatal
+
+CONSUME_MAX = 10_000
+CONSUME_WAIT_S = 0.02
+
+
+@dataclass
+class Taken:
+    """What a batch takes from one partition: [start, end), good rows (offsets, columns) and dead letters."""
+
+    start: int
+    end: int
+    offsets: list[int]
+    columns: list[list]
+    dead: list[tuple[int, Optional[bytes], Optional[bytes], str]]  # (offset, key, value, reason)
+
+
+@dataclass
+class PartitionBuffer:
+    start: int                   # the first offset not taken yet
+    next: int                    # the offset after everything consumed (past markers)
+    width: int                   # number of columns
+    offsets: list[int] = field(default_factory=list)
+    columns: list[list] = field(default_factory=list)
+    dead: list[tuple] = field(default_factory=list)
+
+    def __post_init__(self):
+        if not self.columns:
+            self.columns = [[] for _ in range(self.width)]
+
+    def __len__(self) -> int:
+        return len(self.offsets) + len(self.dead)
+
+    def append(self, offsets: list[int], columns: list[list], dead: list[tuple], next_offset: int) -> None:
+        self.offsets.extend(offsets)
+        for mine, more in zip(self.columns, columns):
+            mine.extend(more)
+        self.dead.extend(dead)
+        self.next = max(self.next, next_offset)
+
+    def available(self, limit: float) -> int:
+        """Records (good and dead) below `limit`."""
+        return bisect_left(self.offsets, limit) + bisect_left([d[0] for d in self.dead], limit)
+
+    def take(self, limit: float, budget: int) -> Taken:
+        """Everything below `limit`, at most `budget` records; the end is the first offset not taken."""
+        g = bisect_left(self.offsets, limit)
+        d = bisect_left([x[0] for x in self.dead], limit)
+        end = min(limit, self.next)
+        if g + d > budget:  # cut at the budget-th record in offset order
+            gi = di = 0
+            while gi + di < budget:
+                if di >= d or (gi < g and self.offsets[gi] < self.dead[di][0]):
+                    gi += 1
+                else:
+                    di += 1
+            g, d = gi, di
+            following = [o for o in (self.offsets[g] if g < len(self.offsets) else None,
+                                     self.dead[d][0] if d < len(self.dead) else None) if o is not None]
+            end = min(following)
+        taken = Taken(self.start, int(max(end, self.start)), self.offsets[:g], [c[:g] for c in self.columns],
+                      self.dead[:d])
+        del self.offsets[:g]
+        for c in self.columns:
+            del c[:g]
+        del self.dead[:d]
+        self.start = taken.end
+        return taken
+
+
+class Prefetcher:
+    """Owns the consumer and its thread; `take` is called by the batch planner."""
+
+    def __init__(self, make_consumer: Callable, topic: str, begin: dict[int, int], width: int,
+                 decode: Callable[[list], tuple[list[int], list[list], list[tuple]]], max_buffered: int):
+        self.topic, self.width, self.decode, self.max_buffered = topic, width, decode, max_buffered
+        self.buffers = {p: PartitionBuffer(o, o, width) for p, o in begin.items()}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._error: Optional[BaseException] = None
+        self._seeks: dict[int, int] = {}
+        self._paused: set[int] = set()
+        self._assigned: set[int] = set(begin)
+        self._consumer = make_consumer()
+        from confluent_kafka import TopicPartition
+
+        self._consumer.assign([TopicPartition(topic, p, o) for p, o in sorted(begin.items())])
+        self._thread = threading.Thread(target=self._run, name=f"baton-prefetch-{topic}", daemon=True)
+        self._thread.start()
+
+    # -- the planner's side
+    def take(self, begin: dict[int, int], limits: dict[int, float], budget: Optional[int]) -> dict[int, Taken]:
+        """Records from `begin` up to `limits`, at most `budget` in all (split across partitions in
+        proportion to what each has ready). Partitions whose buffer is elsewhere are sought: they
+        contribute nothing to this batch."""
+        from spark_apps.runtime.kafka_source import split_limit
+
+        self._raise()
+        with self._lock:
+            for p, o in begin.items():
+                buf = self.buffers.get(p)
+                if buf is None or buf.start != o:
+                    self.buffers[p] = PartitionBuffer(o, o, self.width)
+                    self._seeks[p] = o
+            ready = {p: self.buffers[p].available(limits.get(p, float("inf"))) for p in begin if p not in self._seeks}
+            share = split_limit({p: n for p, n in ready.items() if n}, budget) if budget is not None and any(ready.values()) else None
+            out = {}
+            for p in sorted(ready):
+                n = ready[p] if share is None else share.get(p, 0)
+                out[p] = self.buffers[p].take(limits.get(p, float("inf")), n)
+            return out
+
+    def wait_until(self, ends: dict[int, float], budget: Optional[int], timeout_s: float) -> bool:
+        """Wait until every partition's buffer reaches `ends` (or holds `budget` records below them);
+        False on timeout."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            self._raise()
+            with self._lock:
+                reached = all(p not in self.buffers or p in self._seeks or self.buffers[p].next >= e
+                              for p, e in ends.items())
+                enough = budget is not None and sum(
+                    self.buffers[p].available(e) for p, e in ends.items() if p in self.buffers) >= budget
+            if reached or enough:
+                return True
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.005)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+        try:
+            self._consumer.close()
+        except RuntimeError:
+            pass
+
+    def _raise(self) -> None:
+        if self._error is not None:
+            raise RuntimeError(f"the source's prefetch thread failed: {self._error!r}") from self._error
+
+    # -- the thread
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                self._apply_seeks_and_pauses()
+                self._absorb(self._consumer.consume(CONSUME_MAX, CONSUME_WAIT_S))
+        except BaseException as exc:  # noqa: BLE001 - surfaced to the planner by take()
+            self._error = exc
+
+    def _apply_seeks_and_pauses(self) -> None:
+        from confluent_kafka import TopicPartition
+
+        with self._lock:
+            seeks, self._seeks = self._seeks, {}
+            new = [p for p in self.buffers if p not in self._assigned]
+            full = {p for p, b in self.buffers.items() if len(b) >= self.max_buffered}
+        if new:
+            self._consumer.incremental_assign([TopicPartition(self.topic, p, self.buffers[p].start) for p in new])
+            self._assigned.update(new)
+        for p, o in seeks.items():
+            if p not in new:
+                self._consumer.seek(TopicPartition(self.topic, p, o))
+        pause = [TopicPartition(self.topic, p) for p in full - self._paused]
+        resume = [TopicPartition(self.topic, p) for p in self._paused - full]
+        if pause:
+            self._consumer.pause(pause)
+        if resume:
+            self._consumer.resume(resume)
+        self._paused = full
+
+    def _absorb(self, msgs: list) -> None:
+        from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
+        by_part: dict[int, list] = {}
+        for m in msgs:
+            err = m.error()
+            if err is not None:
+                if err.code() != KafkaError._PARTITION_EOF and _fatal(err):
+                    raise KafkaException(err)
+                continue
+            by_part.setdefault(m.partition(), []).append(m)
+        decoded = {p: self.decode(ms) for p, ms in by_part.items()}
+        positions = {tp.partition: tp.offset for tp in
+                     self._consumer.position([TopicPartition(self.topic, p) for p in self.buffers])}
+        with self._lock:
+            for p, (offs, cols, dead) in decoded.items():
+                buf = self.buffers.get(p)
+                last = max(offs[-1] if offs else -1, dead[-1][0] if dead else -1)
+                if buf is None or p in self._seeks or last < buf.next:
+                    continue  # from before a seek the planner asked for
+                keep = bisect_left(offs, buf.next)  # never append what is buffered already
+                dkeep = bisect_left([d[0] for d in dead], buf.next)
+                buf.append(offs[keep:], [c[keep:] for c in cols], dead[dkeep:], last + 1)
+            for p, pos in positions.items():
+                buf = self.buffers.get(p)
+                if buf is not None and p not in self._seeks and pos is not None and pos > buf.next:
+                    buf.next = pos  # past transaction markers

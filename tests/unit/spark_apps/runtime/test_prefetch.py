@@ -1,0 +1,148 @@
+"""The driver-side reader's buffer: a batch takes records up to each partition's limit and the batch's
+budget, what lies past a limit waits for the limit to move, ends follow the consumer past markers, and a
+batch that starts elsewhere has its partition sought."""
+
+import threading
+import time
+
+from spark_apps.runtime.prefetch import PartitionBuffer, Prefetcher
+
+
+def buffer_with(good, dead=(), start=0, next_offset=None):
+    b = PartitionBuffer(start, start, 1)
+    b.append(list(good), [[f"r{o}" for o in good]], [(o, None, b"x", "bad") for o in dead],
+             next_offset if next_offset is not None else max([*good, *dead, start - 1]) + 1)
+    return b
+
+
+def test_take_stops_at_the_limit_and_keeps_the_rest_for_the_next_batch():
+    b = buffer_with([0, 1, 2, 3, 4])
+    t = b.take(3, 100)
+    assert (t.start, t.end, t.offsets, t.columns) == (0, 3, [0, 1, 2], [["r0", "r1", "r2"]])
+    t = b.take(float("inf"), 100)
+    assert (t.start, t.end, t.offsets) == (3, 5, [3, 4])
+
+
+def test_the_budget_cuts_in_offset_order_across_good_and_dead_records():
+    b = buffer_with([0, 2, 3, 5], dead=[1, 4])
+    t = b.take(float("inf"), 3)
+    assert (t.offsets, [d[0] for d in t.dead], t.end) == ([0, 2], [1], 3)
+    t = b.take(float("inf"), 10)
+    assert (t.offsets, [d[0] for d in t.dead], t.start, t.end) == ([3, 5], [4], 3, 6)
+
+
+def test_the_end_moves_past_markers_but_never_past_the_limit_or_back():
+    b = buffer_with([0, 1], next_offset=4)  # offsets 2 and 3: transaction markers
+    assert b.take(3, 10).end == 3
+    assert b.take(float("inf"), 10).end == 4
+    assert b.take(2, 10).end == 4  # a cap below the position holds the partition where it is
+
+
+class FakeMessage:
+    def __init__(self, p, o):
+        self.p, self.o = p, o
+
+    def error(self):
+        return None
+
+    def partition(self):
+        return self.p
+
+    def offset(self):
+        return self.o
+
+
+class FakeConsumer:
+    """Partitions of a topic as lists of offsets; consume() hands out what follows each position."""
+
+    def __init__(self, logs):
+        self.logs, self.pos, self.paused, self.seeks = logs, {}, set(), []
+        self.lock = threading.Lock()
+
+    def assign(self, tps):
+        self.pos.update({tp.partition: tp.offset for tp in tps})
+
+    incremental_assign = assign
+
+    def seek(self, tp):
+        with self.lock:
+            self.seeks.append((tp.partition, tp.offset))
+            self.pos[tp.partition] = tp.offset
+
+    def pause(self, tps):
+        self.paused |= {tp.partition for tp in tps}
+
+    def resume(self, tps):
+        self.paused -= {tp.partition for tp in tps}
+
+    def consume(self, n, timeout):
+        n = min(n, 5)  # a fetch's worth
+        with self.lock:
+            out = []
+            for p, at in sorted(self.pos.items()):
+                if p in self.paused:
+                    continue
+                for o in self.logs[p]:
+                    if o >= at and len(out) < n:
+                        out.append(FakeMessage(p, o))
+                        self.pos[p] = o + 1
+        if not out:
+            time.sleep(timeout)
+        return out
+
+    def position(self, tps):
+        from confluent_kafka import TopicPartition
+
+        return [TopicPartition(tp.topic, tp.partition, self.pos[tp.partition]) for tp in tps]
+
+    def close(self):
+        pass
+
+
+def decode(msgs):
+    offs = [m.offset() for m in msgs]
+    return offs, [[f"r{o}" for o in offs]], []
+
+
+def wait_ready(pf, begin, want):
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        with pf._lock:
+            if all(len(pf.buffers[p]) >= n for p, n in want.items()):
+                return
+        time.sleep(0.01)
+    raise AssertionError(f"prefetch did not buffer {want}")
+
+
+def test_a_batch_takes_within_limits_and_budget_and_a_moved_start_is_sought():
+    consumer = FakeConsumer({0: list(range(10)), 1: list(range(20, 26))})
+    pf = Prefetcher(lambda: consumer, "t", {0: 0, 1: 20}, 1, decode, max_buffered=1000)
+    try:
+        wait_ready(pf, {0: 0, 1: 20}, {0: 10, 1: 6})
+        taken = pf.take({0: 0, 1: 20}, {0: 4, 1: float("inf")}, None)
+        assert (taken[0].offsets, taken[0].end) == ([0, 1, 2, 3], 4)
+        assert (taken[1].offsets, taken[1].end) == (list(range(20, 26)), 26)
+        # A budget of 4 split by what each has ready within its limit: 6 and 0 -> 4 from partition 0.
+        taken = pf.take({0: 4, 1: 26}, {0: float("inf"), 1: float("inf")}, 4)
+        assert (taken[0].offsets, taken[0].end, taken[1].end) == ([4, 5, 6, 7], 8, 26)
+        # The engine replays from 2: the partition is sought and gives nothing to this batch.
+        taken = pf.take({0: 2, 1: 26}, {}, None)
+        assert 0 not in taken
+        wait_ready(pf, {0: 2}, {0: 8})
+        assert consumer.seeks == [(0, 2)]
+        assert pf.take({0: 2, 1: 26}, {}, None)[0].offsets == list(range(2, 10))
+    finally:
+        pf.close()
+
+
+def test_a_partition_stops_fetching_once_its_buffer_is_full():
+    consumer = FakeConsumer({0: list(range(50))})
+    pf = Prefetcher(lambda: consumer, "t", {0: 0}, 1, decode, max_buffered=10)
+    try:
+        wait_ready(pf, {0: 0}, {0: 10})
+        time.sleep(0.2)
+        assert 0 in consumer.paused and len(pf.buffers[0]) <= 15  # the limit, plus the fetch that crossed it
+        pf.take({0: 0}, {}, None)
+        wait_ready(pf, {0: 0}, {0: 10})
+    finally:
+        pf.close()
