@@ -55,6 +55,10 @@ class AppDefinition:
     max_records_per_trigger: int = 500_000
     batch_ms_budget: int = 2000
     max_lag_records: int = 200_000
+    # How often a hot standby's source may move up to what the active emitted (follow mode): a standby
+    # running fewer, larger batches costs less of the machine the active runs on. A fence or a role
+    # change reaches it at once. 0: after every batch of the active.
+    standby_pace_ms: int = 2000
     state: StateSettings = field(default_factory=StateSettings)
     # Overrides of baton.health.HealthPolicy for this app (e.g. max_restarts, restart_window_s).
     health: dict[str, float] = field(default_factory=dict)
@@ -97,6 +101,12 @@ def _positive(value: int, path: Path, name: str) -> int:
     return value
 
 
+def _not_negative(value: int, path: Path, name: str) -> int:
+    if value < 0:
+        raise AppDefinitionError(path, name, f"must be >= 0, got {value}")
+    return value
+
+
 def _topic(d: dict[str, Any], key: str, path: Path) -> TopicRef:
     section = _get(d, key, dict, path)
     topic = _get(section, "topic", str, path, f"{key}.")
@@ -108,7 +118,7 @@ def _topic(d: dict[str, Any], key: str, path: Path) -> TopicRef:
 
 KNOWN_FIELDS = {
     "name", "module", "version", "input", "output", "trigger_ms", "max_records_per_trigger",
-    "batch_ms_budget", "max_lag_records", "state", "health",
+    "batch_ms_budget", "max_lag_records", "standby_pace_ms", "state", "health",
 }
 
 
@@ -165,6 +175,7 @@ def parse_definition(data: Any, path: Path) -> AppDefinition:
         ),
         batch_ms_budget=_positive(_get(data, "batch_ms_budget", int, path, default=2000), path, "batch_ms_budget"),
         max_lag_records=_positive(_get(data, "max_lag_records", int, path, default=200_000), path, "max_lag_records"),
+        standby_pace_ms=_not_negative(_get(data, "standby_pace_ms", int, path, default=2000), path, "standby_pace_ms"),
         state=state,
         health=_health(data, path),
         path=str(path),

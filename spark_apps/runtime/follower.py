@@ -6,6 +6,11 @@ The cap decides how far this slot's source may read in its next batch:
 - the standby role: the active's last committed position (follow mode: never ahead, invariant 2),
   and never beyond F; once the active has emitted up to F the standby reaches F too.
 The cap file is replaced atomically, so the source never reads half a file.
+
+Pace: a standby's cap moves up at most every `standby_pace_s` (the app's standby_pace_ms), so it runs
+fewer, larger batches than the active: a batch has a fixed cost (planning, one task per state
+partition, checkpoint files) and the standby shares the machine with the active. A control record
+that changes anything (a fence, a role) is written through at once, so a handoff never waits on it.
 """
 
 from __future__ import annotations
@@ -54,8 +59,12 @@ def write_cap_file(path: Path, cap: Positions | None) -> None:
 
 class Follower:
     def __init__(self, bootstrap: str, app: str, slot: Slot, commits_topic: str, partitions: int,
-                 cap_file: Path, control_topic: str = CONTROL_TOPIC):
+                 cap_file: Path, control_topic: str = CONTROL_TOPIC, standby_pace_s: float = 0.0,
+                 clock=time.monotonic):
         self.app, self.slot, self.partitions, self.cap_file = app, slot, partitions, cap_file
+        self.standby_pace_s, self._clock = standby_pace_s, clock
+        self._written_at: float | None = None  # when the cap file was last written (None: never)
+        self._pending = False                  # a newer cap is held back by the pace
         self.control: ControlRecord | None = None
         self.marker: CommitMarker | None = None
         self._topics = (control_topic, commits_topic)
@@ -96,12 +105,15 @@ class Follower:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            changed = False
+            controlled = marked = False
             for m in self._consumer.consume(1000, 0.2):
-                if not m.error():
-                    changed |= self._apply(m)
-            if changed:
-                self._publish_cap()
+                if not m.error() and self._apply(m):
+                    if m.topic() == self._topics[0]:
+                        controlled = True
+                    else:
+                        marked = True
+            if controlled or marked or self._pending:
+                self._publish_cap(paced=not controlled)
 
     def _apply(self, m) -> bool:
         topic = m.topic()
@@ -123,10 +135,18 @@ class Follower:
                 changed = True
             return changed
 
-    def _publish_cap(self) -> None:
+    def _publish_cap(self, paced: bool = False) -> None:
+        """Write the cap; `paced`: only a new marker moved it, which a standby takes at its pace."""
+        now = self._clock()
         with self._lock:
             cap = compute_cap(self.control, self.slot, self.marker, self.partitions)
-        write_cap_file(self.cap_file, cap)
+            standby = self.control is None or self.control.role_of(self.slot) is Role.STANDBY
+            hold = (paced and standby and self.standby_pace_s > 0 and self._written_at is not None
+                    and now - self._written_at < self.standby_pace_s)
+            self._pending = hold
+        if not hold:
+            write_cap_file(self.cap_file, cap)
+            self._written_at = now
 
     def role(self) -> Role:
         with self._lock:

@@ -91,7 +91,8 @@ class Harness:
         self.paths.root.mkdir(parents=True, exist_ok=True)
         self.spark_conf = spark_conf or {}
         self.starting_offsets = starting_offsets
-        self.follower = Follower(bootstrap, app.name, slot, app.commits_topic, app.input.partitions, self.paths.cap_file)
+        self.follower = Follower(bootstrap, app.name, slot, app.commits_topic, app.input.partitions, self.paths.cap_file,
+                                 standby_pace_s=app.standby_pace_ms / 1000)
         self.emitter = TransactionalEmitter(bootstrap, app.name, slot, generation, app.output.topic,
                                             app.dead_letter_topic, app.commits_topic)
         self.status_producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20})

@@ -45,3 +45,70 @@ def test_cap_file_is_written_whole_and_removed_for_no_cap(tmp_path):
     assert list(tmp_path.iterdir()) == [path]  # no temp file left behind
     write_cap_file(path, None)
     assert not path.exists()
+
+
+class Clock:
+    def __init__(self):
+        self.t = 100.0
+
+    def __call__(self):
+        return self.t
+
+
+def follower(tmp_path, clock, pace_s=2.0, slot=Slot.GREEN):
+    from spark_apps.runtime.follower import Follower
+
+    f = Follower("127.0.0.1:1", "a", slot, "commits", 2, tmp_path / "cap.json", standby_pace_s=pace_s, clock=clock)
+    f.control = control()
+    return f
+
+
+def cap_in(tmp_path):
+    return {int(p): o for p, o in json.loads((tmp_path / "cap.json").read_text()).items()}
+
+
+def test_a_standby_moves_up_to_new_markers_at_its_pace(tmp_path):
+    clock = Clock()
+    f = follower(tmp_path, clock)
+    try:
+        f.marker = marker({0: 5, 1: 7})
+        f._publish_cap(paced=True)          # the first cap is written at once
+        f.marker = marker({0: 9, 1: 9})
+        clock.t += 1.0
+        f._publish_cap(paced=True)          # held: one second since the last write
+        assert cap_in(tmp_path) == {0: 5, 1: 7} and f._pending
+        clock.t += 1.0
+        f._publish_cap(paced=True)          # the pace has passed: the held cap goes out
+        assert cap_in(tmp_path) == {0: 9, 1: 9} and not f._pending
+    finally:
+        f._consumer.close()
+
+
+def test_a_fence_or_role_change_reaches_a_paced_standby_at_once(tmp_path):
+    clock = Clock()
+    f = follower(tmp_path, clock)
+    try:
+        f.marker = marker({0: 5, 1: 7})
+        f._publish_cap(paced=True)
+        f.marker, f.control = marker({0: 12, 1: 20}), control(fence={0: 10, 1: 20})
+        clock.t += 0.1
+        f._publish_cap(paced=False)         # a control record changed
+        assert cap_in(tmp_path) == {0: 10, 1: 20}
+        f.control = control(active=Slot.GREEN)
+        f._publish_cap(paced=False)         # now the active: no cap at all
+        assert not (tmp_path / "cap.json").exists()
+    finally:
+        f._consumer.close()
+
+
+def test_the_active_is_never_paced(tmp_path):
+    clock = Clock()
+    f = follower(tmp_path, clock, slot=Slot.BLUE)
+    try:
+        f.control = control(fence={0: 10, 1: 20})
+        f._publish_cap(paced=True)
+        f.control = control(fence={0: 30, 1: 40})
+        f._publish_cap(paced=True)
+        assert cap_in(tmp_path) == {0: 30, 1: 40}
+    finally:
+        f._consumer.close()
