@@ -16,10 +16,16 @@ $(STAMP): requirements.txt pyproject.toml scripts/check_prereqs.py
 	@$(PYTHON) scripts/check_prereqs.py
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@test -x $(UV) || $(BIN)/pip install -q uv==$(UV_VERSION)
-	# sync = exactly the lock: removes anything else (e.g. a stray pyspark-client).
-	$(UV) pip sync -q --python $(BIN)/python requirements.txt
-	$(UV) pip install -q --python $(BIN)/python --no-deps -e .
+	# sync = exactly the lock: removes anything else (e.g. a stray pyspark-client). Bytecode compiled
+	# now: where PYTHONDONTWRITEBYTECODE is set (as on this project's machine) no process ever caches
+	# it, and every Spark worker, Airflow task and slot would compile its imports again (pyspark's
+	# data source runner: 1.6 s -> 0.3 s to import; airflow.sdk 5.1 s -> 2.1 s).
+	$(UV) pip sync -q --compile-bytecode --python $(BIN)/python requirements.txt
+	$(UV) pip install -q --compile-bytecode --python $(BIN)/python --no-deps -e .
+	$(BIN)/python -m compileall -q baton spark_apps plugins dags >/dev/null
 	@touch $(STAMP)
+	@# The Spark driver's class-data-sharing archive (slots start seconds sooner; optional, see the module).
+	$(BIN)/python -m spark_apps.runtime.cds build
 
 test: install
 	$(BIN)/python -m pytest

@@ -37,6 +37,15 @@ def session_conf(app: AppDefinition) -> dict[str, str]:
     }
 
 
+def driver_java_options(given: str) -> str:
+    """The driver JVM's options: the class-data-sharing archive (spark_apps.runtime.cds), then any given."""
+    from spark_apps.runtime import cds
+
+    if "ArchiveClassesAtExit" in given:  # building the archive
+        return given
+    return " ".join(o for o in (cds.java_options(), given) if o)
+
+
 def session(name: str, app: AppDefinition, extra: dict[str, str] | None = None):
     from pyspark.sql import SparkSession
 
@@ -47,7 +56,9 @@ def session(name: str, app: AppDefinition, extra: dict[str, str] | None = None):
     # from the submit command and must not be overridden; under plain `python` Baton picks it.
     if "spark.master" not in (extra or {}) and "PYSPARK_GATEWAY_PORT" not in os.environ:
         builder = builder.master(os.environ.get("BATON_SPARK_MASTER", "local[2]"))
-    for k, v in {**session_conf(app), **(extra or {})}.items():
+    conf = {**session_conf(app), **(extra or {})}
+    conf["spark.driver.extraJavaOptions"] = driver_java_options(conf.get("spark.driver.extraJavaOptions", ""))
+    for k, v in conf.items():
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")

@@ -2,6 +2,7 @@
 by the Spark provider, overwrites pyspark 4.3.0's Python files and leaves them driving 4.3.0 jars)."""
 
 import importlib.metadata as md
+import importlib.util
 import re
 from pathlib import Path
 
@@ -44,3 +45,18 @@ def test_every_locked_package_is_installed_at_its_version():
             if have != m.group(2):
                 wrong.append((m.group(1), m.group(2), have))
     assert wrong == []
+
+
+def test_installed_packages_carry_compiled_bytecode():
+    """`make install` compiles: with PYTHONDONTWRITEBYTECODE set, nothing else ever would, and every
+    Spark worker and Airflow task would compile its imports again."""
+    import pyspark.sql.session as mod
+
+    cached = Path(importlib.util.cache_from_source(mod.__file__))
+    assert cached.is_file(), f"no bytecode for {mod.__file__}"
+
+
+def test_the_spark_drivers_class_data_sharing_archive_is_built_for_this_java_and_pyspark():
+    from spark_apps.runtime import cds
+
+    assert cds.current(), f"{cds.ARCHIVE} is missing or stale: `make install` builds it"

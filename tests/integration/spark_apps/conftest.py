@@ -15,6 +15,8 @@ def spark(tmp_path_factory):
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
 
+    from spark_apps.runtime.spark import driver_java_options
+
     root = tmp_path_factory.mktemp("spark")
     session = (
         SparkSession.builder.master("local[2]")
@@ -26,7 +28,7 @@ def spark(tmp_path_factory):
         .config("spark.sql.warehouse.dir", str(root / "warehouse"))
         .config("spark.sql.streaming.checkpointLocation", str(root / "checkpoints"))
         .config("spark.local.dir", str(root / "local"))
-        .config("spark.driver.extraJavaOptions", f"-Dderby.system.home={root / 'derby'}")
+        .config("spark.driver.extraJavaOptions", driver_java_options(f"-Dderby.system.home={root / 'derby'}"))
         .config("spark.sql.session.timeZone", "UTC")
         .getOrCreate()
     )
