@@ -35,6 +35,9 @@ from spark_apps.runtime.prefetch import Prefetcher, Taken
 
 # Rows a partition's buffer holds before its fetching pauses (memory: ~100 bytes a decoded row).
 MAX_BUFFERED = 1_000_000
+# How long the first read after a start waits for the consumer to reach the partitions' ends (under
+# steady writes an end may never be seen: then the first batch takes what arrived meanwhile).
+FIRST_READ_WAIT_S = 1.0
 
 
 class DriverStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -69,15 +72,17 @@ class DriverStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableN
         limits = self._limits(parts)
         fresh = self._prefetch is None
         prefetch = self._prefetcher(begin)
-        if fresh or self._target is not None:
-            # The first read waits for what the broker holds now (else a restarted slot's first batch
-            # would cost a trigger); under AvailableNow every read waits for the query's end offsets
-            # (a read that found nothing yet would end the query).
-            ends = self._target if self._target is not None else self.planner.available_ends(parts)
-            want = {p: min(ends.get(p, begin[p]), limits[p]) for p in parts}
-            if not prefetch.wait_until(want, self.opts.max_records, self.opts.poll_timeout_s) and self._target:
+        if self._target is not None:
+            # AvailableNow: every read waits for the query's end offsets (a read that found nothing
+            # yet would end the query).
+            want = {p: min(self._target.get(p, begin[p]), limits[p]) for p in parts}
+            if not prefetch.wait_until(want, self.opts.max_records, self.opts.poll_timeout_s):
                 raise TimeoutError(f"{self.opts.topic}: records up to {want} not fetched within "
                                    f"{self.opts.poll_timeout_s:.0f}s")
+        elif fresh:
+            # The first read waits (briefly) until the consumer reached each partition's end, so a
+            # restarted slot's first batch takes the backlog instead of costing a trigger.
+            prefetch.wait_until(None, self.opts.max_records, FIRST_READ_WAIT_S, limits)
         taken = prefetch.take(begin, limits, self.opts.max_records)
         end = {p: taken[p].end if p in taken else o for p, o in begin.items()}
         if end == begin:

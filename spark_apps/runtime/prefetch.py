@@ -44,6 +44,7 @@ class PartitionBuffer:
     start: int                   # the first offset not taken yet
     next: int                    # the offset after everything consumed (past markers)
     width: int                   # number of columns
+    caught_up: bool = False      # the consumer reached the partition's end at least once
     offsets: list[int] = field(default_factory=list)
     columns: list[list] = field(default_factory=list)
     dead: list[tuple] = field(default_factory=list)
@@ -134,17 +135,23 @@ class Prefetcher:
                 out[p] = self.buffers[p].take(limits.get(p, float("inf")), n)
             return out
 
-    def wait_until(self, ends: dict[int, float], budget: Optional[int], timeout_s: float) -> bool:
-        """Wait until every partition's buffer reaches `ends` (or holds `budget` records below them);
-        False on timeout."""
+    def wait_until(self, ends: Optional[dict[int, float]], budget: Optional[int], timeout_s: float,
+                   limits: Optional[dict[int, float]] = None) -> bool:
+        """Wait until every partition's buffer reaches `ends`, or (ends None) the partition's end as the
+        consumer found it, or holds `budget` records below the limits; False on timeout."""
+        ends_or_limits = ends if ends is not None else (limits or {p: float("inf") for p in self.buffers})
         deadline = time.monotonic() + timeout_s
         while True:
             self._raise()
             with self._lock:
-                reached = all(p not in self.buffers or p in self._seeks or self.buffers[p].next >= e
-                              for p, e in ends.items())
+                if ends is None:
+                    reached = all(b.caught_up or b.next >= ends_or_limits.get(p, float("inf"))
+                                  for p, b in self.buffers.items() if p not in self._seeks)
+                else:
+                    reached = all(p not in self.buffers or p in self._seeks or self.buffers[p].next >= e
+                                  for p, e in ends.items())
                 enough = budget is not None and sum(
-                    self.buffers[p].available(e) for p, e in ends.items() if p in self.buffers) >= budget
+                    self.buffers[p].available(e) for p, e in ends_or_limits.items() if p in self.buffers) >= budget
             if reached or enough:
                 return True
             if time.monotonic() > deadline:
@@ -197,10 +204,13 @@ class Prefetcher:
         from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
         by_part: dict[int, list] = {}
+        at_end: set[int] = set()
         for m in msgs:
             err = m.error()
             if err is not None:
-                if err.code() != KafkaError._PARTITION_EOF and _fatal(err):
+                if err.code() == KafkaError._PARTITION_EOF:
+                    at_end.add(m.partition())
+                elif _fatal(err):
                     raise KafkaException(err)
                 continue
             by_part.setdefault(m.partition(), []).append(m)
@@ -220,3 +230,6 @@ class Prefetcher:
                 buf = self.buffers.get(p)
                 if buf is not None and p not in self._seeks and pos is not None and pos > buf.next:
                     buf.next = pos  # past transaction markers
+            for p in at_end:
+                if p in self.buffers and p not in self._seeks:
+                    self.buffers[p].caught_up = True
