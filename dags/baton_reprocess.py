@@ -13,7 +13,8 @@ The new generation runs in the standby slot with fresh state (the old checkpoint
 replays from the start while the active serves live output, and follows the active once caught up.
 At the cutover it publishes its whole state, so a compacted view of the output holds the corrected
 value of every key. The previous generation stays hot in the other slot: the way back is baton_cutover
-with {"correct": true}.
+with {"correct": true}, until baton_reprocess_confirm gives it up (that slot rebuilt on the new
+generation, the old checkpoints archived for a retention period).
 """
 
 from datetime import datetime, timedelta

@@ -29,6 +29,7 @@ from types import ModuleType
 from confluent_kafka import Producer
 
 from baton.apps import AppDefinition
+from baton.generations import slot_root
 from baton.records import Positions, Role, Slot, SlotState, StateDigest, StatusRecord
 from baton.settings import STATUS_TOPIC
 from spark_apps.runtime.dead_letters import collect, purge, read_initial
@@ -61,7 +62,7 @@ class SlotPaths:
 
 
 def slot_paths(state_dir: Path, app: str, slot: Slot, generation: int) -> SlotPaths:
-    return SlotPaths(state_dir / "slots" / app / slot.value / f"gen-{generation}")
+    return SlotPaths(slot_root(state_dir, app, slot, generation))
 
 
 def read_offset_log(checkpoint: Path, batch_id: int) -> Positions | None:

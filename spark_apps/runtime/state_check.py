@@ -92,11 +92,21 @@ def _copy_if_present(src: str, dst: str) -> str:
         return dst
 
 
+def truncate_after(checkpoint: Path, batch_id: int) -> None:
+    """Make `batch_id` the checkpoint's last batch: drop every later commit and offset log entry (a
+    batch the source had planned but not committed when it was copied; re-planned on start)."""
+    _drop_log_entries(checkpoint, lambda log, batch: batch > batch_id)
+
+
 def uncommit(checkpoint: Path, batch_id: int) -> None:
     """Make a query started on `checkpoint` re-run `batch_id` (Spark re-runs a batch whose offsets are
     logged but not committed): drop its commit and every later commit and offset log entry."""
+    _drop_log_entries(checkpoint, lambda log, batch: batch > batch_id or (log == "commits" and batch == batch_id))
+
+
+def _drop_log_entries(checkpoint: Path, drop) -> None:
     for log in ("commits", "offsets"):
         for entry in (checkpoint / log).iterdir():
             name = entry.name.lstrip(".").removesuffix(".crc")
-            if name.isdigit() and (int(name) > batch_id or (log == "commits" and int(name) == batch_id)):
+            if name.isdigit() and drop(log, int(name)):
                 entry.unlink()

@@ -108,3 +108,32 @@ def test_a_reprocess_corrects_every_key_without_stopping_the_output_and_has_a_wa
     assert (record.active, record.epoch) == (before.active, before.epoch + 2)
     wait_until_emitted(bootstrap, app, load.sent, timeout_s=300)
     assert compacted(bootstrap, app) == buggy(truth)  # v1's output path again, bug and all
+
+    # Confirming after the way back discards the reprocess: green is rebuilt on v1's generation from a
+    # copy of blue's checkpoint and follows it; the v2 generation no slot runs is archived, and with a
+    # retention of 0 days deleted at once. The output goes on meanwhile.
+    state_dir = platform.settings.state_dir
+    with LiveLoad(bootstrap, app.input.topic, per_tick=400, start=load.sent, truth=truth) as load:
+        confirm = run_dag(client, "baton_reprocess_confirm", {"app": app.name, "retention_days": 0,
+                                                               "max_lag_records": 10_000}, timeout_s=900)
+        assert confirm["state"] == "success", client.task_instances("baton_reprocess_confirm", confirm["dag_run_id"])
+        time.sleep(3)
+    record = read_control(bootstrap, app.name)
+    assert (record.active, record.epoch, record.operation) == (before.active, before.epoch + 2, "")
+    standby = before.active.other
+    assert (record.slots[standby].generation, record.slots[standby].version) == \
+        (before.slots[before.active].generation, "v1")
+    summary = client.xcom("baton_reprocess_confirm", confirm["dag_run_id"], "finish")
+    assert summary["discarded_reprocess"] is True and summary["purged"], summary
+    gens = sorted(p.name for p in (state_dir / "slots" / app.name / standby.value).glob("gen-*"))
+    assert gens == [f"gen-{before.slots[before.active].generation}"]
+    assert not (state_dir / "archive" / app.name).exists() or not any((state_dir / "archive" / app.name).iterdir())
+    wait_until_emitted(bootstrap, app, load.sent, timeout_s=300)
+    assert compacted(bootstrap, app) == buggy(truth)
+
+    # A second confirmation has nothing to do: refused with the reason, nothing changed.
+    again = run_dag(client, "baton_reprocess_confirm", {"app": app.name}, timeout_s=300)
+    assert again["state"] == "failed"
+    why = client.xcom("baton_reprocess_confirm", again["dag_run_id"], "validate", key="reason")
+    assert "nothing to confirm: both slots run generation" in why and "nothing was changed" in why, why
+    assert read_control(bootstrap, app.name) == record

@@ -177,7 +177,8 @@ class InvariantsOperator(AppOperator):
 
 class FinishReprocessOperator(AppOperator):
     """The new generation is active and settled: the reprocess is over (the app is free again). The
-    previous generation stays hot in the other slot: the way back is baton_cutover with correct=true."""
+    previous generation stays hot in the other slot: the way back is baton_cutover with correct=true,
+    until baton_reprocess_confirm rebuilds that slot on the new generation."""
 
     template_fields = ("app", "plan")
 
@@ -196,7 +197,8 @@ class FinishReprocessOperator(AppOperator):
                                                                    "generation": rec.slots[old].generation},
                    "archived": str(slot_checkpoint(spark, app.name, Slot(self.plan["standby"]),
                                                    int(self.plan["from_generation"])).parent),
-                   "way_back": {"dag": "baton_cutover", "conf": {"app": app.name, "correct": True}}}
+                   "way_back": {"dag": "baton_cutover", "conf": {"app": app.name, "correct": True}},
+                   "confirm": {"dag": "baton_reprocess_confirm", "conf": {"app": app.name}}}
         self.log.info("reprocess done: %s", summary)
         return summary
 

@@ -19,7 +19,8 @@ def dagbag():
 
 def test_every_dag_file_imports(dagbag):
     assert dagbag.import_errors == {}
-    assert {"baton_topics", "baton_lifecycle", "baton_health", "baton_cutover", "baton_rolling_upgrade"} <= set(dagbag.dag_ids)
+    assert {"baton_topics", "baton_lifecycle", "baton_health", "baton_cutover", "baton_rolling_upgrade",
+            "baton_reprocess", "baton_reprocess_confirm"} <= set(dagbag.dag_ids)
 
 
 def test_health_runs_every_minute_one_run_at_a_time(dagbag):
@@ -105,6 +106,24 @@ def test_reprocess_gates_come_before_the_corrected_output_cutover(dagbag):
                                          ({"app": "click_counts", "version": ""}, "version")])
 def test_reprocess_form_rejects_bad_conf_naming_the_field(dagbag, conf, field):
     params = copy.deepcopy(dagbag.dags["baton_reprocess"].params)
+    with pytest.raises(ParamValidationError, match=f"param {field}"):
+        params.update(conf)
+        params.validate()
+
+
+def test_reprocess_confirm_rebuilds_then_warms_up_then_finishes_and_any_failure_aborts(dagbag):
+    dag = dagbag.dags["baton_reprocess_confirm"]
+    order = ["validate", "rebuild_standby", "warm_up", "finish"]
+    for before, after in zip(order, order[1:]):
+        assert before in dag.get_task(after).upstream_task_ids, (before, after)
+    abort = dag.get_task("abort")
+    assert abort.upstream_task_ids == set(order) and abort.trigger_rule == "one_failed"
+
+
+@pytest.mark.parametrize("conf, field", [({"app": "click_counts", "retention_days": -1}, "retention_days"),
+                                         ({"app": "click_counts", "max_lag_s": "soon"}, "max_lag_s")])
+def test_reprocess_confirm_form_rejects_bad_conf_naming_the_field(dagbag, conf, field):
+    params = copy.deepcopy(dagbag.dags["baton_reprocess_confirm"].params)
     with pytest.raises(ParamValidationError, match=f"param {field}"):
         params.update(conf)
         params.validate()

@@ -20,3 +20,33 @@ def test_a_checkpoint_copy_skips_files_removed_while_it_runs(tmp_path, monkeypat
     monkeypatch.setattr(state_check.shutil, "copy2", racing)
     assert state_check.copy_checkpoint(src, tmp_path / "copy") == 3
     assert sorted(p.name for p in (tmp_path / "copy" / "commits").iterdir()) == ["2", "3"]
+
+
+def logs(checkpoint):
+    return {log: sorted(p.name for p in (checkpoint / log).iterdir()) for log in ("commits", "offsets")}
+
+
+def make_checkpoint(tmp_path):
+    ck = tmp_path / "ck"
+    for log, batches in (("commits", (3, 4)), ("offsets", (3, 4, 5))):  # batch 5 planned, not committed
+        (ck / log).mkdir(parents=True)
+        for b in batches:
+            (ck / log / str(b)).write_text("v1")
+            (ck / log / f".{b}.crc").write_text("")
+    return ck
+
+
+def test_a_copy_for_a_standby_ends_at_its_last_commit(tmp_path):
+    from spark_apps.runtime.state_check import truncate_after
+
+    ck = make_checkpoint(tmp_path)
+    truncate_after(ck, 4)
+    assert logs(ck) == {"commits": [".3.crc", ".4.crc", "3", "4"], "offsets": [".3.crc", ".4.crc", "3", "4"]}
+
+
+def test_an_uncommitted_batch_is_run_again(tmp_path):
+    from spark_apps.runtime.state_check import uncommit
+
+    ck = make_checkpoint(tmp_path)
+    uncommit(ck, 4)
+    assert logs(ck) == {"commits": [".3.crc", "3"], "offsets": [".3.crc", ".4.crc", "3", "4"]}

@@ -1,0 +1,177 @@
+"""The steps that end a reprocess (baton.generations has the plan and the archive): keep the active's
+generation, rebuild the other slot on it from a copy of the active's checkpoint, archive what no slot
+runs any more, delete archives past their retention.
+
+The run holds the app (ControlRecord.operation) from its validation to its end; every step
+recognises its own earlier work when retried.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+from baton.apps import AppDefinitionError, version_path
+from baton.generations import archive_generation, archive_unused, plan_confirmation, purge_expired
+from baton.lifecycle import IllegalTransition
+from baton.records import Slot, SlotState
+from baton.reprocess import RequestRefused, begin_operation, end_operation
+from baton_airflow.hooks.spark import BatonSparkHook
+from baton_airflow.operators.slots import resolve
+from baton_airflow.operators.steps import (
+    AbortStepsOperator, AppOperator, fail_with_reason, first_reason, slot_checkpoint,
+)
+from baton_airflow.triggers.status import SlotStatusTrigger
+
+HOLD_S = 3600  # a confirmation may hold the app this long; past it, another operation may start
+DAY_MS = 86_400_000
+
+
+class ConfirmRequestOperator(AppOperator):
+    """Refuse a confirmation that cannot run (both slots on one generation, a slot not running, a
+    handoff or another operation under way), else hold the app and return the plan."""
+
+    template_fields = ("app", "retention_days")
+
+    def __init__(self, *, retention_days: Any = 7, **kwargs: Any):
+        kwargs.setdefault("retries", 1)
+        super().__init__(**kwargs)
+        self.retention_days = retention_days
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        app, _ = resolve(self.app, "blue")
+        control, _ = self.hooks()
+        plane = control.plane()
+        operation = f"confirm by {context['run_id']}"
+        now_ms = plane.now_ms()
+        rec = plane.current(app.name)
+        try:
+            days = float(self.retention_days)
+            if not days >= 0:
+                raise RequestRefused(f"retention_days must be >= 0, got {self.retention_days!r}")
+            confirmation = plan_confirmation(rec, now_ms, held_by=operation)  # a retry: this run holds the app
+            definition = version_path(app.name, confirmation.version)
+            rec = plane.update(app.name, begin_operation(operation, now_ms + HOLD_S * 1000, now_ms))
+        except (AppDefinitionError, RequestRefused, ValueError) as exc:
+            raise fail_with_reason(context, f"confirmation of {app.name} refused: {exc}; nothing was changed") from None
+        plan = {"app": app.name, "operation": operation, "epoch": rec.epoch, "keep": confirmation.keep.value,
+                "rebuild": confirmation.rebuild.value, "generation": confirmation.generation,
+                "version": confirmation.version, "definition": str(definition),
+                "drop_generation": confirmation.drop_generation, "drop_version": confirmation.drop_version,
+                "discards_reprocess": confirmation.discards_reprocess,
+                "keep_until_ms": now_ms + int(days * DAY_MS)}
+        self.log.info("%s: %s keeps generation %s (%s); %s moves from generation %s onto it%s", app.name,
+                      confirmation.keep.value, confirmation.generation, confirmation.version,
+                      confirmation.rebuild.value, confirmation.drop_generation,
+                      " (the reprocess is discarded: the way back was taken)" if confirmation.discards_reprocess else "")
+        return plan
+
+
+class RebuildStandbyOperator(AppOperator):
+    """Stop the slot to rebuild, archive its generation, start it on the kept generation from a copy of
+    the active's checkpoint (its last committed batch; it follows the active from there), and wait
+    until it runs."""
+
+    template_fields = ("app", "plan")
+
+    def __init__(self, *, plan: Any, wait_timeout_s: float = 600.0, **kwargs: Any):
+        kwargs.setdefault("retries", 2)  # apache/airflow#71580
+        super().__init__(**kwargs)
+        self.plan, self.wait_timeout_s = plan, wait_timeout_s
+
+    def execute(self, context: Any) -> None:
+        from spark_apps.runtime.state_check import copy_checkpoint, truncate_after
+
+        app, slot = resolve(self.app, self.plan["rebuild"])
+        keep, generation = Slot(self.plan["keep"]), int(self.plan["generation"])
+        control, spark = self.hooks()
+        plane = control.plane()
+        spec = plane.current(app.name).slots[slot]
+        why = f"confirmation of generation {generation} ({context['run_id']})"
+        try:
+            if spec.generation != generation:
+                if spec.desired is not SlotState.STOPPED:  # else a retry: stopped already
+                    plane.move_slot(app.name, slot, SlotState.STOPPING, reason=why)
+                    spark.stop(app.name, slot, grace_s=60, self_stop_s=60)
+                    plane.move_slot(app.name, slot, SlotState.STOPPED, reason=why)
+                now_ms = plane.now_ms()
+                for gen, version in ((spec.generation, spec.version), (generation, "")):
+                    # Its own generation; and whatever an earlier reprocess left at the path the copy goes to.
+                    archive_generation(spark.state_dir, app.name, slot, gen, why, int(self.plan["keep_until_ms"]),
+                                       now_ms, version=version)
+                target = slot_checkpoint(spark, app.name, slot, generation)
+                source = slot_checkpoint(spark, app.name, keep, generation)
+                batch = copy_checkpoint(source, target)
+                if batch is not None:
+                    truncate_after(target, batch)
+                self.log.info("%s/%s: copied %s at batch %s", app.name, slot.value, source, batch)
+                spec = plane.move_slot(app.name, slot, SlotState.STARTING, version=self.plan["version"], reason=why,
+                                       generation=generation, started_ms=plane.now_ms()).slots[slot]
+            elif spec.desired is not SlotState.RUNNING:
+                spec = plane.move_slot(app.name, slot, SlotState.STARTING, reason=why).slots[slot]
+        except IllegalTransition as exc:
+            raise fail_with_reason(context, f"{app.name}/{slot.value}: {exc}") from None
+        proc = spark.ensure_started(self.plan["definition"], slot, control.bootstrap, generation=generation)
+        self.log.info("%s/%s: generation %s (%s) launched, pid %s", app.name, slot.value, generation,
+                      self.plan["version"], proc.pid)
+        self.defer(trigger=SlotStatusTrigger(app=app.name, slot=slot.value, condition="running",
+                                             bootstrap=control.bootstrap, since_ms=int(proc.launched_at * 1000),
+                                             timeout_s=self.wait_timeout_s),
+                   method_name="execute_complete",
+                   kwargs={"launch": BatonSparkHook.describe(proc), "since_ms": int(proc.launched_at * 1000)})
+
+    def execute_complete(self, context: Any, event: dict[str, Any], launch: dict[str, Any], since_ms: int) -> dict:
+        app, slot = resolve(self.app, self.plan["rebuild"])
+        if event.get("status") == "failed":
+            raise fail_with_reason(context, f"{slot.value} did not start on generation {self.plan['generation']}: "
+                                            f"{event.get('message')}; log {launch.get('log')}")
+        if event.get("status") != "met":
+            raise AirflowException(f"{event.get('message')}; driver log: {launch.get('log')}")
+        control, _ = self.hooks()
+        control.plane().move_slot(app.name, slot, SlotState.RUNNING, reason="")
+        return {"slot": slot.value, "generation": self.plan["generation"], "since_ms": since_ms, "launch": launch}
+
+
+class FinishConfirmOperator(AppOperator):
+    """The rebuilt slot follows the active: archive every generation no slot runs, delete archives
+    past their retention, free the app."""
+
+    template_fields = ("app", "plan")
+
+    def __init__(self, *, plan: Any, **kwargs: Any):
+        kwargs.setdefault("retries", 2)
+        super().__init__(**kwargs)
+        self.plan = plan
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        app, _ = resolve(self.app, "blue")
+        control, spark = self.hooks()
+        plane = control.plane()
+        now_ms = plane.now_ms()
+        rec = plane.current(app.name)
+        archived = archive_unused(spark.state_dir, rec, f"unused after {context['run_id']}",
+                                  int(self.plan["keep_until_ms"]), now_ms)
+        purged = purge_expired(spark.state_dir, app.name, now_ms)
+        rec = plane.update(app.name, end_operation(self.plan["operation"]))
+        summary = {"active": rec.active.value, "generation": self.plan["generation"], "version": self.plan["version"],
+                   "standby": {"slot": self.plan["rebuild"], "generation": rec.slots[Slot(self.plan["rebuild"])].generation},
+                   "discarded_reprocess": self.plan["discards_reprocess"],
+                   "archived": [str(p) for p in archived], "purged": [str(p) for p in purged]}
+        self.log.info("confirmed: %s", summary)
+        return summary
+
+
+class AbortConfirmOperator(AbortStepsOperator):
+    """A step failed: free the app and fail the run with the step's reason. The active was never
+    touched; a rebuilt slot that did not start is left STARTING for the health DAG's restarts, and its
+    previous generation stays in the archive."""
+
+    def execute(self, context: Any) -> None:
+        reason = first_reason(context, self.steps)
+        if not self.plan:
+            raise AirflowFailException(reason)
+        app, _ = resolve(self.app, "blue")
+        control, _ = self.hooks()
+        control.plane().update(app.name, end_operation(self.plan["operation"]))
+        raise AirflowFailException(f"{app.name}: confirmation aborted: {reason}; {self.plan['keep']} stays active")
