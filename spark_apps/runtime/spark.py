@@ -22,14 +22,14 @@ def session_conf(app: AppDefinition) -> dict[str, str]:
         "spark.sql.streaming.stateStore.rocksdb.boundedMemoryUsage": "true",
         "spark.sql.streaming.stateStore.rocksdb.maxMemoryUsageMB": "256",
         "spark.sql.streaming.noDataMicroBatches.enabled": "false",
-        # Checkpoints are local folders (or a POSIX mount): Hadoop's local file system without its
-        # native library runs `chmod` for every file it creates and `readlink` for every rename by
-        # FileContext, a process each (5+ per batch, ~30 ms on a state task's commit and ~50 ms on
-        # each of the offset and commit log writes). The FileSystem-based manager renames with
-        # File.renameTo (atomic on POSIX) and the raw file system writes no .crc files beside.
+        # Checkpoints are local folders (or a POSIX mount): Hadoop's FileContext, without its native
+        # library, runs `readlink` for every rename, a process each (~50 ms on each of the offset and
+        # commit log writes). The FileSystem-based manager renames with File.renameTo (atomic on
+        # POSIX). Not RawLocalFileSystem for `file:` (it would also spare the `chmod` per file): the
+        # RocksDB state store's snapshot upload needs FileSystem.getLocal to be a LocalFileSystem,
+        # and without snapshots a restart replays every changelog since the first batch.
         "spark.sql.streaming.checkpointFileManagerClass":
             "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager",
-        "spark.hadoop.fs.file.impl": "org.apache.hadoop.fs.RawLocalFileSystem",
         "spark.sql.streaming.ui.enabled": "false",
         "spark.ui.enabled": "false",
         "spark.sql.adaptive.enabled": "false",
