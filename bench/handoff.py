@@ -73,7 +73,13 @@ def cutover(b, app, procs, watch, rate: float, ahead_s: float, check_states: boo
         if check.failed:
             raise RuntimeError(check.message)
         return check.met
-    wait("both slots at the fence", at_fence, 120)
+    try:
+        wait("both slots at the fence", at_fence, 120)
+    except TimeoutError as exc:
+        marker = read_last_marker(b.bootstrap, app.commits_topic, app.name)
+        last = next((r for r in reversed(watch.of(Slot.GREEN)) if r.batch_id >= 0), None)
+        raise TimeoutError(f"{exc}: fence {fence}, blue emitted {marker.emitted if marker else None}, green "
+                           f"processed {last.processed if last else None} (batch {last.batch_id if last else None})") from None
     marks.append((time.time(), "both at F"))
     if check_states:
         def agree() -> bool:
@@ -183,7 +189,7 @@ if __name__ == "__main__":
     if args.kind == "rolling_upgrade" and "--seconds" not in sys.argv:
         args.seconds = 300.0  # both slots restart and catch up: keep the load on throughout
     name = args.name if args.name != "throughput" else f"handoff_{args.kind}"
-    with bench(name) as b:
+    with bench(name, keep=args.logs) as b:
         during = {"cutover": partial(cutover, rate=args.rate, ahead_s=args.ahead_s),
                   "failover": failover,
                   "rolling_upgrade": partial(rolling_upgrade, rate=args.rate, ahead_s=args.ahead_s, conf=args.conf),

@@ -66,6 +66,7 @@ def parser(doc: str = __doc__) -> argparse.ArgumentParser:
     ap.add_argument("--drain-timeout", type=float, default=300.0, help="wait this long for the backlog after the load")
     ap.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark setting for both slots")
     ap.add_argument("--profile", action="store_true", help="JFR on blue's JVM, py-spy on its Python (if installed)")
+    ap.add_argument("--logs", type=Path, default=None, help="keep the processes' logs in this directory")
     ap.add_argument("--name", default="throughput", help="results file name (bench/results/NAME.json/.png)")
     return ap
 
@@ -73,7 +74,7 @@ def parser(doc: str = __doc__) -> argparse.ArgumentParser:
 def main() -> int:
     args = parser().parse_args()
 
-    with bench("throughput") as b:
+    with bench("throughput", keep=args.logs) as b:
         result = run(b, args)
     result["machine"] = machine()
     path = write_result(args.name, result)
