@@ -49,7 +49,7 @@ status:
 # read rate, the click-count app's throughput and latency at the seed's 20,085 events/s with its
 # standby beside it (about 5 min), restart to first batch with 100k and 1M keys of state, and the
 # windowed app's state, a cutover, a kill -9 failover and a rolling upgrade v1 -> v2 under that load
-# (about 50 min in all).
+# (about 55 min in all).
 # Run on a quiet machine: other load skews every figure.
 bench: install
 	$(BIN)/python bench/source_read.py --records 2000000

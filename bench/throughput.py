@@ -132,10 +132,14 @@ def run(b: Bench, args, during=None) -> dict:
 
         profiler = Profiler(b.tmp / "profile", seconds=max(10.0, args.seconds - 10))
         profiler.start_slot("blue", procs[Slot.BLUE].pid)
-    marks = []
+    marks, handoff_error = [], None
     if during is not None:
         time.sleep(args.handoff_at)
-        marks = during(b, app, procs, watch)
+        try:
+            marks = during(b, app, procs, watch)
+        except (TimeoutError, RuntimeError) as exc:  # not completed: the run is measured and reported all the same
+            handoff_error, marks = str(exc), list(getattr(exc, "marks", []))
+            log(f"the handoff failed: {exc}")
     try:
         loadgen.wait(args.seconds + 120)
     except Exception:
@@ -169,6 +173,7 @@ def run(b: Bench, args, during=None) -> dict:
     obs = Observations.load(seen)
     result = analyse(args, prewarm, sent, obs, watch, cpu_report, profile, drained, codes)
     t0 = float(sent.meta["started"])
+    result["handoff_error"] = handoff_error
     result["marks"] = [{"label": label, "t_s": round(t - t0, 3), "next_output_s": next_output(obs.times, t)}
                        for t, label in marks]
     return result
