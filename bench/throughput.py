@@ -174,6 +174,12 @@ def run(b: Bench, args, during=None) -> dict:
     result = analyse(args, prewarm, sent, obs, watch, cpu_report, profile, drained, codes)
     t0 = float(sent.meta["started"])
     result["handoff_error"] = handoff_error
+    if marks:  # each slot's batches around the handoff: where a gap in the output comes from
+        lo, hi = marks[0][0] - 10, marks[-1][0] + 40
+        result["handoff_batches"] = [
+            {"slot": r.slot.value, "t_s": round(t - t0, 2), "batch": r.batch_id, "role": r.role.value,
+             "epoch_seen": r.epoch_seen, "batch_ms": r.batch_ms, "rows": r.input_rows}
+            for t, r in watch.records if lo <= t <= hi and r.batch_id >= 0]
     result["marks"] = [{"label": label, "t_s": round(t - t0, 3), "next_output_s": next_output(obs.times, t)}
                        for t, label in marks]
     return result

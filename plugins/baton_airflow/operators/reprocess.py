@@ -108,9 +108,10 @@ class NewGenerationOperator(AppOperator):
         why = f"reprocess generation {generation} ({context['run_id']})"
         try:
             if spec.generation != generation:
-                plane.move_slot(app.name, slot, SlotState.STOPPING, reason=why)
-                spark.stop(app.name, slot, grace_s=60, self_stop_s=60)
-                plane.move_slot(app.name, slot, SlotState.STOPPED, reason=why)
+                if spec.desired is not SlotState.STOPPED:  # else a retry: stopped already
+                    plane.move_slot(app.name, slot, SlotState.STOPPING, reason=why)
+                    spark.stop(app.name, slot, grace_s=60, self_stop_s=60)
+                    plane.move_slot(app.name, slot, SlotState.STOPPED, reason=why)
                 archive(spark, app.name, slot, spec.generation, spec.version, why)
                 spec = plane.move_slot(app.name, slot, SlotState.STARTING, version=self.plan["version"], reason=why,
                                        generation=generation, started_ms=plane.now_ms()).slots[slot]

@@ -121,11 +121,12 @@ class UpgradeSlotOperator(AppOperator):
         why = f"rolling upgrade to {version} ({context['run_id']})"
         try:
             if spec.version != version:
-                # Intent first: the slot stops by itself at a batch boundary on STOPPING.
-                plane.move_slot(app.name, slot, SlotState.STOPPING, reason=why)
-                result = spark.stop(app.name, slot, grace_s=60, self_stop_s=60)
-                self.log.info("%s/%s stopped (graceful: %s)", app.name, slot.value, result.graceful)
-                plane.move_slot(app.name, slot, SlotState.STOPPED, reason=why)
+                if spec.desired is not SlotState.STOPPED:  # else a retry: stopped already
+                    # Intent first: the slot stops by itself at a batch boundary on STOPPING.
+                    plane.move_slot(app.name, slot, SlotState.STOPPING, reason=why)
+                    result = spark.stop(app.name, slot, grace_s=60, self_stop_s=60)
+                    self.log.info("%s/%s stopped (graceful: %s)", app.name, slot.value, result.graceful)
+                    plane.move_slot(app.name, slot, SlotState.STOPPED, reason=why)
                 spec = plane.move_slot(app.name, slot, SlotState.STARTING, version=version, reason=why,
                                        started_ms=plane.now_ms()).slots[slot]
             elif spec.desired is not SlotState.RUNNING:
