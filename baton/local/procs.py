@@ -113,6 +113,10 @@ def stop_group(pid: int, sig: int, timeout_s: float, leader_only: bool = False) 
     _signal_group(pgid, signal.SIGKILL)
     for p in members | {pid}:
         _kill(p)
+    # SIGKILL is not instant: a caller that checks right after must find them gone (seen in CI).
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(pid_alive(p) for p in members | {pid}):
+        time.sleep(0.05)
 
 
 def _signal_group(pgid: int, sig: int) -> None:
