@@ -8,21 +8,21 @@ recognises its own earlier work when retried.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
-from airflow.sdk.exceptions import AirflowException, AirflowFailException
+from airflow.sdk.exceptions import AirflowFailException
 
 from baton.apps import AppDefinitionError, version_path
 from baton.generations import archive_generation, archive_unused, plan_confirmation, purge_expired
-from baton.lifecycle import IllegalTransition
-from baton.records import Slot, SlotState
+from baton.records import Slot, SlotSpec
 from baton.reprocess import RequestRefused, begin_operation, end_operation
 from baton_airflow.hooks.spark import BatonSparkHook
+from baton_airflow.operators.reprocess import NewGenerationOperator
 from baton_airflow.operators.slots import resolve
 from baton_airflow.operators.steps import (
     AbortStepsOperator, AppOperator, fail_with_reason, first_reason, slot_checkpoint,
 )
-from baton_airflow.triggers.status import SlotStatusTrigger
 
 HOLD_S = 3600  # a confirmation may hold the app this long; past it, another operation may start
 DAY_MS = 86_400_000
@@ -68,69 +68,33 @@ class ConfirmRequestOperator(AppOperator):
         return plan
 
 
-class RebuildStandbyOperator(AppOperator):
+class RebuildStandbyOperator(NewGenerationOperator):
     """Stop the slot to rebuild, archive its generation, start it on the kept generation from a copy of
     the active's checkpoint (its last committed batch; it follows the active from there), and wait
     until it runs."""
 
-    template_fields = ("app", "plan")
+    slot_key = "rebuild"
 
-    def __init__(self, *, plan: Any, wait_timeout_s: float = 600.0, **kwargs: Any):
-        kwargs.setdefault("retries", 2)  # apache/airflow#71580
-        super().__init__(**kwargs)
-        self.plan, self.wait_timeout_s = plan, wait_timeout_s
+    def why(self, context: Any) -> str:
+        return f"confirmation of generation {self.plan['generation']} ({context['run_id']})"
 
-    def execute(self, context: Any) -> None:
+    def prepare(self, spark: BatonSparkHook, app: str, slot: Slot, left: SlotSpec, why: str) -> None:
         from spark_apps.runtime.state_check import copy_checkpoint, truncate_after
 
-        app, slot = resolve(self.app, self.plan["rebuild"])
-        keep, generation = Slot(self.plan["keep"]), int(self.plan["generation"])
-        control, spark = self.hooks()
-        plane = control.plane()
-        spec = plane.current(app.name).slots[slot]
-        why = f"confirmation of generation {generation} ({context['run_id']})"
-        try:
-            if spec.generation != generation:
-                if spec.desired is not SlotState.STOPPED:  # else a retry: stopped already
-                    plane.move_slot(app.name, slot, SlotState.STOPPING, reason=why)
-                    spark.stop(app.name, slot, grace_s=60, self_stop_s=60)
-                    plane.move_slot(app.name, slot, SlotState.STOPPED, reason=why)
-                now_ms = plane.now_ms()
-                for gen, version in ((spec.generation, spec.version), (generation, "")):
-                    # Its own generation; and whatever an earlier reprocess left at the path the copy goes to.
-                    archive_generation(spark.state_dir, app.name, slot, gen, why, int(self.plan["keep_until_ms"]),
-                                       now_ms, version=version)
-                target = slot_checkpoint(spark, app.name, slot, generation)
-                source = slot_checkpoint(spark, app.name, keep, generation)
-                batch = copy_checkpoint(source, target)
-                if batch is not None:
-                    truncate_after(target, batch)
-                self.log.info("%s/%s: copied %s at batch %s", app.name, slot.value, source, batch)
-                spec = plane.move_slot(app.name, slot, SlotState.STARTING, version=self.plan["version"], reason=why,
-                                       generation=generation, started_ms=plane.now_ms()).slots[slot]
-            elif spec.desired is not SlotState.RUNNING:
-                spec = plane.move_slot(app.name, slot, SlotState.STARTING, reason=why).slots[slot]
-        except IllegalTransition as exc:
-            raise fail_with_reason(context, f"{app.name}/{slot.value}: {exc}") from None
-        proc = spark.ensure_started(self.plan["definition"], slot, control.bootstrap, generation=generation)
-        self.log.info("%s/%s: generation %s (%s) launched, pid %s", app.name, slot.value, generation,
-                      self.plan["version"], proc.pid)
-        self.defer(trigger=SlotStatusTrigger(app=app.name, slot=slot.value, condition="running",
-                                             bootstrap=control.bootstrap, since_ms=int(proc.launched_at * 1000),
-                                             timeout_s=self.wait_timeout_s),
-                   method_name="execute_complete",
-                   kwargs={"launch": BatonSparkHook.describe(proc), "since_ms": int(proc.launched_at * 1000)})
+        generation, now_ms = int(self.plan["generation"]), int(time.time() * 1000)
+        for gen, version in ((left.generation, left.version), (generation, "")):
+            # Its own generation; and whatever an earlier reprocess left at the path the copy goes to.
+            archive_generation(spark.state_dir, app, slot, gen, why, int(self.plan["keep_until_ms"]), now_ms,
+                               version=version)
+        target = slot_checkpoint(spark, app, slot, generation)
+        source = slot_checkpoint(spark, app, Slot(self.plan["keep"]), generation)
+        batch = copy_checkpoint(source, target)
+        if batch is not None:
+            truncate_after(target, batch)  # never ahead of what the active emitted
+        self.log.info("%s/%s: copied %s at batch %s", app, slot.value, source, batch)
 
-    def execute_complete(self, context: Any, event: dict[str, Any], launch: dict[str, Any], since_ms: int) -> dict:
-        app, slot = resolve(self.app, self.plan["rebuild"])
-        if event.get("status") == "failed":
-            raise fail_with_reason(context, f"{slot.value} did not start on generation {self.plan['generation']}: "
-                                            f"{event.get('message')}; log {launch.get('log')}")
-        if event.get("status") != "met":
-            raise AirflowException(f"{event.get('message')}; driver log: {launch.get('log')}")
-        control, _ = self.hooks()
-        control.plane().move_slot(app.name, slot, SlotState.RUNNING, reason="")
-        return {"slot": slot.value, "generation": self.plan["generation"], "since_ms": since_ms, "launch": launch}
+    def starting_offsets(self) -> str:
+        return "earliest"  # the copied checkpoint says where it stands
 
 
 class FinishConfirmOperator(AppOperator):

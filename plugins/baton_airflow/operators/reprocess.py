@@ -19,7 +19,7 @@ from baton.apps import AppDefinitionError, load_version, version_path
 from baton.handoff import other
 from baton.kafka.positions import bounds, offsets_for_timestamp
 from baton.lifecycle import IllegalTransition
-from baton.records import Slot, SlotState
+from baton.records import Slot, SlotSpec, SlotState
 from baton.reprocess import RequestRefused, Start, begin_operation, check_app_state, end_operation, resolve_start
 from baton.settings import REPO_ROOT
 from baton_airflow.hooks.spark import BatonSparkHook
@@ -90,34 +90,49 @@ def _none(value: Any) -> Any:
 class NewGenerationOperator(AppOperator):
     """Start the plan's new generation in the standby slot: stop it, keep its checkpoint (archived: a
     note beside it says when and why), start the new version with fresh state from the start offsets,
-    wait until it runs. Follow mode keeps it at or behind what the active emitted."""
+    wait until it runs. Follow mode keeps it at or behind what the active emitted. Subclasses change
+    which slot (`slot_key` in the plan), what is done between stop and start (`prepare`) and where
+    the slot starts reading (`starting_offsets`)."""
 
     template_fields = ("app", "plan")
+    slot_key = "standby"
 
     def __init__(self, *, plan: Any, wait_timeout_s: float = 600.0, **kwargs: Any):
         kwargs.setdefault("retries", 2)  # apache/airflow#71580
         super().__init__(**kwargs)
         self.plan, self.wait_timeout_s = plan, wait_timeout_s
 
+    def why(self, context: Any) -> str:
+        return f"reprocess generation {self.plan['generation']} ({context['run_id']})"
+
+    def prepare(self, spark: BatonSparkHook, app: str, slot: Slot, left: SlotSpec, why: str) -> None:
+        """The slot is stopped, its previous generation `left` behind: keep that checkpoint."""
+        archive(spark, app, slot, left.generation, left.version, why)
+
+    def starting_offsets(self) -> str:
+        return json.dumps({str(p): int(o) for p, o in self.plan["start_offsets"].items()})
+
     def execute(self, context: Any) -> None:
-        app, slot = resolve(self.app, self.plan["standby"])
+        app, slot = resolve(self.app, self.plan[self.slot_key])
         generation = int(self.plan["generation"])
         control, spark = self.hooks()
         plane = control.plane()
         spec = plane.current(app.name).slots[slot]
-        why = f"reprocess generation {generation} ({context['run_id']})"
+        why = self.why(context)
         try:
             if spec.generation != generation:
                 if spec.desired is not SlotState.STOPPED:  # else a retry: stopped already
                     plane.move_slot(app.name, slot, SlotState.STOPPING, reason=why)
                     spark.stop(app.name, slot, grace_s=60, self_stop_s=60)
                     plane.move_slot(app.name, slot, SlotState.STOPPED, reason=why)
-                archive(spark, app.name, slot, spec.generation, spec.version, why)
+                self.prepare(spark, app.name, slot, spec, why)
                 spec = plane.move_slot(app.name, slot, SlotState.STARTING, version=self.plan["version"], reason=why,
                                        generation=generation, started_ms=plane.now_ms()).slots[slot]
+            elif spec.desired is not SlotState.RUNNING:
+                spec = plane.move_slot(app.name, slot, SlotState.STARTING, reason=why).slots[slot]
         except IllegalTransition as exc:
             raise fail_with_reason(context, f"{app.name}/{slot.value}: {exc}") from None
-        offsets = json.dumps({str(p): int(o) for p, o in self.plan["start_offsets"].items()})
+        offsets = self.starting_offsets()
         proc = spark.ensure_started(self.plan["definition"], slot, control.bootstrap, generation=generation,
                                     starting_offsets=offsets)
         self.log.info("%s/%s: generation %s (%s) from %s, pid %s", app.name, slot.value, generation,
@@ -129,9 +144,9 @@ class NewGenerationOperator(AppOperator):
                    kwargs={"launch": BatonSparkHook.describe(proc), "since_ms": int(proc.launched_at * 1000)})
 
     def execute_complete(self, context: Any, event: dict[str, Any], launch: dict[str, Any], since_ms: int) -> dict:
-        app, slot = resolve(self.app, self.plan["standby"])
+        app, slot = resolve(self.app, self.plan[self.slot_key])
         if event.get("status") == "failed":
-            raise fail_with_reason(context, f"generation {self.plan['generation']} did not start: "
+            raise fail_with_reason(context, f"{slot.value} did not start on generation {self.plan['generation']}: "
                                             f"{event.get('message')}; log {launch.get('log')}")
         if event.get("status") != "met":
             raise AirflowException(f"{event.get('message')}; driver log: {launch.get('log')}")
