@@ -99,15 +99,19 @@ class Handoff:
     """Who set the current fence (or did the last cutover): an Airflow run id, or "failover" for the
     health DAG's; the epoch it was set at, the fence and the slot taking over. Kept after the cutover,
     so a re-run of the same run's fence step recognises its finished handoff instead of starting a new
-    one, and an abort lifts only its own run's fence."""
+    one, and an abort lifts only its own run's fence. `digest`: the slots digest their state at this
+    fence (a state check gates the cutover); otherwise they do not, since a digest is a Spark job that
+    would compete with the new active's first batch, on the output's critical path."""
 
     id: str
     epoch: int
     fence: Positions
     to: "Slot"
+    digest: bool = False
 
     def to_json(self) -> dict[str, Any]:
-        return {"id": self.id, "epoch": self.epoch, "fence": positions_to_json(self.fence), "to": self.to.value}
+        return {"id": self.id, "epoch": self.epoch, "fence": positions_to_json(self.fence), "to": self.to.value,
+                "digest": self.digest}
 
     @classmethod
     def from_json(cls, raw: Any) -> "Handoff | None":
@@ -118,7 +122,7 @@ class Handoff:
             raise RecordError(f"{what}: expected an object")
         return cls(id=_req(raw, "id", str, what), epoch=_req(raw, "epoch", int, what),
                    fence=positions_from_json(_req(raw, "fence", dict, what), what) or {},
-                   to=Slot(_req(raw, "to", str, what)))
+                   to=Slot(_req(raw, "to", str, what)), digest=bool(raw.get("digest", False)))
 
 
 @dataclass(frozen=True)

@@ -65,7 +65,7 @@ def cutover(b, app, procs, watch, rate: float, ahead_s: float, check_states: boo
                        done[-1].processed if done else {}, rate_per_s=rate, ahead_s=ahead_s,
                        partitions=app.input.partitions)
     marks = [(time.time(), "fence set")]
-    plane.update(app.name, with_fence(fence, rec.epoch))
+    plane.update(app.name, with_fence(fence, rec.epoch, digest=check_states))
 
     def at_fence() -> bool:
         check: Check = fence_reached(read_last_marker(b.bootstrap, app.commits_topic, app.name),

@@ -67,7 +67,7 @@ with DAG(
                               since_ms="{{ ti.xcom_pull(task_ids='upgrade_standby')['since_ms'] }}",
                               max_lag="{{ params.max_lag_records }}", max_lag_s="{{ params.max_lag_s }}",
                               wait_timeout_s=900)
-    fence = FenceOperator(task_id="fence", app=app, ahead_s="{{ params.ahead_s }}",
+    fence = FenceOperator(task_id="fence", app=app, ahead_s="{{ params.ahead_s }}", digest=True,
                           # past this the health DAG lifts the fence: the run died
                           hold_s="{{ 3 * (params.fence_timeout_s + 10) + 3 * 190 + 120 }}")
     reached = FenceReachedSensor(task_id="both_at_fence", app=app, plan=fence.output,

@@ -10,7 +10,8 @@ The cap file is replaced atomically, so the source never reads half a file.
 Pace: a standby's cap moves up at most every `standby_pace_s` (the app's standby_pace_ms), so it runs
 fewer, larger batches than the active: a batch has a fixed cost (planning, one task per state
 partition, checkpoint files) and the standby shares the machine with the active. A control record
-that changes anything (a fence, a role) is written through at once, so a handoff never waits on it.
+that changes anything (a fence, a role) is written through at once, and while a fence is set the
+standby follows unpaced, so a handoff never waits on the pace.
 """
 
 from __future__ import annotations
@@ -141,7 +142,10 @@ class Follower:
         with self._lock:
             cap = compute_cap(self.control, self.slot, self.marker, self.partitions)
             standby = self.control is None or self.control.role_of(self.slot) is Role.STANDBY
-            hold = (paced and standby and self.standby_pace_s > 0 and self._written_at is not None
+            # Under a fence the standby is on the handoff's critical path (the cutover waits for it to
+            # stand at F): every move of the active's position is taken at once.
+            fenced = self.control is not None and self.control.fence is not None
+            hold = (paced and standby and not fenced and self.standby_pace_s > 0 and self._written_at is not None
                     and now - self._written_at < self.standby_pace_s)
             self._pending = hold
         if not hold:

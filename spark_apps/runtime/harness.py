@@ -219,6 +219,7 @@ class Harness:
     def take_digest(self, batch_id: int | None, at: str) -> None:
         """Digest the committed state after `batch_id` and publish it; None = nothing committed yet
         (the empty state). A failure is logged, never fatal: the gates waiting for it time out."""
+        started = time.monotonic()
         try:
             self.digest = (StateDigest(at=at, batch_id=-1, rows=0, digest="0" * 16, schema="",
                                        ts_ms=int(time.time() * 1000)) if batch_id is None
@@ -226,13 +227,18 @@ class Harness:
         except Exception as exc:  # noqa: BLE001 - a digest is evidence for a gate, not the slot's job
             print(f"baton: state digest ({at}, batch {batch_id}) failed: {exc}", file=sys.stderr, flush=True)
             return
+        print(f"baton: state digest ({at}, batch {batch_id}): {self.digest.rows} rows in "
+              f"{time.monotonic() - started:.1f}s", file=sys.stderr, flush=True)
         self.publish(self.last_progress)
 
     def digest_at_fence(self) -> None:
-        """Standing at the fence (the last batch ended exactly at F): digest that batch's state once."""
+        """Standing at a fence that asks for it (the last batch ended exactly at F): digest that
+        batch's state once."""
         control, _ = self.follower.snapshot()
         progress = self.last_progress
         if control is None or control.fence is None or progress is None:
+            return
+        if control.handoff is None or not control.handoff.digest:
             return
         st = _status_from_progress(progress)
         if st["processed"] != dict(control.fence):

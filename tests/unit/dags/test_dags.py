@@ -76,6 +76,9 @@ def test_rolling_upgrade_gates_come_before_the_cutover_and_fail_into_abort_or_ro
     assert abort.trigger_rule == rollback.trigger_rule == "one_failed"
     assert abort.upstream_task_ids == set(order[:8])  # every step up to the cutover; none after
     assert rollback.upstream_task_ids == {"cutover", "settle"}  # cutover: its XCom; a failed cutover is skipped
+    # Its fence asks the slots for the state digests its state check compares; a plain cutover's does not.
+    assert dag.get_task("fence").digest is True
+    assert dagbag.dags["baton_cutover"].get_task("fence").digest is False
 
 
 @pytest.mark.parametrize("conf, field", [({"app": "click_counts", "version": "../x"}, "version"),

@@ -93,6 +93,10 @@ def test_cutover_under_load_is_exactly_once_and_moves_the_writer(bootstrap, both
         # Both slots still run: the old active is now the hot standby.
         assert blue.poll() is None and green.poll() is None
         assert read_status(bootstrap, app.name, "blue")[-1].epoch_seen == 2
+        # A plain cutover asks for no state check: no slot ran a digest job beside the new active's batch.
+        for slot in ("blue", "green"):
+            assert not [s for s in read_status(bootstrap, app.name, slot)
+                        if s.state_digest is not None and s.state_digest.at == "fence"], slot
     finally:
         load.done.set()
         for p in procs:

@@ -11,7 +11,7 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from baton.kafka.control_log import read_control, write_control
-from baton.records import CommitMarker, Slot, covers
+from baton.records import CommitMarker, Handoff, Slot, covers
 from baton.tools.verify import read_output, verify
 from spark_apps.runtime.kafka_sink import read_last_marker
 from tests.support.slots import produce_clicks, read_status, read_topic, start_slot, stop_slot, wait_for
@@ -103,7 +103,10 @@ def test_a_fence_stops_both_slots_at_exactly_the_fence(bootstrap, both_slots_app
                          and sum(m.emitted.values()) >= 4_000 and m, procs=(blue, green))
         fence = {p: first.emitted.get(p, 0) + 3_000 for p in range(app.input.partitions)}
         current = read_control(bootstrap, app.name)
-        write_control(bootstrap, dataclasses.replace(current, revision=current.revision + 1, fence=fence))
+        # A fence whose handoff asks for a state check at F (digest=True).
+        write_control(bootstrap, dataclasses.replace(current, revision=current.revision + 1, fence=fence,
+                                                     handoff=Handoff("test", current.epoch, fence, Slot.GREEN,
+                                                                     digest=True)))
         wait_for("the active to emit up to the fence",
                  lambda: read_last_marker(bootstrap, app.commits_topic, app.name).emitted == fence, procs=(blue, green))
         wait_for("the standby to reach the fence",

@@ -112,3 +112,20 @@ def test_the_active_is_never_paced(tmp_path):
         assert cap_in(tmp_path) == {0: 30, 1: 40}
     finally:
         f._consumer.close()
+
+
+def test_under_a_fence_a_standby_follows_every_marker_at_once(tmp_path):
+    # The cutover waits for the standby to stand at F: the pace would add up to standby_pace_s to the
+    # handoff's output gap.
+    clock = Clock()
+    f = follower(tmp_path, clock)
+    try:
+        f.control = control(fence={0: 10, 1: 20})
+        f.marker = marker({0: 5, 1: 7})
+        f._publish_cap(paced=True)
+        f.marker = marker({0: 10, 1: 20})
+        clock.t += 0.1
+        f._publish_cap(paced=True)          # a new marker, well within the pace: taken at once
+        assert cap_in(tmp_path) == {0: 10, 1: 20} and not f._pending
+    finally:
+        f._consumer.close()
