@@ -57,10 +57,11 @@ def main() -> int:
     ap.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark setting")
     ap.add_argument("--timeout", type=float, default=900.0, help="per phase")
     ap.add_argument("--name", default="restart", help="results file name (bench/results/NAME.json/.png)")
+    ap.add_argument("--logs", type=Path, default=None, help="keep the processes' logs in this directory")
     args = ap.parse_args()
 
     runs = []
-    with bench("restart") as b:
+    with bench("restart", keep=args.logs) as b:
         for keys in args.keys:
             runs.append(one_run(b, keys, args))
             log(f"{keys} keys: first batch after {runs[-1]['first_batch_s']:.1f}s")

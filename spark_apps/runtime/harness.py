@@ -84,6 +84,10 @@ class Counters:
     skipped_batches: int = 0
 
 
+class SlotStopping(RuntimeError):
+    """A batch that would start after the slot began stopping: raised instead of running it."""
+
+
 class Harness:
     def __init__(self, app: AppDefinition, slot: Slot, bootstrap: str, state_dir: Path, generation: int = 0,
                  spark_conf: dict[str, str] | None = None, starting_offsets: str = "earliest"):
@@ -101,6 +105,8 @@ class Harness:
         self.state = SlotState.STARTING
         self._stop = threading.Event()
         self._batch_lock = threading.Lock()
+        self._stopping = False  # set under the batch lock: no batch runs after it
+        self._refused_batch = False  # a batch was refused because the slot was stopping
         self.query = None
         self.spark = None
         self.last_progress: dict | None = None  # the last batch's progress, repeated by idle heartbeats
@@ -128,6 +134,9 @@ class Harness:
     # --- the batch ----------------------------------------------------------------------------
     def on_batch(self, df, batch_id: int) -> None:
         with self._batch_lock:
+            if self._stopping:  # not run, so not committed: the next start runs it
+                self._refused_batch = True
+                raise SlotStopping(f"batch {batch_id} not run: the slot is stopping")
             table = df.toArrow()  # runs the batch: every read task has finished when it returns
             end = read_offset_log(self.paths.checkpoint, batch_id)
             start = (read_offset_log(self.paths.checkpoint, batch_id - 1) if batch_id > 0
@@ -250,6 +259,15 @@ class Harness:
     def request_stop(self, *_args) -> None:
         self._stop.set()
 
+    def stop_query(self) -> None:
+        """Stop at a batch boundary: a running batch's sink finishes first (the lock), a batch that
+        starts after that does not run (on_batch). The lock is not held while Spark stops the query:
+        Spark waits for its batch thread, which may be about to enter on_batch; holding the lock there
+        deadlocked a graceful stop until the process was killed (seen in the rolling upgrade bench)."""
+        with self._batch_lock:
+            self._stopping = True
+        self.query.stop()
+
     def run(self) -> int:
         """Run until stopped; returns a process exit code."""
         signal.signal(signal.SIGTERM, self.request_stop)
@@ -287,9 +305,7 @@ class Harness:
                 self.maybe_correct()
             self.state = SlotState.STOPPING
             self.publish()
-            # Stop at a batch boundary: wait for the running batch's sink to finish.
-            with self._batch_lock:
-                self.query.stop()
+            self.stop_query()
             # What this slot leaves for its next start (the restore check compares against it).
             self.take_digest(last_committed_batch(self.paths.checkpoint), "stop")
             self.state = SlotState.STOPPED
@@ -299,7 +315,8 @@ class Harness:
             code = 1
         finally:
             exc = self.query.exception() if self.query is not None else None
-            if exc is not None and not isinstance(exc, WriterFenced):
+            # A batch refused while stopping ends the query with that error: a clean stop all the same.
+            if exc is not None and not isinstance(exc, WriterFenced) and not self._refused_batch:
                 self.state, code = SlotState.FAILED, 1
                 self.publish(error=str(exc)[:2000])
             else:
