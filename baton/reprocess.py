@@ -3,7 +3,7 @@
 A reprocess runs a new generation of an app (usually a fixed version) in the standby slot from a start
 position, with fresh state, while the active keeps serving; once it has caught up and its state passes
 the app's own checks, it takes over at a fence and publishes its whole state, so downstream's compacted
-view holds the corrected value of every key. The previous generation stays hot in the other slot: the
+view holds the corrected value of every key (or, staged: the run ends there, see ENDS). The previous generation stays hot in the other slot: the
 way back is a corrected-output cutover to it (baton_cutover with correct=true).
 
 Every refusal names what is wrong; nothing is written before the request passed.
@@ -18,6 +18,11 @@ from typing import Any, Callable, Mapping
 from baton.records import ControlRecord, Positions, SlotState
 
 STARTS = ("earliest", "timestamp", "offsets")
+# What ends the run once the new generation has caught up and passed its checks: "handover" cuts over
+# to it with corrected output; "standby" stops there, the new generation hot in the standby slot and
+# the previous one still live (a staged reprocess: look at the new state first, then hand over with
+# baton_cutover {"correct": true}, or drop it with baton_reprocess_confirm).
+ENDS = ("handover", "standby")
 
 
 class RequestRefused(ValueError):
@@ -49,6 +54,12 @@ class Start:
                 raise RequestRefused(f"start_offsets must be offsets >= 0, got {offsets!r}")
             return cls(kind, offsets=parsed)
         return cls(kind)
+
+
+def parse_end(value: Any) -> str:
+    if value not in ENDS:
+        raise RequestRefused(f"end {value!r} is not one of {', '.join(ENDS)}")
+    return value
 
 
 def resolve_start(start: Start, partitions: int, lows: Positions, ends: Positions, now_ms: int,

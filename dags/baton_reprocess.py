@@ -3,9 +3,12 @@
 REST (typically from a backfill job): POST /api/v2/dags/baton_reprocess/dagRuns
     {"conf": {"app": "click_counts", "version": "v2", "start": "earliest"}}
     start: "earliest" | "timestamp" (+ "start_timestamp_ms") | "offsets" (+ "start_offsets": {"0": 120, ...})
+    end: "handover" (default) | "standby": stop once the new generation has caught up and passed its
+         checks, hot in the standby slot, the previous generation still live (finish_staged says what next)
 
-    validate ─▶ new_generation ─▶ caught_up ─▶ invariants ─▶ fence ─▶ both_at_fence ─▶ cutover (corrected
-      output) ─▶ settle ─▶ finish
+    validate ─▶ new_generation ─▶ caught_up ─▶ invariants ─▶ handover ─▶ fence ─▶ both_at_fence ─▶ cutover
+      (corrected output) ─▶ settle ─▶ finish
+    end=standby: handover skips the rest; invariants ─▶ finish_staged
     a failed step before the cutover ─▶ abort (standby back on its generation, the active untouched)
     settle fails ─▶ rollback (the previous generation, still hot, takes over and publishes its state)
 
@@ -23,8 +26,8 @@ from airflow.sdk import DAG, Param
 
 from baton_airflow.operators.handoff import CutoverOperator, FenceOperator
 from baton_airflow.operators.reprocess import (
-    AbortReprocessOperator, FinishReprocessOperator, InvariantsOperator, NewGenerationOperator,
-    ReprocessRequestOperator,
+    AbortReprocessOperator, FinishReprocessOperator, FinishStagedOperator, HandoverGateOperator, InvariantsOperator,
+    NewGenerationOperator, ReprocessRequestOperator,
 )
 from baton_airflow.operators.upgrade import RollbackOperator
 from baton_airflow.params import app_param
@@ -51,6 +54,10 @@ with DAG(
                                     description="start 'timestamp': epoch milliseconds"),
         "start_offsets": Param(None, type=["null", "object"],
                                description='start \'offsets\': {"<partition>": <offset>} for every partition'),
+        "end": Param("handover", type="string", enum=["handover", "standby"],
+                     description="handover: cut over to the new generation with corrected output; standby: stop "
+                                 "once it is caught up and checked, hot in the standby slot (hand over later "
+                                 "with baton_cutover correct=true, or drop it with baton_reprocess_confirm)"),
         "max_lag_records": Param(20_000, type="integer", minimum=0,
                                  description="caught up: at most this many records behind the input"),
         "catch_up_timeout_s": Param(3600, type="integer", minimum=60),
@@ -63,12 +70,14 @@ with DAG(
     app = "{{ params.app }}"
     validate = ReprocessRequestOperator(task_id="validate", app=app, version="{{ params.version }}",
                                         start="{{ params.start }}", start_timestamp_ms="{{ params.start_timestamp_ms }}",
-                                        start_offsets="{{ params.start_offsets }}")
+                                        start_offsets="{{ params.start_offsets }}", end="{{ params.end }}")
     new_generation = NewGenerationOperator(task_id="new_generation", app=app, plan=PLAN)
     caught_up = LagWithinSensor(task_id="caught_up", app=app, slot="{{ ti.xcom_pull(task_ids='validate')['standby'] }}",
                                 since_ms="{{ ti.xcom_pull(task_ids='new_generation')['since_ms'] }}",
                                 max_lag="{{ params.max_lag_records }}", wait_timeout_s="{{ params.catch_up_timeout_s }}")
     invariants = InvariantsOperator(task_id="invariants", app=app, plan=PLAN, execution_timeout=timedelta(minutes=15))
+    handover = HandoverGateOperator(task_id="handover", app=app, plan=PLAN)
+    finish_staged = FinishStagedOperator(task_id="finish_staged", app=app, plan=PLAN)
     fence = FenceOperator(task_id="fence", app=app, ahead_s="{{ params.ahead_s }}",
                           hold_s="{{ 3 * (params.fence_timeout_s + 10) + 120 }}")
     reached = FenceReachedSensor(task_id="both_at_fence", app=app, plan=fence.output,
@@ -78,11 +87,12 @@ with DAG(
     settle = SettleSensor(task_id="settle", app=app, cutover=cutover.output, settle_s="{{ params.settle_s }}")
     finish = FinishReprocessOperator(task_id="finish", app=app, plan=PLAN)
 
-    before_cutover = [validate, new_generation, caught_up, invariants, fence, reached, cutover]
+    before_cutover = [validate, new_generation, caught_up, invariants, handover, fence, reached, cutover, finish_staged]
     abort = AbortReprocessOperator(task_id="abort", app=app, plan=PLAN, steps=[t.task_id for t in before_cutover])
     rollback = RollbackOperator(task_id="rollback", app=app, plan=PLAN, cutover=cutover.output, correct=True,
                                 ahead_s="{{ params.ahead_s }}", fence_timeout_s="{{ params.fence_timeout_s }}")
 
-    validate >> new_generation >> caught_up >> invariants >> fence >> reached >> cutover >> settle >> finish
+    validate >> new_generation >> caught_up >> invariants >> handover >> fence >> reached >> cutover >> settle >> finish
+    invariants >> finish_staged
     before_cutover >> abort
     settle >> rollback

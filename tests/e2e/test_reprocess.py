@@ -139,3 +139,29 @@ def test_a_reprocess_corrects_every_key_without_stopping_the_output_and_has_a_wa
     why = client.xcom("baton_reprocess_confirm", again["dag_run_id"], "validate", key="reason")
     assert "nothing to confirm: both slots run generation" in why and "nothing was changed" in why, why
     assert read_control(bootstrap, app.name) == record
+
+
+def test_a_staged_reprocess_ends_with_the_new_generation_hot_in_the_standby_slot(running):
+    """end=standby: the new generation replays, catches up and passes its checks in the standby slot,
+    and the run ends there: no fence, no cutover, downstream untouched, the app free again."""
+    platform, client, app, truth = running
+    bootstrap = platform.broker.bootstrap
+    before = read_control(bootstrap, app.name)
+    standby = before.active.other
+    with LiveLoad(bootstrap, app.input.topic, per_tick=400, start=sum(truth.values()), truth=truth) as load:
+        staged = run_dag(client, "baton_reprocess", {"app": app.name, "version": "v2", "start": "earliest",
+                                                     "end": "standby"}, timeout_s=900)
+        assert staged["state"] == "success", client.task_instances("baton_reprocess", staged["dag_run_id"])
+        time.sleep(3)
+    states = {t["task_id"]: t["state"] for t in client.task_instances("baton_reprocess", staged["dag_run_id"])}
+    assert states["finish_staged"] == "success" and states["invariants"] == "success", states
+    assert {states[t] for t in ("handover", "fence", "cutover", "finish", "abort", "rollback")} == {"skipped"}, states
+    record = read_control(bootstrap, app.name)
+    assert (record.active, record.epoch, record.fence, record.operation) == (before.active, before.epoch, None, "")
+    assert (record.slots[standby].version, record.slots[standby].generation) == \
+        ("v2", max(s.generation for s in before.slots.values()) + 1)
+    assert record.slots[before.active] == before.slots[before.active]
+    summary = client.xcom("baton_reprocess", staged["dag_run_id"], "finish_staged")
+    assert summary["hand_over"]["conf"] == {"app": app.name, "correct": True}, summary
+    wait_until_emitted(bootstrap, app, load.sent, timeout_s=300)
+    assert compacted(bootstrap, app) == buggy(truth)  # downstream still holds the live generation's output

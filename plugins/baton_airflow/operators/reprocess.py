@@ -13,14 +13,16 @@ import sys
 import time
 from typing import Any
 
-from airflow.sdk.exceptions import AirflowException
+from airflow.sdk.exceptions import AirflowException, AirflowSkipException
 
 from baton.apps import AppDefinitionError, load_version, version_path
 from baton.handoff import other
 from baton.kafka.positions import bounds, offsets_for_timestamp
 from baton.lifecycle import IllegalTransition
 from baton.records import Slot, SlotSpec, SlotState
-from baton.reprocess import RequestRefused, Start, begin_operation, check_app_state, end_operation, resolve_start
+from baton.reprocess import (
+    RequestRefused, Start, begin_operation, check_app_state, end_operation, parse_end, resolve_start,
+)
 from baton.settings import REPO_ROOT
 from baton_airflow.hooks.spark import BatonSparkHook
 from baton_airflow.operators.slots import resolve
@@ -38,14 +40,14 @@ class ReprocessRequestOperator(AppOperator):
     slot not running, a handoff or another reprocess under way); else mark the reprocess under way
     and return its plan, start offsets resolved."""
 
-    template_fields = ("app", "version", "start", "start_timestamp_ms", "start_offsets")
+    template_fields = ("app", "version", "start", "start_timestamp_ms", "start_offsets", "end")
 
     def __init__(self, *, version: str, start: str = "earliest", start_timestamp_ms: Any = None,
-                 start_offsets: Any = None, **kwargs: Any):
+                 start_offsets: Any = None, end: str = "handover", **kwargs: Any):
         kwargs.setdefault("retries", 1)
         super().__init__(**kwargs)
         self.version, self.start = version, start
-        self.start_timestamp_ms, self.start_offsets = start_timestamp_ms, start_offsets
+        self.start_timestamp_ms, self.start_offsets, self.end = start_timestamp_ms, start_offsets, end
 
     def execute(self, context: Any) -> dict[str, Any]:
         app, _ = resolve(self.app, "blue")
@@ -61,6 +63,7 @@ class ReprocessRequestOperator(AppOperator):
             if not hasattr(module, "state_output"):
                 raise RequestRefused(f"{new.module} has no state_output(state): it cannot publish corrected output")
             start = Start.parse(self.start, _none(self.start_timestamp_ms), _none(self.start_offsets))
+            end = parse_end(self.end)
             if rec is None or rec.operation != operation:  # a retry of this run skips the checks it passed
                 check_app_state(rec, now_ms)
             lows, ends = bounds(control.bootstrap, app.input.topic, range(app.input.partitions))
@@ -80,7 +83,7 @@ class ReprocessRequestOperator(AppOperator):
                 "active": rec.active.value, "standby": standby.value, "epoch": rec.epoch,
                 "from_version": rec.slots[standby].version or app.version,
                 "from_generation": rec.slots[standby].generation, "generation": generation,
-                "start": start.kind, "start_offsets": {str(p): o for p, o in offsets.items()}}
+                "start": start.kind, "start_offsets": {str(p): o for p, o in offsets.items()}, "end": end}
 
 
 def _none(value: Any) -> Any:
@@ -189,6 +192,50 @@ class InvariantsOperator(AppOperator):
             raise fail_with_reason(context, f"generation {self.plan['generation']} breaks the app's invariants: {detail}")
         self.log.info("invariants hold: %s", result)
         return result
+
+
+class HandoverGateOperator(AppOperator):
+    """end=handover: go on to the fence and the corrected-output cutover. end=standby: skip them, and
+    everything after them (the run's staged end is finish_staged)."""
+
+    template_fields = ("app", "plan")
+
+    def __init__(self, *, plan: Any, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.plan = plan
+
+    def execute(self, context: Any) -> None:
+        if self.plan.get("end", "handover") != "handover":
+            raise AirflowSkipException(f"end={self.plan['end']}: no handover in this run")
+
+
+class FinishStagedOperator(AppOperator):
+    """end=standby: the new generation has caught up and passed its checks in the standby slot, and
+    stays there, hot, following the live active (which still runs the previous generation). The app
+    is free again. Next: hand over with baton_cutover {"correct": true} (corrected output), or drop
+    the new generation with baton_reprocess_confirm (the standby rebuilt on the live generation)."""
+
+    template_fields = ("app", "plan")
+
+    def __init__(self, *, plan: Any, **kwargs: Any):
+        kwargs.setdefault("retries", 2)
+        super().__init__(**kwargs)
+        self.plan = plan
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        if self.plan.get("end", "handover") != "standby":
+            raise AirflowSkipException("end=handover: the run ends with its handover (finish)")
+        app, _ = resolve(self.app, "blue")
+        control, _ = self.hooks()
+        rec = control.plane().update(app.name, end_operation(self.plan["operation"]))
+        staged = Slot(self.plan["standby"])
+        summary = {"active": rec.active.value, "epoch": rec.epoch,
+                   "staged": {"slot": staged.value, "version": rec.slots[staged].version,
+                              "generation": rec.slots[staged].generation},
+                   "hand_over": {"dag": "baton_cutover", "conf": {"app": app.name, "correct": True}},
+                   "drop": {"dag": "baton_reprocess_confirm", "conf": {"app": app.name}}}
+        self.log.info("reprocess staged: %s", summary)
+        return summary
 
 
 class FinishReprocessOperator(AppOperator):

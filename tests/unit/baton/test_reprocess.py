@@ -6,7 +6,9 @@ import pytest
 
 from baton.control_plane import ControlPlane
 from baton.records import ControlRecord, Slot, SlotSpec, SlotState
-from baton.reprocess import RequestRefused, Start, begin_operation, check_app_state, end_operation, resolve_start
+from baton.reprocess import (
+    RequestRefused, Start, begin_operation, check_app_state, end_operation, parse_end, resolve_start,
+)
 from tests.support.fakes import MemoryControlStore
 
 LOWS, ENDS, NOW = {0: 0, 1: 5}, {0: 100, 1: 80}, 1_700_000_000_000
@@ -40,6 +42,12 @@ def test_bad_starts_are_refused_with_the_reason(start, words):
         resolve(Start.parse(start["kind"], start.get("timestamp_ms"), start.get("offsets")),
                 lambda ts: asked.append(ts) or {})
     assert asked == []  # a refused timestamp never reaches the broker
+
+
+def test_the_end_is_a_handover_or_a_staged_standby():
+    assert parse_end("handover") == "handover" and parse_end("standby") == "standby"
+    with pytest.raises(RequestRefused, match="end 'later' is not one of handover, standby"):
+        parse_end("later")
 
 
 def record(**kw):

@@ -95,18 +95,21 @@ def test_rolling_upgrade_form_rejects_bad_conf_naming_the_field(dagbag, conf, fi
 def test_reprocess_gates_come_before_the_corrected_output_cutover(dagbag):
     dag = dagbag.dags["baton_reprocess"]
     assert dag.max_active_runs > 1  # a second request runs, and is refused by the app's lock with a reason
-    order = ["validate", "new_generation", "caught_up", "invariants", "fence", "both_at_fence", "cutover", "settle",
-             "finish"]
+    order = ["validate", "new_generation", "caught_up", "invariants", "handover", "fence", "both_at_fence", "cutover",
+             "settle", "finish"]
     for before, after in zip(order, order[1:]):
         assert before in dag.get_task(after).upstream_task_ids, (before, after)
     assert dag.get_task("cutover").correct is True and dag.get_task("rollback").correct is True
-    assert dag.get_task("abort").upstream_task_ids == set(order[:7])
+    # end=standby: the handover gate skips the fence and everything after it; the run ends in finish_staged
+    assert dag.get_task("finish_staged").upstream_task_ids == {"invariants"}
+    assert dag.get_task("abort").upstream_task_ids == set(order[:8]) | {"finish_staged"}
 
 
 @pytest.mark.parametrize("conf, field", [({"app": "click_counts", "start": "yesterday"}, "start"),
                                          ({"app": "click_counts", "start_timestamp_ms": "noon"}, "start_timestamp_ms"),
                                          ({"app": "click_counts", "start_offsets": [1, 2]}, "start_offsets"),
-                                         ({"app": "click_counts", "version": ""}, "version")])
+                                         ({"app": "click_counts", "version": ""}, "version"),
+                                         ({"app": "click_counts", "end": "later"}, "end")])
 def test_reprocess_form_rejects_bad_conf_naming_the_field(dagbag, conf, field):
     params = copy.deepcopy(dagbag.dags["baton_reprocess"].params)
     with pytest.raises(ParamValidationError, match=f"param {field}"):
