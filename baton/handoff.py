@@ -46,11 +46,10 @@ def other(slot: Slot) -> Slot:
     return Slot.GREEN if slot is Slot.BLUE else Slot.BLUE
 
 
-def with_fence(fence: Positions, epoch: int, expires_ms: int = 0, by: str = "", digest: bool = False):
+def with_fence(fence: Positions, epoch: int, expires_ms: int = 0, by: str = ""):
     """Change: set the fence at `epoch` for handoff `by` (a run id), to be lifted by the health DAG
-    after `expires_ms` if its handoff has not finished by then (0: never). `digest`: the slots digest
-    their state at F (a state check follows). Re-running it is a no-op; a fence of another handoff in
-    place is refused."""
+    after `expires_ms` if its handoff has not finished by then (0: never). Re-running it is a no-op; a
+    fence of another handoff in place is refused."""
     def change(rec: ControlRecord) -> ControlRecord:
         if rec.epoch != epoch:
             raise HandoffError(f"{rec.app}: epoch is {rec.epoch}, the fence was planned at epoch {epoch}")
@@ -60,7 +59,7 @@ def with_fence(fence: Positions, epoch: int, expires_ms: int = 0, by: str = "", 
             owner = rec.handoff.id if rec.handoff else "an unknown handoff"
             raise HandoffError(f"{rec.app}: a fence {rec.fence} is already set by {owner} (another handoff is under way)")
         return dataclasses.replace(rec, fence=dict(fence), fence_expires_ms=expires_ms,
-                                   handoff=Handoff(by, epoch, dict(fence), other(rec.active), digest))
+                                   handoff=Handoff(by, epoch, dict(fence), other(rec.active)))
     return change
 
 
@@ -97,7 +96,7 @@ def cut_over(to: Slot, from_epoch: int, correct: bool = False):
         if rec.active is to:
             raise HandoffError(f"{rec.app}: {to.value} is already active at epoch {rec.epoch}")
         return dataclasses.replace(rec, active=to, epoch=from_epoch + 1, fence=None, fence_expires_ms=0,
-                                   correct_epoch=from_epoch + 1 if correct else rec.correct_epoch)
+                                   correct_epoch=from_epoch + 1 if correct else rec.correct_epoch, check_at=None)
     return change
 
 

@@ -99,19 +99,15 @@ class Handoff:
     """Who set the current fence (or did the last cutover): an Airflow run id, or "failover" for the
     health DAG's; the epoch it was set at, the fence and the slot taking over. Kept after the cutover,
     so a re-run of the same run's fence step recognises its finished handoff instead of starting a new
-    one, and an abort lifts only its own run's fence. `digest`: the slots digest their state at this
-    fence (a state check gates the cutover); otherwise they do not, since a digest is a Spark job that
-    would compete with the new active's first batch, on the output's critical path."""
+    one, and an abort lifts only its own run's fence."""
 
     id: str
     epoch: int
     fence: Positions
     to: "Slot"
-    digest: bool = False
 
     def to_json(self) -> dict[str, Any]:
-        return {"id": self.id, "epoch": self.epoch, "fence": positions_to_json(self.fence), "to": self.to.value,
-                "digest": self.digest}
+        return {"id": self.id, "epoch": self.epoch, "fence": positions_to_json(self.fence), "to": self.to.value}
 
     @classmethod
     def from_json(cls, raw: Any) -> "Handoff | None":
@@ -122,7 +118,7 @@ class Handoff:
             raise RecordError(f"{what}: expected an object")
         return cls(id=_req(raw, "id", str, what), epoch=_req(raw, "epoch", int, what),
                    fence=positions_from_json(_req(raw, "fence", dict, what), what) or {},
-                   to=Slot(_req(raw, "to", str, what)), digest=bool(raw.get("digest", False)))
+                   to=Slot(_req(raw, "to", str, what)))
 
 
 @dataclass(frozen=True)
@@ -138,6 +134,9 @@ class ControlRecord:
     # handoff that died (its Airflow run killed or marked failed), so the output never stays held. 0: none.
     fence_expires_ms: int = 0
     handoff: Handoff | None = None
+    # Every slot digests its state after its committed batch that ended at exactly these positions
+    # (a state check at a position both slots have passed: the output keeps flowing meanwhile).
+    check_at: Positions | None = None
     # The active at this epoch publishes its whole state as output when it takes over (a reprocess's
     # corrected-output cutover, or the way back from one): downstream's compacted view then holds
     # its values for every key. 0: no correction.
@@ -167,6 +166,7 @@ class ControlRecord:
             "fence": positions_to_json(self.fence),
             "fence_expires_ms": self.fence_expires_ms,
             "handoff": self.handoff.to_json() if self.handoff else None,
+            "check_at": positions_to_json(self.check_at),
             "correct_epoch": self.correct_epoch,
             "operation": self.operation,
             "operation_expires_ms": self.operation_expires_ms,
@@ -199,6 +199,7 @@ class ControlRecord:
                 fence=positions_from_json(d.get("fence"), "control record field 'fence'"),
                 fence_expires_ms=int(d.get("fence_expires_ms", 0)),
                 handoff=Handoff.from_json(d.get("handoff")),
+                check_at=positions_from_json(d.get("check_at"), "control record field 'check_at'"),
                 correct_epoch=int(d.get("correct_epoch", 0)),
                 operation=str(d.get("operation", "")),
                 operation_expires_ms=int(d.get("operation_expires_ms", 0)),
@@ -215,9 +216,10 @@ class ControlRecord:
 class StateDigest:
     """What a slot's state held after batch `batch_id`: its row count, an order-independent hash of
     every (key, value) row, and the state's key/value schema. `at` says when it was taken:
-    "restore" (what a started slot restored), "stop" (what a stopping slot leaves), "fence" (the
-    slot stands at the fence), "replay" (a preflight's replay of a batch on a checkpoint copy).
-    Compared by the rolling upgrade's restore and state checks."""
+    "restore" (what a started slot restored), "stop" (what a stopping slot leaves), "check" (asked
+    for by ControlRecord.check_at: the batch ended at `position`), "replay" (a preflight's replay of
+    a batch on a checkpoint copy); "fence" is read for records of older versions. Compared by the
+    rolling upgrade's restore and state checks."""
 
     at: str
     batch_id: int
@@ -225,11 +227,12 @@ class StateDigest:
     digest: str
     schema: str
     ts_ms: int = 0
+    position: Positions | None = None
 
-    AT = ("restore", "stop", "fence", "replay")
+    AT = ("restore", "stop", "check", "replay", "fence")
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        return {**asdict(self), "position": positions_to_json(self.position)}
 
     @classmethod
     def from_json(cls, raw: Any, what: str) -> "StateDigest | None":
@@ -240,7 +243,8 @@ class StateDigest:
         try:
             d = cls(at=_req(raw, "at", str, what), batch_id=_req(raw, "batch_id", int, what),
                     rows=_req(raw, "rows", int, what), digest=_req(raw, "digest", str, what),
-                    schema=_req(raw, "schema", str, what), ts_ms=int(raw.get("ts_ms", 0)))
+                    schema=_req(raw, "schema", str, what), ts_ms=int(raw.get("ts_ms", 0)),
+                    position=positions_from_json(raw.get("position"), f"{what} field 'position'"))
         except (TypeError, ValueError) as exc:
             if isinstance(exc, RecordError):
                 raise

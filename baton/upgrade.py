@@ -1,9 +1,10 @@
 """The rolling upgrade's gates, as pure functions of what slots reported (baton.conditions.Check).
 
 A rolling upgrade moves an app to a new version without stopping its output: the standby is upgraded
-first (its state restored by the new code and checked), warmed up, then takes the active role at a
-fence (baton.handoff) once both slots' states agree; the new active must settle, else the role flips
-back to the old version, still hot; finally the old active is upgraded the same way.
+first (its state restored by the new code and checked), warmed up, its state compared with the
+active's at a position both have passed (while the output flows), then takes the active role at a
+fence (baton.handoff); the new active must settle, else the role flips back to the old version,
+still hot; finally the old active is upgraded the same way.
 
 The check policy says what "agree" means:
 - exact: the new version builds exactly the old version's state (same rows, same digest): a
@@ -14,11 +15,12 @@ The check policy says what "agree" means:
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from typing import Any, Mapping, Sequence
 
 from baton.conditions import WAIT, Check
-from baton.records import CommitMarker, Positions, SlotState, StateDigest, StatusRecord
+from baton.records import CommitMarker, ControlRecord, Positions, SlotState, StateDigest, StatusRecord
 
 
 class Policy(str, enum.Enum):
@@ -70,25 +72,30 @@ def restore_check(left: StateDigest | None, history: Sequence[StatusRecord], sin
     return Check(met=True, message=f"restored the {left.rows} state rows of batch {left.batch_id} it left (digest {left.digest})")
 
 
-def _fence_digest(history: Sequence[StatusRecord], fence: Positions) -> StateDigest | None:
-    """The digest a slot took standing at `fence`: its last batch ended at F and was digested there."""
-    done = [r for r in history if r.batch_id >= 0]
-    if not done or done[-1].processed != dict(fence):
-        return None
-    last = done[-1]
-    digest = last.state_digest
-    if digest is None or digest.at != "fence" or digest.batch_id != last.batch_id:
-        return None
-    return digest
+def ask_state_check(position: Positions):
+    """Change: every slot ends a batch at exactly `position` (ahead of the input when asked), digests
+    its state there and reads on (ControlRecord.check_at; spark_apps.runtime.follower.compute_cap)."""
+    def change(rec: ControlRecord) -> ControlRecord:
+        if rec.check_at == dict(position):
+            return rec
+        return dataclasses.replace(rec, check_at=dict(position))
+    return change
 
 
-def states_agree(active: Sequence[StatusRecord], standby: Sequence[StatusRecord], fence: Positions,
+def _check_digest(history: Sequence[StatusRecord], position: Positions) -> StateDigest | None:
+    """The digest a slot took, asked to, of its state at `position`."""
+    return next((r.state_digest for r in reversed(history) if r.state_digest is not None
+                 and r.state_digest.at == "check" and r.state_digest.position == dict(position)), None)
+
+
+def states_agree(active: Sequence[StatusRecord], standby: Sequence[StatusRecord], position: Positions,
                  policy: Policy) -> Check:
-    """Both slots stand at F and their state digests there agree under the policy."""
-    old, new = _fence_digest(active, fence), _fence_digest(standby, fence)
+    """Both slots digested their state at `position` (ask_state_check) and the digests agree under the
+    policy. Taken while both slots run on: the output does not wait for it."""
+    old, new = _check_digest(active, position), _check_digest(standby, position)
     if old is None or new is None:
         return WAIT
-    return compare(old, new, policy, f"state at the fence {dict(fence)}")
+    return compare(old, new, policy, f"state at {dict(position)}")
 
 
 def settle_check(history: Sequence[StatusRecord], marker: CommitMarker | None, epoch: int, fence: Positions,

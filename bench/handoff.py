@@ -13,8 +13,9 @@ baton.handoff.fail_over: fence at blue's last emitted position, green reaches it
 Blue is not restarted here (the health DAG does that), so green runs alone afterwards.
 rolling_upgrade: v1 -> v2 of the click-count app (same state), the baton_rolling_upgrade DAG's steps
 run here directly: preflight replay of green's last batch with v2, green stopped and started on v2
-(restore check: it restored the digest it left), warm-up (within 5 s of input), fence, both at F,
-state digests agree, cutover, 10 s settle, then blue upgraded the same way.
+(restore check: it restored the digest it left), warm-up (within 5 s of input), state digests agree
+at a position P both end a batch at and read on from (the output flows meanwhile), fence, both at F,
+cutover, 10 s settle, then blue upgraded the same way.
 
 Reported besides the throughput figures: lost / duplicated / wrong over the whole run, p50/p99/p99.99
 latency and the longest output gap in the window, each step's time and how long after it the next
@@ -42,7 +43,9 @@ from baton.control_plane import ControlPlane, KafkaControlStore  # noqa: E402
 from baton.handoff import cut_over, fail_over, fence_reached, plan_fence, with_fence, without_fence  # noqa: E402
 from baton.kafka.tail import end_offsets  # noqa: E402
 from baton.records import Slot, StateDigest  # noqa: E402
-from baton.upgrade import Policy, replay_verdict, restore_check, states_agree  # noqa: E402
+from baton.upgrade import (  # noqa: E402
+    Policy, ask_state_check, replay_verdict, restore_check, states_agree,
+)
 from spark_apps.runtime.kafka_sink import read_last_marker  # noqa: E402
 
 GAP_TARGET_S, RESUME_TARGET_S, P99_99_TARGET_MS = 2.0, 5.0, 5000
@@ -57,7 +60,29 @@ def wait(what: str, check, timeout_s: float):
     raise TimeoutError(f"timed out after {timeout_s:.0f}s waiting for {what}")
 
 
-def cutover(b, app, procs, watch, rate: float, ahead_s: float, check_states: bool = False) -> list[tuple[float, str]]:
+def check_states(b, app, watch, rate: float, ahead_s: float) -> list[tuple[float, str]]:
+    """The rolling upgrade's state check, before the fence: both slots end a batch at a position P
+    ahead of the input, digest their state there and read on (the output flows); the digests must agree."""
+    plane = ControlPlane(KafkaControlStore(b.bootstrap), writer="bench")
+    done = [r for r in watch.of(Slot.BLUE) if r.batch_id >= 0]
+    position = plan_fence(end_offsets(b.bootstrap, app.input.topic, range(app.input.partitions)),
+                          done[-1].processed if done else {}, rate_per_s=rate, ahead_s=ahead_s,
+                          partitions=app.input.partitions)
+    marks = [(time.time(), "state check asked")]
+    plane.update(app.name, ask_state_check(position))
+
+    def agree() -> bool:
+        check = states_agree(watch.of(Slot.BLUE), watch.of(Slot.GREEN), position, Policy.EXACT)
+        if check.failed:
+            raise RuntimeError(check.message)
+        return check.met
+    wait("both slots' state digests", agree, 180)
+    marks.append((time.time(), "states agree"))
+    log(f"state check at {position}: agreed +{marks[-1][0] - marks[0][0]:.1f}s")
+    return marks
+
+
+def cutover(b, app, procs, watch, rate: float, ahead_s: float) -> list[tuple[float, str]]:
     plane = ControlPlane(KafkaControlStore(b.bootstrap), writer="bench")
     rec = plane.current(app.name)
     done = [r for r in watch.of(Slot.BLUE) if r.batch_id >= 0]
@@ -65,7 +90,7 @@ def cutover(b, app, procs, watch, rate: float, ahead_s: float, check_states: boo
                        done[-1].processed if done else {}, rate_per_s=rate, ahead_s=ahead_s,
                        partitions=app.input.partitions)
     marks = [(time.time(), "fence set")]
-    plane.update(app.name, with_fence(fence, rec.epoch, digest=check_states))
+    plane.update(app.name, with_fence(fence, rec.epoch))
 
     def at_fence() -> bool:
         check: Check = fence_reached(read_last_marker(b.bootstrap, app.commits_topic, app.name),
@@ -86,14 +111,6 @@ def cutover(b, app, procs, watch, rate: float, ahead_s: float, check_states: boo
         err.marks = marks
         raise err from None
     marks.append((time.time(), "both at F"))
-    if check_states:
-        def agree() -> bool:
-            check = states_agree(watch.of(Slot.BLUE), watch.of(Slot.GREEN), fence, Policy.EXACT)
-            if check.failed:
-                raise RuntimeError(check.message)
-            return check.met
-        wait("both slots' state digests at the fence", agree, 120)
-        marks.append((time.time(), "states agree"))
     plane.update(app.name, cut_over(Slot.GREEN, rec.epoch))
     marks.append((time.time(), "cutover"))
     log(f"cutover at {fence}: " + ", ".join(f"{label} +{t - marks[0][0]:.2f}s" for t, label in marks))
@@ -178,7 +195,8 @@ def _upgrade_both(b, app, procs, watch, rate, ahead_s, conf, settle_s, v2, marks
         warm(b, app, watch, slot, 5.0)
         marks.append((time.time(), f"{slot.value} warm"))
         if slot is Slot.GREEN:
-            marks += cutover(b, app, procs, watch, rate, ahead_s, check_states=True)
+            marks += check_states(b, app, watch, rate, ahead_s)
+            marks += cutover(b, app, procs, watch, rate, ahead_s)
             time.sleep(settle_s)
             marks.append((time.time(), "settled"))
 

@@ -1,11 +1,12 @@
 """Move an app to a new version without stopping its output (the seed's rolling upgrade, minus the
-outage): the hot standby goes first, takes over at an exact fence once its state agrees, and the old
-version stays hot until the new one has settled.
+outage): the hot standby goes first, its state is compared with the active's at an input position
+both have passed (the output flows meanwhile), it takes over at an exact fence, and the old version
+stays hot until the new one has settled.
 
 REST: POST /api/v2/dags/baton_rolling_upgrade/dagRuns {"conf": {"app": "click_counts", "version": "v2"}}.
 
-    preflight ─▶ upgrade_standby ─▶ restore_check ─▶ warm_up ─▶ fence ─▶ both_at_fence ─▶ state_check
-      ─▶ cutover ─▶ settle ─▶ upgrade_old_active ─▶ restore_check_old ─▶ warm_up_old
+    preflight ─▶ upgrade_standby ─▶ restore_check ─▶ warm_up ─▶ check_position ─▶ state_check ─▶ fence
+      ─▶ both_at_fence ─▶ cutover ─▶ settle ─▶ upgrade_old_active ─▶ restore_check_old ─▶ warm_up_old
     any gate up to the cutover fails ─▶ abort (fence lifted, the active untouched, the reason reported)
     settle fails ─▶ rollback (the role flips back to the old version, still hot, at a fence)
 
@@ -18,7 +19,7 @@ from airflow.sdk import DAG, Param
 
 from baton_airflow.operators.handoff import CutoverOperator, FenceOperator
 from baton_airflow.operators.upgrade import (
-    AbortUpgradeOperator, PreflightOperator, RollbackOperator, UpgradeSlotOperator,
+    AbortUpgradeOperator, PreflightOperator, RollbackOperator, StateCheckPositionOperator, UpgradeSlotOperator,
 )
 from baton_airflow.params import app_param
 from baton_airflow.sensors.slot import (
@@ -29,8 +30,8 @@ PLAN = "{{ ti.xcom_pull(task_ids='preflight') }}"
 
 with DAG(
     dag_id="baton_rolling_upgrade",
-    description="Upgrade an app's slots one by one: restore check, warm-up, state check at a fence, "
-                "cutover, settle or roll back",
+    description="Upgrade an app's slots one by one: restore check, warm-up, state check, cutover at a "
+                "fence, settle or roll back",
     schedule=None,
     start_date=datetime(2026, 1, 1),
     catchup=False,
@@ -67,13 +68,14 @@ with DAG(
                               since_ms="{{ ti.xcom_pull(task_ids='upgrade_standby')['since_ms'] }}",
                               max_lag="{{ params.max_lag_records }}", max_lag_s="{{ params.max_lag_s }}",
                               wait_timeout_s=900)
-    fence = FenceOperator(task_id="fence", app=app, ahead_s="{{ params.ahead_s }}", digest=True,
+    check_position = StateCheckPositionOperator(task_id="check_position", app=app, ahead_s="{{ params.ahead_s }}")
+    state_check = StatesAgreeSensor(task_id="state_check", app=app, check=check_position.output,
+                                    policy="{{ params.policy }}", wait_timeout_s=180)
+    fence = FenceOperator(task_id="fence", app=app, ahead_s="{{ params.ahead_s }}",
                           # past this the health DAG lifts the fence: the run died
                           hold_s="{{ 3 * (params.fence_timeout_s + 10) + 3 * 190 + 120 }}")
     reached = FenceReachedSensor(task_id="both_at_fence", app=app, plan=fence.output,
                                  wait_timeout_s="{{ params.fence_timeout_s }}")
-    state_check = StatesAgreeSensor(task_id="state_check", app=app, plan=fence.output, policy="{{ params.policy }}",
-                                    wait_timeout_s=180)
     cutover = CutoverOperator(task_id="cutover", app=app, plan=fence.output, execution_timeout=timedelta(minutes=2))
     settle = SettleSensor(task_id="settle", app=app, cutover=cutover.output, settle_s="{{ params.settle_s }}",
                           max_batch_ms="{{ params.max_batch_ms }}")
@@ -86,12 +88,13 @@ with DAG(
                                   max_lag="{{ params.max_lag_records }}", max_lag_s="{{ params.max_lag_s }}",
                                   wait_timeout_s=900)
 
-    before_cutover = [preflight, upgrade_standby, restore_check, warm_up, fence, reached, state_check, cutover]
+    before_cutover = [preflight, upgrade_standby, restore_check, warm_up, check_position, state_check, fence, reached,
+                      cutover]
     abort = AbortUpgradeOperator(task_id="abort", app=app, plan=PLAN, steps=[t.task_id for t in before_cutover])
     rollback = RollbackOperator(task_id="rollback", app=app, plan=PLAN, cutover=cutover.output,
                                 ahead_s="{{ params.ahead_s }}", fence_timeout_s="{{ params.fence_timeout_s }}")
 
-    (preflight >> upgrade_standby >> restore_check >> warm_up >> fence >> reached >> state_check >> cutover
+    (preflight >> upgrade_standby >> restore_check >> warm_up >> check_position >> state_check >> fence >> reached >> cutover
      >> settle >> upgrade_old >> restore_check_old >> warm_up_old)
     before_cutover >> abort
     settle >> rollback

@@ -25,27 +25,43 @@ from pathlib import Path
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from baton.kafka.control_log import apply_records, decode_for_app
-from baton.records import CommitMarker, ControlRecord, Positions, RecordError, Role, Slot
+from baton.records import CommitMarker, ControlRecord, Positions, RecordError, Role, Slot, covers
 from baton.settings import CONTROL_TOPIC
 
 
 def compute_cap(control: ControlRecord | None, slot: Slot, marker: CommitMarker | None,
-                partitions: int) -> Positions | None:
-    """The cap for `slot` given the desired state and the last committed marker (None = no cap).
+                partitions: int, processed: Positions | None = None) -> Positions | None:
+    """The cap for `slot` given the desired state, the last committed marker and what this slot has
+    processed (None = no cap).
 
     The active reads freely up to the fence, if any. The standby never passes what the active has
     emitted, fence or not: if the active dies before reaching the fence, failover re-fences at the
     active's last emitted position, and a standby that had run ahead could not go back (lost output).
+    A state check position (check_at) is a batch boundary, not a stop: each slot reads up to it, ends
+    a batch exactly there (the state the check digests), and reads on once it has passed it.
     """
     fence = control.fence if control is not None else None
     role = control.role_of(slot) if control is not None else Role.STANDBY
+    check = control.check_at if control is not None else None
     if role is Role.ACTIVE:
-        return dict(fence) if fence is not None else None
+        cap = dict(fence) if fence is not None else None
+        emitted = marker.emitted if marker is not None else {}
+        if check is not None and not covers(emitted, check):
+            cap = _lower(cap, check)
+        return cap
     emitted = marker.emitted if marker is not None else {}
     cap = {p: emitted.get(p, 0) for p in range(partitions)}
     if fence is not None:
-        cap = {p: min(o, fence.get(p, o)) for p, o in cap.items()}
+        cap = _lower(cap, fence)
+    if check is not None and not covers(processed or {}, check):
+        cap = _lower(cap, check)
     return cap
+
+
+def _lower(cap: Positions | None, bound: Positions) -> Positions:
+    if cap is None:
+        return dict(bound)
+    return {p: min(o, bound.get(p, o)) for p, o in cap.items()}
 
 
 def write_cap_file(path: Path, cap: Positions | None) -> None:
@@ -68,6 +84,7 @@ class Follower:
         self._pending = False                  # a newer cap is held back by the pace
         self.control: ControlRecord | None = None
         self.marker: CommitMarker | None = None
+        self.processed: Positions | None = None  # where this slot's last batch ended (note_processed)
         self._topics = (control_topic, commits_topic)
         self._consumer = Consumer({
             "bootstrap.servers": bootstrap, "group.id": f"baton-follower-{app}-{slot.value}",
@@ -140,7 +157,7 @@ class Follower:
         """Write the cap; `paced`: only a new marker moved it, which a standby takes at its pace."""
         now = self._clock()
         with self._lock:
-            cap = compute_cap(self.control, self.slot, self.marker, self.partitions)
+            cap = compute_cap(self.control, self.slot, self.marker, self.partitions, self.processed)
             standby = self.control is None or self.control.role_of(self.slot) is Role.STANDBY
             # Under a fence the standby is on the handoff's critical path (the cutover waits for it to
             # stand at F): every move of the active's position is taken at once.
@@ -151,6 +168,14 @@ class Follower:
         if not hold:
             write_cap_file(self.cap_file, cap)
             self._written_at = now
+
+    def note_processed(self, position: Positions) -> None:
+        """This slot's batch ended at `position`: a check position it has now passed lifts its cap."""
+        with self._lock:
+            self.processed = dict(position)
+            lift = self.control is not None and self.control.check_at is not None
+        if lift:
+            self._publish_cap()
 
     def role(self) -> Role:
         with self._lock:

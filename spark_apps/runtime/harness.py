@@ -14,6 +14,7 @@ An app module provides:
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import json
 import os
@@ -30,13 +31,13 @@ from confluent_kafka import Producer
 
 from baton.apps import AppDefinition
 from baton.generations import slot_root
-from baton.records import Positions, Role, Slot, SlotState, StateDigest, StatusRecord
+from baton.records import Positions, Role, Slot, SlotState, StateDigest, StatusRecord, covers
 from baton.settings import STATUS_TOPIC
 from spark_apps.runtime.dead_letters import collect, purge, read_initial
 from spark_apps.runtime.decode import INVALID_PREFIX, NOT_AN_OBJECT, supported
 from spark_apps.runtime.follower import Follower
 from spark_apps.runtime.kafka_sink import TransactionalEmitter, WriterFenced
-from spark_apps.runtime.state_check import digest_state, last_committed_batch, state_output
+from spark_apps.runtime.state_check import committed_batches, digest_state, last_committed_batch, state_output
 
 KIND_OUTPUT, KIND_DEAD = "o", "d"
 CORRUPT = "_baton_corrupt"  # from_json's corrupt-record column (the path where Spark parses events)
@@ -73,6 +74,23 @@ def read_offset_log(checkpoint: Path, batch_id: int) -> Positions | None:
         return None
     # Line 0 is the log version, line 1 the batch metadata, then one line per source.
     return {int(k): int(v) for k, v in json.loads(lines[2]).items()}
+
+
+def batch_ending_at(checkpoint: Path, position: Positions, look_back: int = 500) -> tuple[int | None, bool]:
+    """(the committed batch that ended at exactly `position`, or None; whether the slot is past it).
+    Only the newest `look_back` batches are looked at: a check asks for a recent position."""
+    want = {p: o for p, o in position.items()}
+    batches = committed_batches(checkpoint)
+    for batch in reversed(batches[-look_back:]):
+        end = read_offset_log(checkpoint, batch)
+        if end is None:
+            continue
+        if end == want:
+            return batch, True
+        if not covers(end, want):  # older batches end before it
+            break
+    last = read_offset_log(checkpoint, batches[-1]) if batches else None
+    return None, last is not None and covers(last, want)
 
 
 @dataclass
@@ -114,6 +132,7 @@ class Harness:
         self.digest: StateDigest | None = None  # the last state digest taken (restore, fence or stop)
         self.restored_batch: int | None = None  # the last committed batch at start: what the query restores
         self.restore_digested = False
+        self._checked: Positions | None = None  # the check_at position digested (or found passed) last
 
     # --- status -------------------------------------------------------------------------------
     def publish(self, progress: dict | None = None, error: str = "") -> None:
@@ -156,6 +175,8 @@ class Harness:
             elif self.emitter.holding:
                 self.emitter.release()
             purge(self.paths.spool, end or {})
+            if end:
+                self.follower.note_processed(end)
 
     def split(self, table, start, end) -> tuple[list, list]:
         """The batch's output (key, value) pairs and dead letters (key, value, headers)."""
@@ -225,7 +246,7 @@ class Harness:
             self.publish_correction(control)
 
     # --- state digests (spark_apps.runtime.state_check) -----------------------------------------
-    def take_digest(self, batch_id: int | None, at: str) -> None:
+    def take_digest(self, batch_id: int | None, at: str, position: Positions | None = None) -> None:
         """Digest the committed state after `batch_id` and publish it; None = nothing committed yet
         (the empty state). A failure is logged, never fatal: the gates waiting for it time out."""
         started = time.monotonic()
@@ -233,6 +254,8 @@ class Harness:
             self.digest = (StateDigest(at=at, batch_id=-1, rows=0, digest="0" * 16, schema="",
                                        ts_ms=int(time.time() * 1000)) if batch_id is None
                            else digest_state(self.spark, self.paths.checkpoint, batch_id, at))
+            if position is not None:
+                self.digest = dataclasses.replace(self.digest, position=dict(position))
         except Exception as exc:  # noqa: BLE001 - a digest is evidence for a gate, not the slot's job
             print(f"baton: state digest ({at}, batch {batch_id}) failed: {exc}", file=sys.stderr, flush=True)
             return
@@ -240,21 +263,22 @@ class Harness:
               f"{time.monotonic() - started:.1f}s", file=sys.stderr, flush=True)
         self.publish(self.last_progress)
 
-    def digest_at_fence(self) -> None:
-        """Standing at a fence that asks for it (the last batch ended exactly at F): digest that
-        batch's state once."""
+    def digest_at_check(self) -> None:
+        """Asked for a state check at a position (ControlRecord.check_at): digest, once, the state
+        after the committed batch that ended exactly there, while the query runs on (the output does
+        not wait for it). A slot not there yet looks again; one that passed it within a batch never
+        can: it says so, and the gate waiting for it fails on its timeout."""
         control, _ = self.follower.snapshot()
-        progress = self.last_progress
-        if control is None or control.fence is None or progress is None:
+        if control is None or control.check_at is None or self._checked == control.check_at:
             return
-        if control.handoff is None or not control.handoff.digest:
-            return
-        st = _status_from_progress(progress)
-        if st["processed"] != dict(control.fence):
-            return
-        if self.digest is not None and self.digest.at == "fence" and self.digest.batch_id == st["batch_id"]:
-            return
-        self.take_digest(st["batch_id"], "fence")
+        target = dict(control.check_at)
+        batch, passed = batch_ending_at(self.paths.checkpoint, target)
+        if batch is not None:
+            self._checked = target
+            self.take_digest(batch, "check", position=target)
+        elif passed:
+            self._checked = target
+            print(f"baton: no committed batch ends at {target}: no state digest there", file=sys.stderr, flush=True)
 
     def request_stop(self, *_args) -> None:
         self._stop.set()
@@ -273,7 +297,16 @@ class Harness:
         signal.signal(signal.SIGTERM, self.request_stop)
         self.publish()
         try:
+            # Where the restored query stands: a state check position it passed before this start
+            # must not cap it (compute_cap).
+            last = last_committed_batch(self.paths.checkpoint)
+            if last is not None and (end := read_offset_log(self.paths.checkpoint, last)):
+                self.follower.note_processed(end)
             self.follower.catch_up()
+            # A check asked before this start is not this process's to answer (its gate asked the
+            # slots running then; a retry asks again): no digest job at every later restart.
+            control, _ = self.follower.snapshot()
+            self._checked = control.check_at if control is not None else None
             self.follower.start()
             writer = self.build_query()
             add_progress_listener(self.spark, self)
@@ -301,7 +334,7 @@ class Harness:
                     # or idle), so the digest's Spark job is not on the restart's critical path.
                     self.restore_digested = True
                     self.take_digest(self.restored_batch, "restore")
-                self.digest_at_fence()
+                self.digest_at_check()
                 self.maybe_correct()
             self.state = SlotState.STOPPING
             self.publish()

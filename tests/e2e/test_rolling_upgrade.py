@@ -3,7 +3,8 @@
 - an upgrade to a version whose state schema differs is refused at preflight with Spark's reason,
   before any slot is touched;
 - an upgrade to a version with the same state moves both slots under load: the standby restores its
-  state (checked), warms up, the states agree at the fence, it takes over, settles, and the old active
+  state (checked), warms up, the states agree at a position both passed, it takes over at a fence,
+  settles, and the old active
   follows; the output is exactly once and the new version's records follow the cutover;
 - a new version that breaks the SLA after the cutover is rolled back to the old one, still hot.
 

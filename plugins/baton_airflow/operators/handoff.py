@@ -21,16 +21,21 @@ from baton_airflow.hooks.kafka import BatonKafkaHook
 from baton_airflow.operators.slots import resolve
 
 
-def set_fence(control: BatonControlHook, app: AppDefinition, rec: ControlRecord, ahead_s: float,
-              hold_s: float = 600.0, by: str = "", digest: bool = False) -> ControlRecord:
-    """Set F `ahead_s` of arrivals (at the active's input rate) beyond the input's end, at rec's epoch.
-    After `hold_s` the health DAG lifts it if the handoff has not finished (its run died). `digest`:
-    the slots digest their state at F for a state check."""
+def plan_ahead(control: BatonControlHook, app: AppDefinition, rec: ControlRecord, ahead_s: float) -> dict[int, int]:
+    """A position `ahead_s` of arrivals (at the active's input rate) beyond the input's end: one the
+    active has not read yet when it learns of it (a fence, or a state check position)."""
     history = [s for s in control.status(app.name, rec.active) if s.batch_id >= 0]
     processed = history[-1].processed if history else {}
     rate = max((s.input_rate for s in history[-5:]), default=0.0)
-    fence = plan_fence(control.input_end(app), processed, rate, ahead_s, app.input.partitions)
-    return control.plane().update(app.name, with_fence(fence, rec.epoch, int((time.time() + hold_s) * 1000), by, digest))
+    return plan_fence(control.input_end(app), processed, rate, ahead_s, app.input.partitions)
+
+
+def set_fence(control: BatonControlHook, app: AppDefinition, rec: ControlRecord, ahead_s: float,
+              hold_s: float = 600.0, by: str = "") -> ControlRecord:
+    """Set F `ahead_s` of arrivals beyond the input's end (plan_ahead), at rec's epoch. After `hold_s`
+    the health DAG lifts it if the handoff has not finished (its run died)."""
+    fence = plan_ahead(control, app, rec, ahead_s)
+    return control.plane().update(app.name, with_fence(fence, rec.epoch, int((time.time() + hold_s) * 1000), by))
 
 
 class _HandoffOperator(BaseOperator):
@@ -49,15 +54,13 @@ class _HandoffOperator(BaseOperator):
 class FenceOperator(_HandoffOperator):
     """Set the fence F a little ahead of the input (`ahead_s` of arrivals at the active's input rate).
     A fence already set at this epoch (a retry, or a resumed run) is reused, not replaced. `hold_s`:
-    how long the handoff may hold it; past that the health DAG lifts it (a run that died). `digest`:
-    the slots digest their state at F (a StatesAgreeSensor follows)."""
+    how long the handoff may hold it; past that the health DAG lifts it (a run that died)."""
 
     template_fields = ("app", "ahead_s", "hold_s")
 
-    def __init__(self, *, ahead_s: float | str = 2.0, hold_s: float | str = 600.0, digest: bool = False,
-                 **kwargs: Any):
+    def __init__(self, *, ahead_s: float | str = 2.0, hold_s: float | str = 600.0, **kwargs: Any):
         super().__init__(**kwargs)
-        self.ahead_s, self.hold_s, self.digest = ahead_s, hold_s, digest
+        self.ahead_s, self.hold_s = ahead_s, hold_s
 
     def execute(self, context: Any) -> dict[str, Any]:
         app, _ = resolve(self.app, "blue")
@@ -79,7 +82,7 @@ class FenceOperator(_HandoffOperator):
                                            "a handoff needs both slots RUNNING")
         reuse = rec.fence is not None
         try:  # a fence this run set before (a retry) is kept; another handoff's is refused
-            rec = set_fence(control, app, rec, float(self.ahead_s), float(self.hold_s), by=run, digest=self.digest)
+            rec = set_fence(control, app, rec, float(self.ahead_s), float(self.hold_s), by=run)
         except HandoffError as exc:
             raise AirflowFailException(str(exc)) from None
         self.log.info("%s: %s fence %s at epoch %s (%s s ahead)", app.name, "reusing this run's" if reuse else "set",

@@ -23,10 +23,10 @@ from baton.lifecycle import IllegalTransition
 from baton.records import Slot, SlotState, StateDigest
 from baton.reprocess import end_operation
 from baton.settings import REPO_ROOT
-from baton.upgrade import Policy, replay_verdict
+from baton.upgrade import Policy, ask_state_check, replay_verdict
 from baton_airflow.hooks.control import BatonControlHook
 from baton_airflow.hooks.spark import BatonSparkHook
-from baton_airflow.operators.handoff import set_fence
+from baton_airflow.operators.handoff import plan_ahead, set_fence
 from baton_airflow.operators.slots import resolve
 from baton_airflow.operators.steps import (
     AbortStepsOperator, AppOperator, fail_with_reason, first_reason, lift_own_fence, slot_checkpoint, subprocess_env,
@@ -154,6 +154,32 @@ class UpgradeSlotOperator(AppOperator):
         control.plane().move_slot(app.name, slot, SlotState.RUNNING, reason="")
         return {"slot": slot.value, "version": self.plan["version"], "left": left, "launch": launch,
                 "since_ms": since_ms}
+
+
+class StateCheckPositionOperator(AppOperator):
+    """Ask both slots for their state at a position P `ahead_s` of arrivals ahead of the input
+    (ControlRecord.check_at): each ends a batch exactly at P, digests the state there and reads on
+    (a batch boundary, not a stop); StatesAgreeSensor compares the digests. The output keeps
+    flowing, so the check (a Spark job in each slot, seconds under load) is not on its path, as a
+    check at the fence would be. A retry asks again at a new P."""
+
+    template_fields = ("app", "ahead_s")
+
+    def __init__(self, *, ahead_s: float | str = 2.0, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.ahead_s = ahead_s
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        app, _ = resolve(self.app, "blue")
+        control, _ = self.hooks()
+        plane = control.plane()
+        rec = plane.current(app.name)
+        standby = other(rec.active)
+        position = plan_ahead(control, app, rec, float(self.ahead_s))
+        plane.update(app.name, ask_state_check(position))
+        self.log.info("%s: both slots digest their state at %s", app.name, position)
+        return {"position": {str(p): o for p, o in position.items()}, "active": rec.active.value,
+                "standby": standby.value}
 
 
 def _left_digest(control: BatonControlHook, app: str, slot: Slot, launched_ms: int) -> StateDigest | None:

@@ -144,22 +144,22 @@ class RestoreCheckSensor(_SlotSensor):
 
 
 class StatesAgreeSensor(_SlotSensor):
-    """Both slots stand at the fence and their state digests agree under `policy` (baton.upgrade).
-    `plan` is the FenceOperator's XCom (its `to` is the standby)."""
+    """Both slots' state digests at the check position agree under `policy` (baton.upgrade).
+    `check` is the StateCheckPositionOperator's XCom (position, standby)."""
 
-    template_fields = ("app", "plan", "policy", "wait_timeout_s")
+    template_fields = ("app", "check", "policy", "wait_timeout_s")
 
-    def __init__(self, *, plan: Any, policy: str = "exact", **kwargs: Any):
+    def __init__(self, *, check: Any, policy: str = "exact", **kwargs: Any):
         kwargs.setdefault("slot", "")
         super().__init__(**kwargs)
-        self.plan, self.policy = plan, policy
+        self.check, self.policy = check, policy
 
     def execute(self, context: Any) -> None:
-        self.slot, self.wait_timeout_s = self.plan["to"], float(self.wait_timeout_s)
+        self.slot, self.wait_timeout_s = self.check["standby"], float(self.wait_timeout_s)
         super().execute(context)
 
     def trigger_args(self, context: Any) -> dict[str, Any]:
-        return dict(condition="states", target={str(p): int(o) for p, o in self.plan["fence"].items()},
+        return dict(condition="states", target={str(p): int(o) for p, o in self.check["position"].items()},
                     policy=str(self.policy))
 
 

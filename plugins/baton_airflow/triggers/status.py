@@ -33,7 +33,7 @@ class SlotStatusTrigger(BaseTrigger):
         self.epoch = epoch  # "fence": the epoch the fence was set at; `slot` is the standby, `target` F
         self.max_lag_s = max_lag_s  # "lag": also bound the seconds of input behind
         self.expected = expected  # "restore": the StateDigest (JSON) the slot left at its stop
-        self.policy = policy  # "states": baton.upgrade.Policy; `slot` is the standby, `target` F
+        self.policy = policy  # "states": baton.upgrade.Policy; `slot` is the standby, `target` the check position
         # "settle": `slot` is the new active since `since_ms`, at role epoch `epoch`, fence `target`
         self.settle_s, self.max_batch_ms = settle_s, max_batch_ms
         # Absolute, so a trigger re-created after a triggerer restart keeps the original deadline.
@@ -81,7 +81,7 @@ class SlotStatusTrigger(BaseTrigger):
         from baton_airflow.hooks.control import read_slot_status
         from spark_apps.runtime.kafka_sink import read_last_marker
 
-        fence = {int(p): int(o) for p, o in self.target.items()}
+        fence = {int(p): int(o) for p, o in self.target.items()}  # "states": the check position
         if self.condition == "restore":
             left = StateDigest.from_json(self.expected, "the digest the slot left")
             return upgrade.restore_check(left, history, self.since_ms)

@@ -132,10 +132,3 @@ def test_a_finished_handoff_is_recognised_by_its_own_run_only(plane):
     plane.update("app", failover_fence({0: 5, 1: 5}, 2))
     assert plane.current("app").handoff.id == FAILOVER and finished(plane.current("app"), "run1") is None
 
-
-def test_only_a_fence_that_asks_for_it_makes_the_slots_digest_their_state(plane):
-    assert plane.update("app", with_fence(F, epoch=1, by="cutover")).handoff.digest is False
-    plane.update("app", without_fence(1))
-    assert plane.update("app", with_fence(F, epoch=1, by="upgrade", digest=True)).handoff.digest is True
-    # A handoff written before the flag existed reads as no digest.
-    assert Handoff.from_json({"id": "r", "epoch": 1, "fence": {"0": 1}, "to": "green"}).digest is False

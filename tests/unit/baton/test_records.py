@@ -13,7 +13,7 @@ def test_control_record_round_trip_and_roles():
     rec = ControlRecord(
         app="clicks", revision=3, epoch=2, active=Slot.GREEN,
         slots={Slot.BLUE: SlotSpec(SlotState.RUNNING, "v1", 1), Slot.GREEN: SlotSpec(SlotState.RUNNING, "v2", 1)},
-        fence={0: 10, 1: 7}, fence_expires_ms=9, handoff=Handoff("run1", 2, {0: 10, 1: 7}, Slot.BLUE, digest=True), correct_epoch=2, operation="reprocess by r1",
+        fence={0: 10, 1: 7}, fence_expires_ms=9, handoff=Handoff("run1", 2, {0: 10, 1: 7}, Slot.BLUE), check_at={0: 9, 1: 7}, correct_epoch=2, operation="reprocess by r1",
         operation_expires_ms=11, writer="airflow", ts_ms=5,
     )
     back = ControlRecord.from_bytes(rec.to_bytes())
@@ -30,7 +30,7 @@ def test_status_record_round_trip():
 
 
 def test_status_record_carries_a_state_digest():
-    digest = StateDigest(at="fence", batch_id=9, rows=100, digest="-42", schema="k|v", ts_ms=3)
+    digest = StateDigest(at="check", batch_id=9, rows=100, digest="-42", schema="k|v", ts_ms=3, position={0: 5})
     st = StatusRecord(app="a", slot=Slot.BLUE, state=SlotState.RUNNING, role=Role.STANDBY, epoch_seen=4,
                       state_digest=digest)
     assert StatusRecord.from_bytes(st.to_bytes()).state_digest == digest

@@ -3,15 +3,19 @@
 import pytest
 
 from baton.conditions import WAIT, Check
+from baton.control_plane import ControlPlane
 from baton.records import CommitMarker, Role, Slot, SlotState, StateDigest, StatusRecord
-from baton.upgrade import Policy, compare, replay_verdict, restore_check, settle_check, states_agree
+from baton.upgrade import (
+    Policy, ask_state_check, compare, replay_verdict, restore_check, settle_check, states_agree,
+)
+from tests.support.fakes import MemoryControlStore
 
 SCHEMA = "0:key=struct<user_id:string>;value=struct<count:bigint>"
 FENCE = {0: 100, 1: 80}
 
 
-def digest(at="fence", batch=7, rows=10, value="aa", schema=SCHEMA):
-    return StateDigest(at=at, batch_id=batch, rows=rows, digest=value, schema=schema)
+def digest(at="check", batch=7, rows=10, value="aa", schema=SCHEMA, position=None):
+    return StateDigest(at=at, batch_id=batch, rows=rows, digest=value, schema=schema, position=position)
 
 
 def status(batch=7, processed=None, d=None, ts=1_000, state=SlotState.RUNNING, batch_ms=300, error=""):
@@ -53,14 +57,24 @@ def test_restore_check_waits_for_the_restore_digest_then_compares_it():
     assert restore_check(None, [status(d=digest("restore"), ts=1_500)], 1_000).failed
 
 
-def test_states_agree_needs_both_digests_taken_at_the_fence():
-    at_fence = [status(d=digest())]
-    assert states_agree(at_fence, [status(processed={0: 99, 1: 80})], FENCE, Policy.EXACT) is WAIT
-    assert states_agree(at_fence, [status(d=digest("restore"))], FENCE, Policy.EXACT) is WAIT
-    assert states_agree(at_fence, [status(batch=8, d=digest(batch=7))], FENCE, Policy.EXACT) is WAIT  # stale
-    assert states_agree(at_fence, [status(batch=5, d=digest(batch=5))], FENCE, Policy.EXACT).met
-    differ = states_agree(at_fence, [status(d=digest(value="bb"))], FENCE, Policy.EXACT)
+def test_states_agree_needs_both_digests_taken_at_the_asked_position():
+    at = {0: 90, 1: 70}
+    checked = [status(d=digest("check", position=at))]
+    assert states_agree(checked, [status(processed={0: 99, 1: 80})], at, Policy.EXACT) is WAIT
+    assert states_agree(checked, [status(d=digest("restore"))], at, Policy.EXACT) is WAIT
+    assert states_agree(checked, [status(d=digest("check", position={0: 1, 1: 1}))], at, Policy.EXACT) is WAIT  # stale
+    # Taken while the slots ran on: later batches carry the same digest, whatever they processed.
+    assert states_agree(checked, [status(batch=9, d=digest("check", batch=5, position=at))], at, Policy.EXACT).met
+    differ = states_agree(checked, [status(d=digest("check", value="bb", position=at))], at, Policy.EXACT)
     assert differ.failed and "different values" in differ.message
+
+
+def test_asking_for_a_state_check_is_one_idempotent_write():
+    plane = ControlPlane(MemoryControlStore(), writer="test")
+    plane.move_slot("a", Slot.BLUE, SlotState.STARTING, version="v1")
+    asked = plane.update("a", ask_state_check({0: 50, 1: 50}))
+    assert asked.check_at == {0: 50, 1: 50}
+    assert plane.update("a", ask_state_check({0: 50, 1: 50})).revision == asked.revision
 
 
 def settle(history, marker=None, end=None, health=Check(met=True), now=40_000, settle_s=30, max_ms=2_000, lag=1_000):

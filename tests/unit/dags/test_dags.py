@@ -68,17 +68,14 @@ def test_cutover_form_rejects_bad_conf_naming_the_field(dagbag, conf, field):
 def test_rolling_upgrade_gates_come_before_the_cutover_and_fail_into_abort_or_rollback(dagbag):
     dag = dagbag.dags["baton_rolling_upgrade"]
     assert dag.max_active_runs == 1
-    order = ["preflight", "upgrade_standby", "restore_check", "warm_up", "fence", "both_at_fence", "state_check",
-             "cutover", "settle", "upgrade_old_active", "restore_check_old", "warm_up_old"]
+    order = ["preflight", "upgrade_standby", "restore_check", "warm_up", "check_position", "state_check", "fence",
+             "both_at_fence", "cutover", "settle", "upgrade_old_active", "restore_check_old", "warm_up_old"]
     for before, after in zip(order, order[1:]):
         assert before in dag.get_task(after).upstream_task_ids, (before, after)
     abort, rollback = dag.get_task("abort"), dag.get_task("rollback")
     assert abort.trigger_rule == rollback.trigger_rule == "one_failed"
-    assert abort.upstream_task_ids == set(order[:8])  # every step up to the cutover; none after
+    assert abort.upstream_task_ids == set(order[:9])  # every step up to the cutover; none after
     assert rollback.upstream_task_ids == {"cutover", "settle"}  # cutover: its XCom; a failed cutover is skipped
-    # Its fence asks the slots for the state digests its state check compares; a plain cutover's does not.
-    assert dag.get_task("fence").digest is True
-    assert dagbag.dags["baton_cutover"].get_task("fence").digest is False
 
 
 @pytest.mark.parametrize("conf, field", [({"app": "click_counts", "version": "../x"}, "version"),

@@ -11,7 +11,7 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from baton.kafka.control_log import read_control, write_control
-from baton.records import CommitMarker, Handoff, Slot, covers
+from baton.records import CommitMarker, Slot, covers
 from baton.tools.verify import read_output, verify
 from spark_apps.runtime.kafka_sink import read_last_marker
 from tests.support.slots import produce_clicks, read_status, read_topic, start_slot, stop_slot, wait_for
@@ -103,10 +103,7 @@ def test_a_fence_stops_both_slots_at_exactly_the_fence(bootstrap, both_slots_app
                          and sum(m.emitted.values()) >= 4_000 and m, procs=(blue, green))
         fence = {p: first.emitted.get(p, 0) + 3_000 for p in range(app.input.partitions)}
         current = read_control(bootstrap, app.name)
-        # A fence whose handoff asks for a state check at F (digest=True).
-        write_control(bootstrap, dataclasses.replace(current, revision=current.revision + 1, fence=fence,
-                                                     handoff=Handoff("test", current.epoch, fence, Slot.GREEN,
-                                                                     digest=True)))
+        write_control(bootstrap, dataclasses.replace(current, revision=current.revision + 1, fence=fence))
         wait_for("the active to emit up to the fence",
                  lambda: read_last_marker(bootstrap, app.commits_topic, app.name).emitted == fence, procs=(blue, green))
         wait_for("the standby to reach the fence",
@@ -115,11 +112,15 @@ def test_a_fence_stops_both_slots_at_exactly_the_fence(bootstrap, both_slots_app
         assert read_last_marker(bootstrap, app.commits_topic, app.name).emitted == fence
         assert last_processed(bootstrap, app, "blue").processed == fence
         assert last_processed(bootstrap, app, "green").processed == fence
-        # Standing at the fence, each slot digests its state: same input, same state, whatever the
-        # batch boundaries were (the rolling upgrade's state check).
-        at_fence = {slot: wait_for(f"{slot}'s state digest at the fence",
+        # Asked for a state check at a position both passed (here F), each slot digests its state after
+        # its batch that ended there: same input, same state, whatever the batch boundaries were (the
+        # rolling upgrade's state check).
+        current = read_control(bootstrap, app.name)
+        write_control(bootstrap, dataclasses.replace(current, revision=current.revision + 1, check_at=fence))
+        at_fence = {slot: wait_for(f"{slot}'s state digest at {fence}",
                                    lambda slot=slot: (s := last_processed(bootstrap, app, slot)) and s.state_digest
-                                   and s.state_digest.at == "fence" and s.state_digest, procs=(blue, green))
+                                   and s.state_digest.at == "check" and s.state_digest.position == fence
+                                   and s.state_digest, procs=(blue, green))
                     for slot in ("blue", "green")}
     finally:
         assert stop_slot(blue) == 0
@@ -133,3 +134,43 @@ def test_a_fence_stops_both_slots_at_exactly_the_fence(bootstrap, both_slots_app
     assert at_fence["blue"].digest == at_fence["green"].digest
     verdict = verify(truth, read_output(bootstrap, app.output.topic, app.output.partitions))
     assert verdict.ok, verdict.summary()
+
+
+def test_a_state_check_position_is_a_batch_boundary_both_slots_digest_and_read_on_from(
+        bootstrap, both_slots_app, tmp_path):
+    """The rolling upgrade's state check: asked for their state at a position P ahead of them, both
+    slots end a batch exactly at P, digest the state there, and go on reading: no stop, no fence."""
+    app, path = both_slots_app
+    produce_clicks(bootstrap, app.input.topic, 24_000, users=400)
+    blue = start_slot(bootstrap, path, tmp_path, "blue")
+    green = start_slot(bootstrap, path, tmp_path, "green")
+    try:
+        first = wait_for("the active to emit a few batches",
+                         lambda: (m := read_last_marker(bootstrap, app.commits_topic, app.name))
+                         and sum(m.emitted.values()) >= 4_000 and m, procs=(blue, green))
+        check = {p: first.emitted.get(p, 0) + 3_000 for p in range(app.input.partitions)}
+        current = read_control(bootstrap, app.name)
+        write_control(bootstrap, dataclasses.replace(current, revision=current.revision + 1, check_at=check))
+        digests = {slot: wait_for(f"{slot}'s state digest at {check}",
+                                  lambda slot=slot: next((s.state_digest for s in read_status(bootstrap, app.name, slot)
+                                                          if s.state_digest is not None and s.state_digest.at == "check"
+                                                          and s.state_digest.position == check), None),
+                                  procs=(blue, green))
+                   for slot in ("blue", "green")}
+        # Past P both read on: the active emits all the input, the standby follows it to the end.
+        done = wait_for("the active to emit all input",
+                        lambda: (m := read_last_marker(bootstrap, app.commits_topic, app.name))
+                        and sum(m.emitted.values()) == 24_000 and m, procs=(blue, green))
+        wait_for("the standby to follow to the end",
+                 lambda: (s := last_processed(bootstrap, app, "green")) and s.processed == done.emitted,
+                 procs=(blue, green))
+    finally:
+        assert stop_slot(blue) == 0
+        assert stop_slot(green) == 0
+    # Each digest is of the batch that ended exactly at P, and both hold the state of the input below P.
+    for slot in ("blue", "green"):
+        ends = {s.batch_id: s.processed for s in read_status(bootstrap, app.name, slot) if s.batch_id >= 0}
+        assert ends[digests[slot].batch_id] == check, slot
+    truth = truth_below(bootstrap, app.input.topic, check)
+    assert digests["blue"].rows == digests["green"].rows == len(truth)
+    assert digests["blue"].digest == digests["green"].digest

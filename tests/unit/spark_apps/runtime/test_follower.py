@@ -129,3 +129,20 @@ def test_under_a_fence_a_standby_follows_every_marker_at_once(tmp_path):
         assert cap_in(tmp_path) == {0: 10, 1: 20} and not f._pending
     finally:
         f._consumer.close()
+
+
+def control_checking(check, active=Slot.BLUE, fence=None):
+    return ControlRecord(app="a", revision=1, epoch=1, active=active, fence=fence, check_at=check)
+
+
+def test_a_check_position_is_a_batch_boundary_for_both_slots_not_a_stop():
+    P = {0: 10, 1: 20}
+    # The active reads up to P until it has emitted P, then on freely (or up to a fence).
+    assert compute_cap(control_checking(P), Slot.BLUE, marker({0: 5, 1: 7}), 2) == P
+    assert compute_cap(control_checking(P), Slot.BLUE, marker(P), 2) is None
+    assert compute_cap(control_checking(P, fence={0: 30, 1: 30}), Slot.BLUE, marker({0: 5, 1: 7}), 2) == P
+    # The standby follows the active and stops at P until its own batch has ended there.
+    assert compute_cap(control_checking(P), Slot.GREEN, marker({0: 15, 1: 25}), 2, processed={0: 5, 1: 7}) == P
+    assert compute_cap(control_checking(P), Slot.GREEN, marker({0: 15, 1: 25}), 2, processed=P) == {0: 15, 1: 25}
+    # Never past the active, check or not.
+    assert compute_cap(control_checking(P), Slot.GREEN, marker({0: 8, 1: 25}), 2, processed={}) == {0: 8, 1: 20}
