@@ -160,7 +160,8 @@ def test_a_staged_reprocess_ends_with_the_new_generation_hot_in_the_standby_slot
     assert (record.active, record.epoch, record.fence, record.operation) == (before.active, before.epoch, None, "")
     assert (record.slots[standby].version, record.slots[standby].generation) == \
         ("v2", max(s.generation for s in before.slots.values()) + 1)
-    assert record.slots[before.active] == before.slots[before.active]
+    live, was = record.slots[before.active], before.slots[before.active]
+    assert (live.version, live.generation, live.desired) == (was.version, was.generation, was.desired)
     summary = client.xcom("baton_reprocess", staged["dag_run_id"], "finish_staged")
     assert summary["hand_over"]["conf"] == {"app": app.name, "correct": True}, summary
     wait_until_emitted(bootstrap, app, load.sent, timeout_s=300)
