@@ -3,6 +3,7 @@ its own uniquely named topics (see `topic_names`) and deletes them afterwards.""
 
 from __future__ import annotations
 
+import logging
 import os
 import tempfile
 import uuid
@@ -10,6 +11,9 @@ import uuid
 # Airflow reads its home at first import: tests that import hooks or DAGs get a throwaway one, never ~/airflow.
 os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="baton-test-airflow-"))
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
+# py4j logs "Closing down clientserver connection" from a finalizer at interpreter exit, when pytest
+# has closed the stream its handler writes to ("--- Logging error ---" after the summary).
+logging.getLogger("py4j").setLevel(logging.WARNING)
 
 import pytest
 
