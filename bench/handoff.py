@@ -60,14 +60,19 @@ def wait(what: str, check, timeout_s: float):
     raise TimeoutError(f"timed out after {timeout_s:.0f}s waiting for {what}")
 
 
+def plan_ahead(b, app, watch, rate: float, ahead_s: float) -> dict[int, int]:
+    """A position `ahead_s` of input beyond its end, never behind the active (blue): a fence or a check position."""
+    done = [r for r in watch.of(Slot.BLUE) if r.batch_id >= 0]
+    return plan_fence(end_offsets(b.bootstrap, app.input.topic, range(app.input.partitions)),
+                      done[-1].processed if done else {}, rate_per_s=rate, ahead_s=ahead_s,
+                      partitions=app.input.partitions)
+
+
 def check_states(b, app, watch, rate: float, ahead_s: float) -> list[tuple[float, str]]:
     """The rolling upgrade's state check, before the fence: both slots end a batch at a position P
     ahead of the input, digest their state there and read on (the output flows); the digests must agree."""
     plane = ControlPlane(KafkaControlStore(b.bootstrap), writer="bench")
-    done = [r for r in watch.of(Slot.BLUE) if r.batch_id >= 0]
-    position = plan_fence(end_offsets(b.bootstrap, app.input.topic, range(app.input.partitions)),
-                          done[-1].processed if done else {}, rate_per_s=rate, ahead_s=ahead_s,
-                          partitions=app.input.partitions)
+    position = plan_ahead(b, app, watch, rate, ahead_s)
     marks = [(time.time(), "state check asked")]
     plane.update(app.name, ask_state_check(position))
 
@@ -85,10 +90,7 @@ def check_states(b, app, watch, rate: float, ahead_s: float) -> list[tuple[float
 def cutover(b, app, procs, watch, rate: float, ahead_s: float) -> list[tuple[float, str]]:
     plane = ControlPlane(KafkaControlStore(b.bootstrap), writer="bench")
     rec = plane.current(app.name)
-    done = [r for r in watch.of(Slot.BLUE) if r.batch_id >= 0]
-    fence = plan_fence(end_offsets(b.bootstrap, app.input.topic, range(app.input.partitions)),
-                       done[-1].processed if done else {}, rate_per_s=rate, ahead_s=ahead_s,
-                       partitions=app.input.partitions)
+    fence = plan_ahead(b, app, watch, rate, ahead_s)
     marks = [(time.time(), "fence set")]
     plane.update(app.name, with_fence(fence, rec.epoch))
 

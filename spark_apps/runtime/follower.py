@@ -170,10 +170,12 @@ class Follower:
             self._written_at = now
 
     def note_processed(self, position: Positions) -> None:
-        """This slot's batch ended at `position`: a check position it has now passed lifts its cap."""
+        """This slot's batch ended at `position`: the batch that passes a check position lifts its cap
+        (the cap is rewritten then only, not after every batch while a check position stays set)."""
         with self._lock:
-            self.processed = dict(position)
-            lift = self.control is not None and self.control.check_at is not None
+            before, self.processed = self.processed or {}, dict(position)
+            check = self.control.check_at if self.control is not None else None
+            lift = check is not None and covers(position, check) and not covers(before, check)
         if lift:
             self._publish_cap()
 

@@ -21,7 +21,7 @@ from baton_airflow.hooks.spark import BatonSparkHook
 from baton_airflow.operators.reprocess import NewGenerationOperator
 from baton_airflow.operators.slots import resolve
 from baton_airflow.operators.steps import (
-    AbortStepsOperator, AppOperator, fail_with_reason, first_reason, slot_checkpoint,
+    AbortStepsOperator, AppOperator, PlanStepOperator, fail_with_reason, first_reason, slot_checkpoint,
 )
 
 HOLD_S = 3600  # a confirmation may hold the app this long; past it, another operation may start
@@ -97,16 +97,9 @@ class RebuildStandbyOperator(NewGenerationOperator):
         return "earliest"  # the copied checkpoint says where it stands
 
 
-class FinishConfirmOperator(AppOperator):
+class FinishConfirmOperator(PlanStepOperator):
     """The rebuilt slot follows the active: archive every generation no slot runs, delete archives
     past their retention, free the app."""
-
-    template_fields = ("app", "plan")
-
-    def __init__(self, *, plan: Any, **kwargs: Any):
-        kwargs.setdefault("retries", 2)
-        super().__init__(**kwargs)
-        self.plan = plan
 
     def execute(self, context: Any) -> dict[str, Any]:
         app, _ = resolve(self.app, "blue")

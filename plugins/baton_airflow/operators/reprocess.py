@@ -27,7 +27,8 @@ from baton.settings import REPO_ROOT
 from baton_airflow.hooks.spark import BatonSparkHook
 from baton_airflow.operators.slots import resolve
 from baton_airflow.operators.steps import (
-    AbortStepsOperator, AppOperator, fail_with_reason, first_reason, lift_own_fence, slot_checkpoint, subprocess_env,
+    AbortStepsOperator, AppOperator, PlanStepOperator, fail_with_reason, first_reason, lift_own_fence, slot_checkpoint,
+    subprocess_env,
 )
 from baton_airflow.triggers.status import SlotStatusTrigger
 
@@ -194,33 +195,20 @@ class InvariantsOperator(AppOperator):
         return result
 
 
-class HandoverGateOperator(AppOperator):
+class HandoverGateOperator(PlanStepOperator):
     """end=handover: go on to the fence and the corrected-output cutover. end=standby: skip them, and
     everything after them (the run's staged end is finish_staged)."""
-
-    template_fields = ("app", "plan")
-
-    def __init__(self, *, plan: Any, **kwargs: Any):
-        super().__init__(**kwargs)
-        self.plan = plan
 
     def execute(self, context: Any) -> None:
         if self.plan.get("end", "handover") != "handover":
             raise AirflowSkipException(f"end={self.plan['end']}: no handover in this run")
 
 
-class FinishStagedOperator(AppOperator):
+class FinishStagedOperator(PlanStepOperator):
     """end=standby: the new generation has caught up and passed its checks in the standby slot, and
     stays there, hot, following the live active (which still runs the previous generation). The app
     is free again. Next: hand over with baton_cutover {"correct": true} (corrected output), or drop
     the new generation with baton_reprocess_confirm (the standby rebuilt on the live generation)."""
-
-    template_fields = ("app", "plan")
-
-    def __init__(self, *, plan: Any, **kwargs: Any):
-        kwargs.setdefault("retries", 2)
-        super().__init__(**kwargs)
-        self.plan = plan
 
     def execute(self, context: Any) -> dict[str, Any]:
         if self.plan.get("end", "handover") != "standby":
@@ -238,17 +226,10 @@ class FinishStagedOperator(AppOperator):
         return summary
 
 
-class FinishReprocessOperator(AppOperator):
+class FinishReprocessOperator(PlanStepOperator):
     """The new generation is active and settled: the reprocess is over (the app is free again). The
     previous generation stays hot in the other slot: the way back is baton_cutover with correct=true,
     until baton_reprocess_confirm rebuilds that slot on the new generation."""
-
-    template_fields = ("app", "plan")
-
-    def __init__(self, *, plan: Any, **kwargs: Any):
-        kwargs.setdefault("retries", 2)
-        super().__init__(**kwargs)
-        self.plan = plan
 
     def execute(self, context: Any) -> dict[str, Any]:
         app, _ = resolve(self.app, "blue")

@@ -33,17 +33,26 @@ class AppOperator(BaseOperator):
         return BatonControlHook(self.kafka_conn_id), BatonSparkHook(conn_id=self.spark_conn_id)
 
 
-class AbortStepsOperator(AppOperator):
-    """Runs when one of `steps` failed (trigger rule one_failed): undoes what the run set up and fails
-    the run with the failed step's reason (first_reason). `plan` is the run's first step's XCom."""
+class PlanStepOperator(AppOperator):
+    """A step that works from the run's plan (its first step's XCom); retried: each recognises its
+    own earlier work."""
 
     template_fields = ("app", "plan")
 
-    def __init__(self, *, plan: Any, steps: list[str], **kwargs: Any):
-        kwargs.setdefault("trigger_rule", "one_failed")
+    def __init__(self, *, plan: Any, **kwargs: Any):
         kwargs.setdefault("retries", 2)
         super().__init__(**kwargs)
-        self.plan, self.steps = plan, steps
+        self.plan = plan
+
+
+class AbortStepsOperator(PlanStepOperator):
+    """Runs when one of `steps` failed (trigger rule one_failed): undoes what the run set up and fails
+    the run with the failed step's reason (first_reason). `plan` is the run's first step's XCom."""
+
+    def __init__(self, *, plan: Any, steps: list[str], **kwargs: Any):
+        kwargs.setdefault("trigger_rule", "one_failed")
+        super().__init__(plan=plan, **kwargs)
+        self.steps = steps
 
 
 def fail_with_reason(context: Any, message: str) -> AirflowFailException:

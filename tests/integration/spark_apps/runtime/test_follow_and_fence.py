@@ -52,6 +52,21 @@ def truth_below(bootstrap, topic, fence):
     return truth
 
 
+def both_running_with_input(bootstrap, app, path, tmp_path):
+    """24,000 clicks waiting, both slots started (blue active)."""
+    produce_clicks(bootstrap, app.input.topic, 24_000, users=400)
+    return start_slot(bootstrap, path, tmp_path, "blue"), start_slot(bootstrap, path, tmp_path, "green")
+
+
+def ahead_of_both(bootstrap, app, procs):
+    """Mid-stream, a position still ahead of both slots: at most one batch (max 2000 records) is
+    planned beyond the last marker, so 3000 beyond it on every partition is."""
+    first = wait_for("the active to emit a few batches",
+                     lambda: (m := read_last_marker(bootstrap, app.commits_topic, app.name))
+                     and sum(m.emitted.values()) >= 4_000 and m, procs=procs)
+    return {p: first.emitted.get(p, 0) + 3_000 for p in range(app.input.partitions)}
+
+
 def test_standby_follows_and_never_passes_the_active(bootstrap, both_slots_app, tmp_path):
     app, path = both_slots_app
     truth, _ = produce_clicks(bootstrap, app.input.topic, 12_000, users=300)
@@ -92,16 +107,9 @@ def test_standby_follows_and_never_passes_the_active(bootstrap, both_slots_app, 
 
 def test_a_fence_stops_both_slots_at_exactly_the_fence(bootstrap, both_slots_app, tmp_path):
     app, path = both_slots_app
-    produce_clicks(bootstrap, app.input.topic, 24_000, users=400)
-    blue = start_slot(bootstrap, path, tmp_path, "blue")
-    green = start_slot(bootstrap, path, tmp_path, "green")
+    blue, green = both_running_with_input(bootstrap, app, path, tmp_path)
     try:
-        # Mid-stream: at most one batch (max 2000 records) is planned beyond the last marker, so a
-        # fence 3000 beyond it on every partition is still ahead of both slots.
-        first = wait_for("the active to emit a few batches",
-                         lambda: (m := read_last_marker(bootstrap, app.commits_topic, app.name))
-                         and sum(m.emitted.values()) >= 4_000 and m, procs=(blue, green))
-        fence = {p: first.emitted.get(p, 0) + 3_000 for p in range(app.input.partitions)}
+        fence = ahead_of_both(bootstrap, app, (blue, green))
         current = read_control(bootstrap, app.name)
         write_control(bootstrap, dataclasses.replace(current, revision=current.revision + 1, fence=fence))
         wait_for("the active to emit up to the fence",
@@ -141,14 +149,9 @@ def test_a_state_check_position_is_a_batch_boundary_both_slots_digest_and_read_o
     """The rolling upgrade's state check: asked for their state at a position P ahead of them, both
     slots end a batch exactly at P, digest the state there, and go on reading: no stop, no fence."""
     app, path = both_slots_app
-    produce_clicks(bootstrap, app.input.topic, 24_000, users=400)
-    blue = start_slot(bootstrap, path, tmp_path, "blue")
-    green = start_slot(bootstrap, path, tmp_path, "green")
+    blue, green = both_running_with_input(bootstrap, app, path, tmp_path)
     try:
-        first = wait_for("the active to emit a few batches",
-                         lambda: (m := read_last_marker(bootstrap, app.commits_topic, app.name))
-                         and sum(m.emitted.values()) >= 4_000 and m, procs=(blue, green))
-        check = {p: first.emitted.get(p, 0) + 3_000 for p in range(app.input.partitions)}
+        check = ahead_of_both(bootstrap, app, (blue, green))
         current = read_control(bootstrap, app.name)
         write_control(bootstrap, dataclasses.replace(current, revision=current.revision + 1, check_at=check))
         digests = {slot: wait_for(f"{slot}'s state digest at {check}",

@@ -146,3 +146,18 @@ def test_a_check_position_is_a_batch_boundary_for_both_slots_not_a_stop():
     assert compute_cap(control_checking(P), Slot.GREEN, marker({0: 15, 1: 25}), 2, processed=P) == {0: 15, 1: 25}
     # Never past the active, check or not.
     assert compute_cap(control_checking(P), Slot.GREEN, marker({0: 8, 1: 25}), 2, processed={}) == {0: 8, 1: 20}
+
+
+def test_only_the_batch_that_passes_a_check_position_rewrites_the_cap(tmp_path):
+    clock = Clock()
+    f = follower(tmp_path, clock)
+    written = []
+    f._publish_cap = lambda paced=False: written.append(dict(f.processed))
+    try:
+        f.control = control_checking({0: 10, 1: 20})
+        f.note_processed({0: 5, 1: 7})
+        f.note_processed({0: 10, 1: 20})    # ends at P: the standby's cap on P lifts now
+        f.note_processed({0: 15, 1: 25})    # later batches: nothing to lift
+        assert written == [{0: 10, 1: 20}]
+    finally:
+        f._consumer.close()
