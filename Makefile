@@ -11,7 +11,7 @@ STAMP  := $(VENV)/.installed
 # Re-runs only when the lock or the package metadata changed: a repeat `make` installs nothing.
 install: $(STAMP)
 
-$(STAMP): requirements.txt pyproject.toml scripts/check_prereqs.py
+$(STAMP): requirements.txt pyproject.toml scripts/check_prereqs.py spark_apps/runtime/worker_path.py
 	@command -v $(PYTHON) >/dev/null || { echo "Python 3.11+ is required ($(PYTHON) not found; set PYTHON=...)" >&2; exit 2; }
 	@$(PYTHON) scripts/check_prereqs.py
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -23,6 +23,8 @@ $(STAMP): requirements.txt pyproject.toml scripts/check_prereqs.py
 	$(UV) pip sync -q --compile-bytecode --python $(BIN)/python requirements.txt
 	$(UV) pip install -q --compile-bytecode --python $(BIN)/python --no-deps -e .
 	$(BIN)/python -m compileall -q baton spark_apps plugins dags >/dev/null
+	@# Spark's Python processes import the installed pyspark, not the zip copy (spark_apps.runtime.worker_path).
+	$(BIN)/python -m spark_apps.runtime.worker_path install >/dev/null
 	@touch $(STAMP)
 	@# The Spark driver's class-data-sharing archive (slots start seconds sooner; optional, see the module).
 	$(BIN)/python -m spark_apps.runtime.cds build

@@ -97,6 +97,8 @@ def batch_ending_at(checkpoint: Path, position: Positions, look_back: int = 500)
 class Counters:
     started: float = field(default_factory=time.monotonic)
     first_batch_ms: int | None = None
+    # Where a start-up's time goes, (phase, seconds since `started`), logged with the first batch.
+    startup: list[tuple[str, float]] = field(default_factory=list)
     dead_letters: int = 0
     emitted_batches: int = 0
     skipped_batches: int = 0
@@ -150,13 +152,28 @@ class Harness:
         self.status_producer.poll(0)
         self.last_publish = time.monotonic()
 
+    def mark(self, phase: str) -> None:
+        """A start-up phase ended (until the first batch is done; the log line says where time went)."""
+        c = self.counters
+        if c.first_batch_ms is None:
+            c.startup.append((phase, time.monotonic() - c.started))
+
+    def log_startup(self, progress: dict) -> None:
+        marks = ", ".join(f"{phase} {t:.1f}s" for phase, t in self.counters.startup)
+        spark = ", ".join(f"{k} {v / 1000:.1f}s" for k, v in sorted((progress.get("durationMs") or {}).items(),
+                                                                   key=lambda kv: -kv[1]) if v >= 50)
+        print(f"baton: start-up (since the harness began): {marks}; first batch {progress.get('batchId')}: "
+              f"{spark}", file=sys.stderr, flush=True)
+
     # --- the batch ----------------------------------------------------------------------------
     def on_batch(self, df, batch_id: int) -> None:
         with self._batch_lock:
             if self._stopping:  # not run, so not committed: the next start runs it
                 self._refused_batch = True
                 raise SlotStopping(f"batch {batch_id} not run: the slot is stopping")
+            self.mark("sink called")
             table = df.toArrow()  # runs the batch: every read task has finished when it returns
+            self.mark("batch read")
             end = read_offset_log(self.paths.checkpoint, batch_id)
             start = (read_offset_log(self.paths.checkpoint, batch_id - 1) if batch_id > 0
                      else read_initial(self.paths.spool))
@@ -168,6 +185,7 @@ class Harness:
                 if self.correction_due(control):  # before anything past the fence
                     self.publish_correction(control)
                 res = self.emitter.emit(batch_id, start or {}, end or {}, out, dead)
+                self.mark("emitted")
                 if res.skipped:
                     self.counters.skipped_batches += 1
                 else:
@@ -211,6 +229,7 @@ class Harness:
         from spark_apps.runtime.spark import session
 
         self.spark = session(f"baton-{self.app.name}-{self.slot.value}", self.app, self.spark_conf)
+        self.mark("spark session")
         return build_frame(self.spark, self.app, self.bootstrap, self.starting_offsets, self.paths.cap_file,
                            self.paths.spool)
 
@@ -303,17 +322,20 @@ class Harness:
             if last is not None and (end := read_offset_log(self.paths.checkpoint, last)):
                 self.follower.note_processed(end)
             self.follower.catch_up()
+            self.mark("control read")
             # A check asked before this start is not this process's to answer (its gate asked the
             # slots running then; a retry asks again): no digest job at every later restart.
             control, _ = self.follower.snapshot()
             self._checked = control.check_at if control is not None else None
             self.follower.start()
             writer = self.build_query()
+            self.mark("query built")
             add_progress_listener(self.spark, self)
             self.state = SlotState.RESTORING
             self.publish()
             self.restored_batch = last_committed_batch(self.paths.checkpoint)
             self.query = writer.start()
+            self.mark("query started")
         except Exception as exc:  # bad app code or settings: say why in the status topic, exit non-zero
             self.state = SlotState.FAILED
             self.publish(error=f"{type(exc).__name__}: {exc}"[:2000])
@@ -476,10 +498,12 @@ class _ProgressBridge:
     def onQueryProgress(self, jevent):
         h = self.harness
         c = h.counters
+        h.last_progress = json.loads(jevent.progress().json())
         if c.first_batch_ms is None:
+            h.mark("first batch done")
             c.first_batch_ms = int((time.monotonic() - c.started) * 1000)
             h.state = SlotState.RUNNING
-        h.last_progress = json.loads(jevent.progress().json())
+            h.log_startup(h.last_progress)
         h.publish(h.last_progress)
 
     def onQueryIdle(self, jevent):
