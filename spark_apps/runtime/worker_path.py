@@ -18,7 +18,6 @@ start, and only those: a path into another Spark distribution (a cluster's SPARK
 from __future__ import annotations
 
 import sys
-import sysconfig
 from pathlib import Path
 
 PTH_NAME = "baton_spark_worker_path.pth"
@@ -39,7 +38,9 @@ def pth_line(zips_dir: Path) -> str:
 
 
 def install(site_dir: Path | None = None) -> Path:
-    site_dir = site_dir or Path(sysconfig.get_paths()["purelib"])
+    # Beside pyspark itself: the site directory it was installed into (a virtualenv's, or the user
+    # site where an image's pip installs as a non-root user) is one that `site` reads .pth files from.
+    site_dir = site_dir or installed_zips_dir().parents[2]
     path = site_dir / PTH_NAME
     path.write_text(pth_line(installed_zips_dir()))
     return path

@@ -15,8 +15,9 @@ def imported_pyspark(pythonpath: str) -> str:
                           capture_output=True, text=True, check=True).stdout.strip()
 
 
-def test_make_install_wrote_the_path_file_into_the_virtualenv():
-    pth = Path(sysconfig.get_paths()["purelib"]) / worker_path.PTH_NAME
+def test_make_install_wrote_the_path_file_beside_the_installed_pyspark():
+    pth = Path(sysconfig.get_paths()["purelib"]) / worker_path.PTH_NAME  # the virtualenv's site-packages
+    assert worker_path.installed_zips_dir().parents[2] == pth.parent
     assert pth.read_text() == worker_path.pth_line(worker_path.installed_zips_dir())
 
 
