@@ -217,9 +217,10 @@ class StateDigest:
     """What a slot's state held after batch `batch_id`: its row count, an order-independent hash of
     every (key, value) row, and the state's key/value schema. `at` says when it was taken:
     "restore" (what a started slot restored), "stop" (what a stopping slot leaves), "check" (asked
-    for by ControlRecord.check_at: the batch ended at `position`), "replay" (a preflight's replay of
-    a batch on a checkpoint copy); "fence" is read for records of older versions. Compared by the
-    rolling upgrade's restore and state checks."""
+    for by ControlRecord.check_at: the batch ended at `position`), "missed" (asked for a check at
+    `position`, the slot had read past it within a batch: no state there, batch_id -1), "replay" (a
+    preflight's replay of a batch on a checkpoint copy); "fence" is read for records of older
+    versions. Compared by the rolling upgrade's restore and state checks."""
 
     at: str
     batch_id: int
@@ -229,7 +230,7 @@ class StateDigest:
     ts_ms: int = 0
     position: Positions | None = None
 
-    AT = ("restore", "stop", "check", "replay", "fence")
+    AT = ("restore", "stop", "check", "missed", "replay", "fence")
 
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "position": positions_to_json(self.position)}

@@ -83,9 +83,9 @@ def ask_state_check(position: Positions):
 
 
 def _check_digest(history: Sequence[StatusRecord], position: Positions) -> StateDigest | None:
-    """The digest a slot took, asked to, of its state at `position`."""
+    """The digest a slot took, asked to, of its state at `position` (or its word that it cannot)."""
     return next((r.state_digest for r in reversed(history) if r.state_digest is not None
-                 and r.state_digest.at == "check" and r.state_digest.position == dict(position)), None)
+                 and r.state_digest.at in ("check", "missed") and r.state_digest.position == dict(position)), None)
 
 
 def states_agree(active: Sequence[StatusRecord], standby: Sequence[StatusRecord], position: Positions,
@@ -93,6 +93,11 @@ def states_agree(active: Sequence[StatusRecord], standby: Sequence[StatusRecord]
     """Both slots digested their state at `position` (ask_state_check) and the digests agree under the
     policy. Taken while both slots run on: the output does not wait for it."""
     old, new = _check_digest(active, position), _check_digest(standby, position)
+    for name, d in (("active", old), ("standby", new)):
+        if d is not None and d.at == "missed":
+            return Check(failed=True, message=f"the {name} slot read past the check position {dict(position)} "
+                                              f"within a batch: it has no state there to compare (a retry plans "
+                                              f"a new position further ahead)")
     if old is None or new is None:
         return WAIT
     return compare(old, new, policy, f"state at {dict(position)}")

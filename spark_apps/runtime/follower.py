@@ -7,6 +7,12 @@ The cap decides how far this slot's source may read in its next batch:
   and never beyond F; once the active has emitted up to F the standby reaches F too.
 The cap file is replaced atomically, so the source never reads half a file.
 
+First batch as the active: a slot that takes the active role (a cutover, a failover, a restart of
+the active) reads at most what the previous active's last batch held, per partition, in its first
+batch as the active. Everything that arrived since the fence waits for it, and one batch of that
+size is done in about a trigger interval (measured: a first batch of 63k rows took 1.6 s, one
+batch's 20k about 0.7 s), so output resumes sooner; the rest follows in the next batch.
+
 Pace: a standby's cap moves up at most every `standby_pace_s` (the app's standby_pace_ms), so it runs
 fewer, larger batches than the active: a batch has a fixed cost (planning, one task per state
 partition, checkpoint files) and the standby shares the machine with the active. A control record
@@ -29,10 +35,17 @@ from baton.records import CommitMarker, ControlRecord, Positions, RecordError, R
 from baton.settings import CONTROL_TOPIC
 
 
+# The least a first batch as the active may read on each partition (one the previous active's last
+# batch left empty still makes progress).
+FIRST_BATCH_FLOOR = 1000
+
+
 def compute_cap(control: ControlRecord | None, slot: Slot, marker: CommitMarker | None,
-                partitions: int, processed: Positions | None = None) -> Positions | None:
+                partitions: int, processed: Positions | None = None,
+                first_batch: Positions | None = None) -> Positions | None:
     """The cap for `slot` given the desired state, the last committed marker and what this slot has
-    processed (None = no cap).
+    processed (None = no cap). `first_batch`: this slot is about to run its first batch as the
+    active, which reads at most this many records per partition beyond `processed`.
 
     The active reads freely up to the fence, if any. The standby never passes what the active has
     emitted, fence or not: if the active dies before reaching the fence, failover re-fences at the
@@ -48,6 +61,9 @@ def compute_cap(control: ControlRecord | None, slot: Slot, marker: CommitMarker 
         emitted = marker.emitted if marker is not None else {}
         if check is not None and not covers(emitted, check):
             cap = _lower(cap, check)
+        if first_batch is not None and processed is not None:
+            cap = _lower(cap, {p: processed.get(p, 0) + max(first_batch.get(p, 0), FIRST_BATCH_FLOOR)
+                               for p in range(partitions)})
         return cap
     emitted = marker.emitted if marker is not None else {}
     cap = {p: emitted.get(p, 0) for p in range(partitions)}
@@ -85,6 +101,9 @@ class Follower:
         self.control: ControlRecord | None = None
         self.marker: CommitMarker | None = None
         self.processed: Positions | None = None  # where this slot's last batch ended (note_processed)
+        self.last_batch: Positions | None = None  # per partition, what the active's last batch held
+        self._emitted_epoch: int | None = None    # the epoch this slot last emitted a batch at
+        self._first_batch_capped = False          # the cap written holds a first batch as the active
         self._topics = (control_topic, commits_topic)
         self._consumer = Consumer({
             "bootstrap.servers": bootstrap, "group.id": f"baton-follower-{app}-{slot.value}",
@@ -147,9 +166,14 @@ class Follower:
                 if m.key() != self.app.encode():
                     return False
                 try:
-                    self.marker = CommitMarker.from_bytes(m.value())
+                    marker = CommitMarker.from_bytes(m.value())
                 except RecordError:
                     return False
+                if self.marker is not None:
+                    grown = {p: o - self.marker.emitted.get(p, 0) for p, o in marker.emitted.items()}
+                    if any(n > 0 for n in grown.values()):
+                        self.last_batch = {p: max(0, n) for p, n in grown.items()}
+                self.marker = marker
                 changed = True
             return changed
 
@@ -157,7 +181,9 @@ class Follower:
         """Write the cap; `paced`: only a new marker moved it, which a standby takes at its pace."""
         now = self._clock()
         with self._lock:
-            cap = compute_cap(self.control, self.slot, self.marker, self.partitions, self.processed)
+            first = self._first_batch_as_active()
+            cap = compute_cap(self.control, self.slot, self.marker, self.partitions, self.processed, first)
+            self._first_batch_capped = first is not None
             standby = self.control is None or self.control.role_of(self.slot) is Role.STANDBY
             # Under a fence the standby is on the handoff's critical path (the cutover waits for it to
             # stand at F): every move of the active's position is taken at once.
@@ -169,13 +195,24 @@ class Follower:
             write_cap_file(self.cap_file, cap)
             self._written_at = now
 
-    def note_processed(self, position: Positions) -> None:
-        """This slot's batch ended at `position`: the batch that passes a check position lifts its cap
-        (the cap is rewritten then only, not after every batch while a check position stays set)."""
+    def _first_batch_as_active(self) -> Positions | None:
+        """The previous active's last batch, when this slot holds the active role and has not emitted
+        at its epoch yet (caller holds the lock)."""
+        if self.control is None or self.control.role_of(self.slot) is not Role.ACTIVE:
+            return None
+        return self.last_batch if self._emitted_epoch != self.control.epoch else None
+
+    def note_processed(self, position: Positions, emitted_epoch: int | None = None) -> None:
+        """This slot's batch ended at `position` (and was emitted at `emitted_epoch`, if it holds the
+        active role). The batch that passes a check position, and the first batch as the active,
+        lift their caps: the cap is rewritten then only, not after every batch."""
         with self._lock:
             before, self.processed = self.processed or {}, dict(position)
+            if emitted_epoch is not None:
+                self._emitted_epoch = emitted_epoch
             check = self.control.check_at if self.control is not None else None
             lift = check is not None and covers(position, check) and not covers(before, check)
+            lift = lift or (self._first_batch_capped and self._first_batch_as_active() is None)
         if lift:
             self._publish_cap()
 

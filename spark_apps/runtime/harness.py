@@ -180,7 +180,8 @@ class Harness:
             out, dead = self.split(table, start, end or {})
             self.counters.dead_letters += len(dead)
             control, _ = self.follower.snapshot()
-            if control is not None and control.role_of(self.slot) is Role.ACTIVE:
+            active = control is not None and control.role_of(self.slot) is Role.ACTIVE
+            if active:
                 self.emitter.acquire(control.epoch)
                 if self.correction_due(control):  # before anything past the fence
                     self.publish_correction(control)
@@ -194,7 +195,7 @@ class Harness:
                 self.emitter.release()
             purge(self.paths.spool, end or {})
             if end:
-                self.follower.note_processed(end)
+                self.follower.note_processed(end, emitted_epoch=control.epoch if active else None)
 
     def split(self, table, start, end) -> tuple[list, list]:
         """The batch's output (key, value) pairs and dead letters (key, value, headers)."""
@@ -286,7 +287,7 @@ class Harness:
         """Asked for a state check at a position (ControlRecord.check_at): digest, once, the state
         after the committed batch that ended exactly there, while the query runs on (the output does
         not wait for it). A slot not there yet looks again; one that passed it within a batch never
-        can: it says so, and the gate waiting for it fails on its timeout."""
+        can: it says so in its status (a "missed" digest), and the gate waiting for it fails at once."""
         control, _ = self.follower.snapshot()
         if control is None or control.check_at is None or self._checked == control.check_at:
             return
@@ -298,6 +299,9 @@ class Harness:
         elif passed:
             self._checked = target
             print(f"baton: no committed batch ends at {target}: no state digest there", file=sys.stderr, flush=True)
+            self.digest = StateDigest(at="missed", batch_id=-1, rows=0, digest="", schema="",
+                                      ts_ms=int(time.time() * 1000), position=target)
+            self.publish(self.last_progress)
 
     def request_stop(self, *_args) -> None:
         self._stop.set()

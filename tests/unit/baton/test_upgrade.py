@@ -69,6 +69,16 @@ def test_states_agree_needs_both_digests_taken_at_the_asked_position():
     assert differ.failed and "different values" in differ.message
 
 
+def test_a_slot_that_read_past_the_check_position_fails_the_state_check_at_once():
+    at = {0: 90, 1: 70}
+    missed = [status(d=digest("missed", batch=-1, rows=0, value="", schema="", position=at))]
+    failed = states_agree(missed, [status(processed={0: 10, 1: 10})], at, Policy.EXACT)  # the other still on its way
+    assert failed.failed and "active slot read past the check position" in failed.message
+    assert states_agree([status(d=digest("check", position=at))], missed, at, Policy.EXACT).failed
+    earlier = [status(d=digest("missed", batch=-1, position={0: 5, 1: 5}))]  # an earlier upgrade's position
+    assert states_agree(earlier, [status(d=digest("check", position=at))], at, Policy.EXACT) is WAIT
+
+
 def test_asking_for_a_state_check_is_one_idempotent_write():
     plane = ControlPlane(MemoryControlStore(), writer="test")
     plane.move_slot("a", Slot.BLUE, SlotState.STARTING, version="v1")

@@ -13,6 +13,7 @@ from confluent_kafka import Consumer, TopicPartition
 from baton.kafka.control_log import read_control, write_control
 from baton.records import CommitMarker, Slot, covers
 from baton.tools.verify import read_output, verify
+from baton.upgrade import Policy, states_agree
 from spark_apps.runtime.kafka_sink import read_last_marker
 from tests.support.slots import produce_clicks, read_status, read_topic, start_slot, stop_slot, wait_for
 
@@ -167,6 +168,16 @@ def test_a_state_check_position_is_a_batch_boundary_both_slots_digest_and_read_o
         wait_for("the standby to follow to the end",
                  lambda: (s := last_processed(bootstrap, app, "green")) and s.processed == done.emitted,
                  procs=(blue, green))
+        # A position both read past within a batch (one before P on every partition): each says so,
+        # and the state check fails at once with the reason instead of waiting for its timeout.
+        inside = {p: o - 1 for p, o in check.items()}
+        current = read_control(bootstrap, app.name)
+        write_control(bootstrap, dataclasses.replace(current, revision=current.revision + 1, check_at=inside))
+        missed = wait_for("both slots to say they passed it",
+                          lambda: (v := states_agree(read_status(bootstrap, app.name, "blue"),
+                                                     read_status(bootstrap, app.name, "green"), inside,
+                                                     Policy.EXACT)).failed and v, procs=(blue, green))
+        assert "read past the check position" in missed.message
     finally:
         assert stop_slot(blue) == 0
         assert stop_slot(green) == 0

@@ -161,3 +161,53 @@ def test_only_the_batch_that_passes_a_check_position_rewrites_the_cap(tmp_path):
         assert written == [{0: 10, 1: 20}]
     finally:
         f._consumer.close()
+
+
+def test_a_first_batch_as_the_active_reads_at_most_the_previous_actives_last_batch():
+    taken_over = ControlRecord(app="a", revision=2, epoch=2, active=Slot.GREEN)
+    last = {0: 300, 1: 5}  # the previous active's last batch, per partition
+    at_f = {0: 10_000, 1: 20_000}
+    assert compute_cap(taken_over, Slot.GREEN, marker(at_f), 2, processed=at_f, first_batch=last) == {
+        0: 10_000 + 1000, 1: 20_000 + 1000}  # at least FIRST_BATCH_FLOOR on each partition
+    big = {0: 20_000, 1: 30_000}
+    assert compute_cap(taken_over, Slot.GREEN, marker(at_f), 2, processed=at_f, first_batch=big) == {0: 30_000, 1: 50_000}
+    fenced = ControlRecord(app="a", revision=2, epoch=2, active=Slot.GREEN, fence={0: 10_500, 1: 60_000})
+    assert compute_cap(fenced, Slot.GREEN, marker(at_f), 2, processed=at_f, first_batch=big) == {0: 10_500, 1: 50_000}
+    # Nothing processed yet (a fresh slot): no position to count from, no limit.
+    assert compute_cap(taken_over, Slot.GREEN, marker(at_f), 2, processed=None, first_batch=big) is None
+
+
+class Msg:
+    def __init__(self, topic, key, value):
+        self._t, self._k, self._v = topic, key, value
+
+    def topic(self):
+        return self._t
+
+    def key(self):
+        return self._k
+
+    def value(self):
+        return self._v
+
+    def error(self):
+        return None
+
+
+def test_a_slot_that_takes_the_active_role_caps_its_first_batch_then_reads_freely(tmp_path):
+    clock = Clock()
+    f = follower(tmp_path, clock)
+    try:
+        for emitted in ({0: 100, 1: 100}, {0: 150, 1: 2_100}):  # the active's last batch: 50 + 2000
+            f._apply(Msg("commits", b"a", marker(emitted).to_bytes()))
+        assert f.last_batch == {0: 50, 1: 2000}
+        f.note_processed({0: 150, 1: 2_100})              # the standby stands where the active stopped
+        f.control = ControlRecord(app="a", revision=2, epoch=2, active=Slot.GREEN)
+        f._publish_cap()                                  # the cutover record
+        assert cap_in(tmp_path) == {0: 1_150, 1: 4_100}
+        f.note_processed({0: 1_150, 1: 4_100}, emitted_epoch=2)  # its first batch as the active is out
+        assert not (tmp_path / "cap.json").exists()       # no cap from now on
+        f.note_processed({0: 5_000, 1: 9_000}, emitted_epoch=2)
+        assert not (tmp_path / "cap.json").exists()
+    finally:
+        f._consumer.close()
