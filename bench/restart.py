@@ -14,7 +14,8 @@ started again. Measured:
   completed batch), the query start (status RESTORING) and the first batch's duration, which is
   where the state is loaded;
 - the state on disk (checkpoint bytes, changelog and snapshot files) the restart had to load;
-- the first batch's Spark job by stage, from the restarted slot's event log (where it waits).
+- the first batch's Spark job by stage, from the restarted slot's event log (where it waits);
+- the harness's start-up phases from its log (Spark session, query built and started, first batch).
 The output after the restart is verified against the input (lost/duplicated/wrong = 0).
 Writes bench/results/restart.json and restart.png. Target: first_batch_s <= 10 s at 1M keys.
 """
@@ -107,6 +108,7 @@ def one_run(b: Bench, keys: int, args) -> dict:
         verdict = verify(truth, read_output(b.bootstrap, app.output.topic, app.output.partitions, timeout_s=300))
         code = b.procs.stop(name)
         first_job = next(iter(jobs(events)), None)
+        phases = startup_phases((b.procs.logs / f"{name}.log").read_text(errors="replace"))
     finally:
         watch.close()
     return {
@@ -123,11 +125,22 @@ def one_run(b: Bench, keys: int, args) -> dict:
         # start here) and pre-aggregates; stage 1 loads and updates the state store (and reads
         # the input again for the dead-letter branch).
         "first_job": first_job,
+        # The restarted harness's own account (its log line): seconds since it began, per phase.
+        "startup_phases_s": phases,
         "build_s": round(build_s, 1),
         "stop_exit_code": code,
         "verdict": verdict.summary(),
         "verdict_ok": verdict.ok,
     }
+
+
+def startup_phases(log_text: str) -> dict[str, float]:
+    """The last 'baton: start-up' line of a slot's log -> {phase: seconds since the harness began}."""
+    lines = [ln for ln in log_text.splitlines() if "baton: start-up" in ln]
+    if not lines:
+        return {}
+    marks = lines[-1].split("baton: start-up", 1)[1].split(":", 1)[1].split(";", 1)[0]
+    return {m.rsplit(" ", 1)[0].strip(): float(m.rsplit(" ", 1)[1].rstrip("s")) for m in marks.split(",") if m.strip()}
 
 
 def state_on_disk(state_dir: Path, app: str) -> dict:
