@@ -24,6 +24,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from types import ModuleType
 
@@ -133,6 +134,7 @@ class Harness:
         self.query = None
         self.spark = None
         self.last_progress: dict | None = None  # the last batch's progress, repeated by idle heartbeats
+        self.last_batch_ms: int | None = None  # when the last batch with input started (its input rate)
         self.last_publish = 0.0
         self.digest: StateDigest | None = None  # the last state digest taken (restore, fence or stop)
         self.restored_batch: int | None = None  # the last committed batch at start: what the query restores
@@ -486,6 +488,26 @@ def _dead_headers(reason: str, topic: str, partition: int, offset: int) -> list[
     return [("baton.reason", reason.encode()), ("baton.source", f"{topic}/{partition}/{offset}".encode())]
 
 
+def trigger_ms(p: dict) -> int | None:
+    """When the progress's trigger started (epoch ms), from its ISO timestamp."""
+    try:
+        return int(datetime.fromisoformat(p["timestamp"].replace("Z", "+00:00")).timestamp() * 1000)
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def with_input_rate(p: dict, previous_batch_ms: int | None) -> dict:
+    """The progress with its input rate over the time since the previous batch's start. Spark divides
+    by the time since the previous trigger, and the query triggers every TICK_MS whether or not a
+    batch runs: its figure would be up to trigger_ms / TICK_MS times the rate (the handoffs plan
+    positions ahead of the input with it)."""
+    started = trigger_ms(p)
+    rows = int(p.get("numInputRows", 0))
+    if started is None or previous_batch_ms is None or rows <= 0 or started <= previous_batch_ms:
+        return p
+    return {**p, "inputRowsPerSecond": rows * 1000.0 / (started - previous_batch_ms)}
+
+
 def _status_from_progress(p: dict) -> dict:
     ops = p.get("stateOperators") or [{}]
     sources = p.get("sources") or [{}]
@@ -521,7 +543,10 @@ class _ProgressBridge:
     def onQueryProgress(self, jevent):
         h = self.harness
         c = h.counters
-        h.last_progress = json.loads(jevent.progress().json())
+        progress = json.loads(jevent.progress().json())
+        h.last_progress = with_input_rate(progress, h.last_batch_ms)
+        if int(progress.get("numInputRows", 0)) > 0:
+            h.last_batch_ms = trigger_ms(progress)
         if c.first_batch_ms is None:
             h.mark("first batch done")
             c.first_batch_ms = int((time.monotonic() - c.started) * 1000)

@@ -21,13 +21,26 @@ from baton_airflow.hooks.kafka import BatonKafkaHook
 from baton_airflow.operators.slots import resolve
 
 
-def plan_ahead(control: BatonControlHook, app: AppDefinition, rec: ControlRecord, ahead_s: float) -> dict[int, int]:
-    """A position `ahead_s` of arrivals (at the active's input rate) beyond the input's end: one the
-    active has not read yet when it learns of it (a fence, or a state check position)."""
+# How long plan_ahead watches the input's end grow to measure the arrival rate.
+ARRIVAL_WINDOW_S = 1.0
+
+
+def plan_ahead(control: BatonControlHook, app: AppDefinition, rec: ControlRecord, ahead_s: float,
+               window_s: float = ARRIVAL_WINDOW_S, sleep=time.sleep, clock=time.monotonic) -> dict[int, int]:
+    """A position `ahead_s` of arrivals beyond the input's end: one the active has not read yet when
+    it learns of it (a fence, or a state check position). The arrival rate is measured at the input's
+    end over `window_s`, not taken from the active's reported rate: that is the rate it read at, and
+    while it works through a backlog (after a restart, a slow batch) it reads many times faster than
+    input arrives. Seen in CI: a fence planned with a catching-up active's rate lay ~100 s of input
+    ahead, and the handoff waited for that input to arrive."""
     history = [s for s in control.status(app.name, rec.active) if s.batch_id >= 0]
     processed = history[-1].processed if history else {}
-    rate = max((s.input_rate for s in history[-5:]), default=0.0)
-    return plan_fence(control.input_end(app), processed, rate, ahead_s, app.input.partitions)
+    first, t0 = control.input_end(app), clock()
+    sleep(window_s)
+    end = control.input_end(app)
+    arrived = sum(max(0, o - first.get(p, 0)) for p, o in end.items())
+    rate = arrived / max(clock() - t0, 1e-3)
+    return plan_fence(end, processed, rate, ahead_s, app.input.partitions)
 
 
 def set_fence(control: BatonControlHook, app: AppDefinition, rec: ControlRecord, ahead_s: float,
