@@ -43,9 +43,6 @@ from spark_apps.runtime.state_check import committed_batches, digest_state, last
 KIND_OUTPUT, KIND_DEAD = "o", "d"
 CORRUPT = "_baton_corrupt"  # from_json's corrupt-record column (the path where Spark parses events)
 IDLE_HEARTBEAT_S = 5.0
-# How often Spark triggers the query (the source paces batches to the app's trigger_ms): the longest
-# a handoff's next batch waits to start.
-TICK_MS = 200
 
 
 @dataclass
@@ -225,13 +222,10 @@ class Harness:
 
     # --- the query ----------------------------------------------------------------------------
     def build_query(self):
-        # Spark triggers every TICK_MS; the source starts a batch at the app's trigger interval, or at
-        # once when its cap changed (kafka_driver_reader: a handoff waits a tick, not an interval).
-        tick = min(self.app.trigger_ms, TICK_MS)
         return (self.build_frame().writeStream.outputMode("update")
                 .foreachBatch(self.on_batch)
                 .option("checkpointLocation", str(self.paths.checkpoint))
-                .trigger(processingTime=f"{tick} milliseconds"))
+                .trigger(processingTime=f"{self.app.trigger_ms} milliseconds"))
 
     def build_frame(self):
         """The streaming frame the sink sees: the app's output rows and the dead letters, by `kind`."""
@@ -239,7 +233,6 @@ class Harness:
 
         self.spark = session(f"baton-{self.app.name}-{self.slot.value}", self.app, self.spark_conf)
         self.mark("spark session")
-        quiet_trigger_warnings(self.spark)
         return build_frame(self.spark, self.app, self.bootstrap, self.starting_offsets, self.paths.cap_file,
                            self.paths.spool)
 
@@ -419,10 +412,6 @@ def build_frame(spark, app: AppDefinition, bootstrap: str, starting_offsets: str
               .option("maxRecordsPerTrigger", str(app.max_records_per_trigger))
               .option("capFile", str(cap_file))
               .option("readOn", "driver"))
-    if app.trigger_ms > TICK_MS:
-        # Batches start the app's trigger interval apart on average: at the first tick past
-        # trigger_ms - TICK_MS/2 after the previous start.
-        reader = reader.option("paceMs", str(app.trigger_ms - TICK_MS // 2))
     fields = decodable_fields(mod.VALUE_SCHEMA)
     if fields is not None:
         events = (reader.option("valueFields", json.dumps(fields))
@@ -462,14 +451,6 @@ def build_frame(spark, app: AppDefinition, bootstrap: str, starting_offsets: str
         F.col("partition").cast("int").alias("src_partition"), F.col("offset").cast("long").alias("src_offset"),
     )
     return out.unionByName(dead)
-
-
-def quiet_trigger_warnings(spark) -> None:
-    """With a tick shorter than a batch, Spark would warn at every batch that it is 'falling behind'
-    the trigger: it is not (the source paces the batches)."""
-    jvm = spark.sparkContext._jvm
-    jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(
-        "org.apache.spark.sql.execution.streaming.runtime.ProcessingTimeExecutor", jvm.org.apache.logging.log4j.Level.ERROR)
 
 
 def decodable_fields(ddl: str) -> list[tuple[str, str]] | None:

@@ -17,19 +17,11 @@ A batch:
    written to the spool for its range, spark_apps.runtime.dead_letters).
 A batch Spark replays after a restart is re-read between its offsets (readBetweenOffsets, in a task,
 exactly as readOn=executors reads), so it holds the same records.
-
-Pace (option paceMs): the query triggers often (the harness: every 200 ms) and the reader decides
-when a batch starts: at least paceMs after the previous batch's start, as a trigger of that interval
-would; but at once when the cap file changed since that batch (a cutover, a fence, a standby's new
-follow position, a lifted first-batch cap), or when the previous read found nothing (input arriving
-after a pause). A handoff's next batch then waits up to one short tick instead of up to a whole
-trigger interval (measured: ~1 s between a cutover and the new active's first batch).
 """
 
 from __future__ import annotations
 
 import math
-import time
 from typing import Any, Iterator, Optional
 
 from pyspark.sql.datasource import SimpleDataSourceStreamReader
@@ -54,8 +46,6 @@ class DriverStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableN
         self.planner = KafkaStreamReader(options)  # initial offsets, metadata, watermarks, replays
         self._prefetch: Optional[Prefetcher] = None
         self._target: Optional[dict[int, int]] = None  # Trigger.AvailableNow bound
-        self._last_start: Optional[float] = None  # when the last batch with records started (pace)
-        self._last_limits: Optional[dict[int, float]] = None  # the limits it was read under
 
     def __getstate__(self):  # shipped to executors for replays: never a client or a thread
         state = self.__dict__.copy()
@@ -80,8 +70,6 @@ class DriverStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableN
                 lows, _ = self.planner._watermarks([p])
                 begin[p] = lows[p]
         limits = self._limits(parts)
-        if self._paced(limits):
-            return iter(()), start
         fresh = self._prefetch is None
         prefetch = self._prefetcher(begin)
         if self._target is not None:
@@ -98,9 +86,7 @@ class DriverStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableN
         taken = prefetch.take(begin, limits, self.opts.max_records)
         end = {p: taken[p].end if p in taken else o for p, o in begin.items()}
         if end == begin:
-            self._last_start = None  # nothing waiting: the next records start a batch at once
             return iter(()), start
-        self._last_start, self._last_limits = time.monotonic(), limits
         batches = []
         for p in sorted(taken):
             if taken[p].end > taken[p].start:
@@ -143,13 +129,6 @@ class DriverStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableN
             per_partition = max(10_000, MAX_BUFFERED // max(1, len(begin)))
             self._prefetch = Prefetcher(lambda: Consumer(conf), self.opts.topic, begin, width, decode, per_partition)
         return self._prefetch
-
-    def _paced(self, limits: dict[int, float]) -> bool:
-        """Hold this trigger: the pace since the last batch's start has not passed and the limits it
-        was read under still hold."""
-        if not self.opts.pace_s or self._target is not None or self._last_start is None:
-            return False
-        return limits == self._last_limits and time.monotonic() - self._last_start < self.opts.pace_s
 
     def _limits(self, parts: list[int]) -> dict[int, float]:
         cap = read_cap(self.opts.cap_file, parts) if self.opts.cap_file else None

@@ -145,13 +145,12 @@ class SourceOptions:
 
     __slots__ = ("bootstrap", "topic", "starting", "starting_timestamp", "max_records",
                  "cap_file", "poll_timeout_s", "kafka_conf", "value_fields", "required", "dead_letter_dir",
-                 "read_on", "pace_s")
+                 "read_on")
 
     def __init__(self, bootstrap: str, topic: str, starting: Any, starting_timestamp: Optional[int],
                  max_records: Optional[int], cap_file: Optional[str], poll_timeout_s: float,
                  kafka_conf: dict[str, str], value_fields: Optional[list[tuple[str, str]]] = None,
-                 required: Sequence[str] = (), dead_letter_dir: Optional[str] = None, read_on: str = "executors",
-                 pace_s: float = 0.0):
+                 required: Sequence[str] = (), dead_letter_dir: Optional[str] = None, read_on: str = "executors"):
         self.bootstrap = bootstrap
         self.topic = topic
         self.starting = starting  # "earliest" | "latest" | {partition: offset or EARLIEST/LATEST}
@@ -164,7 +163,6 @@ class SourceOptions:
         self.required = list(required)
         self.dead_letter_dir = dead_letter_dir
         self.read_on = read_on
-        self.pace_s = pace_s  # readOn=driver: least time between batch starts (0: every trigger)
 
     def __getstate__(self):
         return {k: getattr(self, k) for k in self.__slots__}
@@ -261,10 +259,6 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
     read_on = str(opts.pop("readon", "executors")).strip().lower()
     if read_on not in ("executors", "driver"):
         raise ValueError(f"option 'readOn' must be 'executors' or 'driver', got {read_on!r}")
-    raw_pace = opts.pop("pacems", None)
-    pace_ms = _positive_int("paceMs", raw_pace) if raw_pace is not None else 0
-    if pace_ms and read_on != "driver":
-        raise ValueError("option 'paceMs' goes with readOn=driver")
 
     kafka_conf: dict[str, str] = {}
     for k in list(opts):
@@ -279,8 +273,7 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         if k != "path":
             log.warning("baton-kafka: ignoring unknown option %r", k)
     return SourceOptions(bootstrap, topic, starting, starting_timestamp, max_records, cap_file,
-                         poll_ms / 1000.0, kafka_conf, value_fields, required, dead_letter_dir, read_on,
-                         pace_ms / 1000.0)
+                         poll_ms / 1000.0, kafka_conf, value_fields, required, dead_letter_dir, read_on)
 
 
 def _parse_decoding(opts: dict) -> tuple[Optional[list[tuple[str, str]]], list[str], Optional[str]]:

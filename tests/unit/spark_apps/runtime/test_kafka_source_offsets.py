@@ -78,8 +78,6 @@ def test_starting_timestamp():
     ({"maxrecordspertrigger": "ten"}, "maxRecordsPerTrigger"),
     ({"polltimeoutms": "-1"}, "pollTimeoutMs"),
     ({"kafka.group.id": "mine"}, "kafka.group.id"),
-    ({"pacems": "0", "readon": "driver"}, "paceMs"),
-    ({"pacems": "900"}, "paceMs"),  # goes with readOn=driver
 ])
 def test_bad_options_name_the_option(bad, option):
     options = {**BASE, **bad}
@@ -268,30 +266,3 @@ def test_reader_pickles_without_clients_and_stop_closes():
     r.stop()
     assert probe.closed and r._probe is None
     r.commit({"0": 1})  # no-op, nothing to close or commit
-
-
-# -- pace (readOn=driver)
-
-
-def test_a_paced_reader_starts_a_batch_a_pace_apart_or_at_once_when_its_cap_changed(monkeypatch):
-    from spark_apps.runtime import kafka_driver_reader
-    from spark_apps.runtime.kafka_driver_reader import DriverStreamReader
-
-    o = opts(readon="driver", pacems="900")
-    assert o.pace_s == 0.9
-    now = [100.0]
-    monkeypatch.setattr(kafka_driver_reader.time, "monotonic", lambda: now[0])
-    r = DriverStreamReader(o)
-    free = {0: float("inf"), 1: float("inf")}
-    assert not r._paced(free)  # no batch yet: the first read is never held
-    r._last_start, r._last_limits = now[0], free
-    now[0] += 0.5
-    assert r._paced(free)  # within the pace, same limits: this trigger waits
-    assert not r._paced({0: 10, 1: 20})  # the cap changed (a cutover, a fence, a new follow position)
-    now[0] += 0.4
-    assert not r._paced(free)  # the pace has passed
-    r._last_start = None  # the last read found nothing: new records start a batch at once
-    assert not r._paced(free)
-    unpaced = DriverStreamReader(opts(readon="driver"))
-    unpaced._last_start, unpaced._last_limits = now[0], free
-    assert not unpaced._paced(free)
