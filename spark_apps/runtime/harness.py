@@ -479,9 +479,8 @@ def trigger_ms(p: dict) -> int | None:
 
 def with_input_rate(p: dict, previous_batch_ms: int | None) -> dict:
     """The progress with its input rate over the time since the previous batch's start. Spark divides
-    by the time since the previous trigger, and the query triggers every TICK_MS whether or not a
-    batch runs: its figure would be up to trigger_ms / TICK_MS times the rate (the handoffs plan
-    positions ahead of the input with it)."""
+    by the time since the previous trigger, which need not have run a batch (a trigger that finds no
+    new input, or one held by a cap): the rate would be overstated."""
     started = trigger_ms(p)
     rows = int(p.get("numInputRows", 0))
     if started is None or previous_batch_ms is None or rows <= 0 or started <= previous_batch_ms:

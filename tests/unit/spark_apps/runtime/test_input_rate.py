@@ -1,5 +1,5 @@
-"""A slot's reported input rate is over the time between batches, not between triggers (the query
-triggers every TICK_MS and the source paces batches): handoffs plan positions ahead with it."""
+"""A slot's reported input rate is over the time between batches, not between triggers (a trigger
+may find nothing to run)."""
 
 from spark_apps.runtime.harness import _status_from_progress, trigger_ms, with_input_rate
 
@@ -10,7 +10,7 @@ def progress(ts, rows, spark_rate):
 
 def test_the_rate_is_rows_over_the_time_since_the_previous_batch_started():
     previous = trigger_ms(progress("2026-11-25T01:43:00.000Z", 20_000, 0))
-    # 20,000 rows one second after the previous batch; Spark divided by the 200 ms since the last tick.
+    # 20,000 rows one second after the previous batch; Spark divided by the 200 ms since the last trigger.
     p = with_input_rate(progress("2026-11-25T01:43:01.000Z", 20_000, 100_000.0), previous)
     assert p["inputRowsPerSecond"] == 20_000.0
     assert _status_from_progress(p)["input_rate"] == 20_000.0
