@@ -103,7 +103,6 @@ class Follower:
         self.processed: Positions | None = None  # where this slot's last batch ended (note_processed)
         self.last_batch: Positions | None = None  # per partition, what the active's last batch held
         self._emitted_epoch: int | None = None    # the epoch this slot last emitted a batch at
-        self._first_batch_capped = False          # the cap written holds a first batch as the active
         self._topics = (control_topic, commits_topic)
         self._consumer = Consumer({
             "bootstrap.servers": bootstrap, "group.id": f"baton-follower-{app}-{slot.value}",
@@ -181,9 +180,8 @@ class Follower:
         """Write the cap; `paced`: only a new marker moved it, which a standby takes at its pace."""
         now = self._clock()
         with self._lock:
-            first = self._first_batch_as_active()
-            cap = compute_cap(self.control, self.slot, self.marker, self.partitions, self.processed, first)
-            self._first_batch_capped = first is not None
+            cap = compute_cap(self.control, self.slot, self.marker, self.partitions, self.processed,
+                              self._first_batch_as_active())
             standby = self.control is None or self.control.role_of(self.slot) is Role.STANDBY
             # Under a fence the standby is on the handoff's critical path (the cutover waits for it to
             # stand at F): every move of the active's position is taken at once.
@@ -208,11 +206,12 @@ class Follower:
         lift their caps: the cap is rewritten then only, not after every batch."""
         with self._lock:
             before, self.processed = self.processed or {}, dict(position)
+            was_first = self._first_batch_as_active() is not None
             if emitted_epoch is not None:
                 self._emitted_epoch = emitted_epoch
             check = self.control.check_at if self.control is not None else None
             lift = check is not None and covers(position, check) and not covers(before, check)
-            lift = lift or (self._first_batch_capped and self._first_batch_as_active() is None)
+            lift = lift or (was_first and self._first_batch_as_active() is None)
         if lift:
             self._publish_cap()
 

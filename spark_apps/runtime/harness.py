@@ -469,7 +469,7 @@ def _dead_headers(reason: str, topic: str, partition: int, offset: int) -> list[
     return [("baton.reason", reason.encode()), ("baton.source", f"{topic}/{partition}/{offset}".encode())]
 
 
-def trigger_ms(p: dict) -> int | None:
+def trigger_started_ms(p: dict) -> int | None:
     """When the progress's trigger started (epoch ms), from its ISO timestamp."""
     try:
         return int(datetime.fromisoformat(p["timestamp"].replace("Z", "+00:00")).timestamp() * 1000)
@@ -481,7 +481,7 @@ def with_input_rate(p: dict, previous_batch_ms: int | None) -> dict:
     """The progress with its input rate over the time since the previous batch's start. Spark divides
     by the time since the previous trigger, which need not have run a batch (a trigger that finds no
     new input, or one held by a cap): the rate would be overstated."""
-    started = trigger_ms(p)
+    started = trigger_started_ms(p)
     rows = int(p.get("numInputRows", 0))
     if started is None or previous_batch_ms is None or rows <= 0 or started <= previous_batch_ms:
         return p
@@ -526,7 +526,7 @@ class _ProgressBridge:
         progress = json.loads(jevent.progress().json())
         h.last_progress = with_input_rate(progress, h.last_batch_ms)
         if int(progress.get("numInputRows", 0)) > 0:
-            h.last_batch_ms = trigger_ms(progress)
+            h.last_batch_ms = trigger_started_ms(progress)
         if c.first_batch_ms is None:
             h.mark("first batch done")
             c.first_batch_ms = int((time.monotonic() - c.started) * 1000)

@@ -1,7 +1,7 @@
 """A slot's reported input rate is over the time between batches, not between triggers (a trigger
 may find nothing to run)."""
 
-from spark_apps.runtime.harness import _status_from_progress, trigger_ms, with_input_rate
+from spark_apps.runtime.harness import _status_from_progress, trigger_started_ms, with_input_rate
 
 
 def progress(ts, rows, spark_rate):
@@ -9,7 +9,7 @@ def progress(ts, rows, spark_rate):
 
 
 def test_the_rate_is_rows_over_the_time_since_the_previous_batch_started():
-    previous = trigger_ms(progress("2026-11-25T01:43:00.000Z", 20_000, 0))
+    previous = trigger_started_ms(progress("2026-11-25T01:43:00.000Z", 20_000, 0))
     # 20,000 rows one second after the previous batch; Spark divided by the 200 ms since the last trigger.
     p = with_input_rate(progress("2026-11-25T01:43:01.000Z", 20_000, 100_000.0), previous)
     assert p["inputRowsPerSecond"] == 20_000.0
@@ -20,5 +20,5 @@ def test_without_a_previous_batch_or_rows_spark_s_figure_stays():
     p = progress("2026-11-25T01:43:01.000Z", 500, 123.0)
     assert with_input_rate(p, None)["inputRowsPerSecond"] == 123.0
     idle = progress("2026-11-25T01:43:01.000Z", 0, 0.0)
-    assert with_input_rate(idle, trigger_ms(p) - 1000)["inputRowsPerSecond"] == 0.0
+    assert with_input_rate(idle, trigger_started_ms(p) - 1000)["inputRowsPerSecond"] == 0.0
     assert with_input_rate({"numInputRows": 5, "inputRowsPerSecond": 1.0}, 0)["inputRowsPerSecond"] == 1.0  # no timestamp
