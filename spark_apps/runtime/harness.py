@@ -38,6 +38,7 @@ from spark_apps.runtime.dead_letters import collect, purge, read_initial
 from spark_apps.runtime.decode import INVALID_PREFIX, NOT_AN_OBJECT, supported
 from spark_apps.runtime.follower import Follower
 from spark_apps.runtime.kafka_sink import TransactionalEmitter, WriterFenced
+from spark_apps.runtime.spark import background_jobs
 from spark_apps.runtime.state_check import committed_batches, digest_state, last_committed_batch, state_output
 
 KIND_OUTPUT, KIND_DEAD = "o", "d"
@@ -273,9 +274,12 @@ class Harness:
         (the empty state). A failure is logged, never fatal: the gates waiting for it time out."""
         started = time.monotonic()
         try:
-            self.digest = (StateDigest(at=at, batch_id=-1, rows=0, digest="0" * 16, schema="",
-                                       ts_ms=int(time.time() * 1000)) if batch_id is None
-                           else digest_state(self.spark, self.paths.checkpoint, batch_id, at))
+            if batch_id is None:
+                self.digest = StateDigest(at=at, batch_id=-1, rows=0, digest="0" * 16, schema="",
+                                          ts_ms=int(time.time() * 1000))
+            else:
+                with background_jobs(self.spark):  # behind the query's batches
+                    self.digest = digest_state(self.spark, self.paths.checkpoint, batch_id, at)
             if position is not None:
                 self.digest = dataclasses.replace(self.digest, position=dict(position))
         except Exception as exc:  # noqa: BLE001 - a digest is evidence for a gate, not the slot's job

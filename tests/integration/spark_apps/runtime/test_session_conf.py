@@ -31,3 +31,51 @@ def test_the_state_store_can_upload_a_snapshot_to_a_local_checkpoint(tmp_path):
                          text=True, timeout=180)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.split()[-2:] == ["True", "state"], out.stdout
+
+
+POOLS_SCRIPT = """
+import os, sys, threading, time
+from pathlib import Path
+from baton.apps import load_app
+from spark_apps.runtime.spark import BACKGROUND_POOL, background_jobs, session
+
+marks = Path(sys.argv[1])
+spark = session("baton-pools-test", load_app("click_counts"), {"spark.master": "local[2]"})
+sc = spark.sparkContext
+
+def task(tag, seconds):
+    def run(index, rows):
+        (marks / f"{time.monotonic():.6f}-{tag}{index}").touch()
+        time.sleep(seconds)
+        return [index]
+    return run
+
+def background():
+    with background_jobs(spark):
+        assert sc.getLocalProperty("spark.scheduler.pool") == BACKGROUND_POOL
+        sc.parallelize(range(6), 6).mapPartitionsWithIndex(task("background", 1.0)).collect()
+
+worker = threading.Thread(target=background)
+worker.start()
+while len(list(marks.iterdir())) < 2:  # both task slots busy with the background job
+    time.sleep(0.05)
+sc.parallelize(range(2), 2).mapPartitionsWithIndex(task("query", 0.1)).collect()
+worker.join()
+print("pool after:", sc.getLocalProperty("spark.scheduler.pool"))
+print("order:", " ".join(p.name.split("-", 1)[1] for p in sorted(marks.iterdir())))
+spark.stop()
+"""
+
+
+def test_a_background_job_leaves_the_next_free_task_slot_to_the_query(tmp_path):
+    """A slot digests its state beside the running query (background_jobs): a job of the query that
+    arrives while the digest's tasks fill both task slots runs on the first slot that frees up, not
+    after every task of the digest (FIFO's order)."""
+    out = subprocess.run([sys.executable, "-c", POOLS_SCRIPT, str(tmp_path)], cwd=REPO_ROOT, capture_output=True,
+                         text=True, timeout=180)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "pool after: None" in out.stdout, out.stdout
+    order = out.stdout.split("order:", 1)[1].split()
+    assert sorted(order) == sorted([f"background{i}" for i in range(6)] + ["query0", "query1"]), order
+    # Two background tasks were running when the query's job came; the query's two ran next.
+    assert [t.rstrip("0123456789") for t in order[:4]] == ["background", "background", "query", "query"], order
