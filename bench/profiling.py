@@ -30,6 +30,12 @@ JVM_COMPONENTS = [
     ("shuffle", re.compile(r"org\.apache\.spark\.shuffle|ShuffleBlockFetcher|ExternalSorter|BypassMergeSort")),
     ("aggregation / generated code", re.compile(r"HashAggregate|UnsafeFixedWidthAggregationMap|GeneratedClass|BytesToBytesMap")),
     ("checkpoint files (Hadoop FS)", re.compile(r"org\.apache\.hadoop|CheckpointFileManager|HDFSMetadataLog")),
+    # Java serialization: the prefetched rows a simple stream reader hands to Spark are stored as a
+    # serialized block (spark.serializer), and every task is serialized.
+    ("serialization (blocks, tasks)",
+     re.compile(r"java\.io\.Object(Output|Input)Stream|java\.io\.ObjectStreamClass|JavaSerializ|KryoSerializ|esotericsoftware")),
+    # Rows (UnsafeRow, projections) live in catalyst.expressions too: per-row work, not planning.
+    ("rows (UnsafeRow, projections)", re.compile(r"org\.apache\.spark\.sql\.catalyst\.expressions|org\.apache\.spark\.unsafe")),
     ("query planning (Catalyst)", re.compile(r"org\.apache\.spark\.sql\.catalyst|QueryExecution|SparkPlan\.")),
     ("scheduling / RPC", re.compile(r"io\.netty|org\.apache\.spark\.rpc|org\.apache\.spark\.scheduler")),
     ("py4j gateway", re.compile(r"py4j")),
