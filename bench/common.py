@@ -240,22 +240,13 @@ def wait_processed(watch: StatusWatch, slot: Slot, records: int, timeout_s: floa
 
 def jit_cpu_s(pid: int) -> float:
     """CPU seconds of a JVM's JIT compiler threads (HotSpot names them "C1/C2 CompilerThre...")."""
-    tick, total = os.sysconf("SC_CLK_TCK"), 0.0
+    from profiling import thread_cpu
+
     try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except OSError:
+        threads = thread_cpu(pid)
+    except OSError:  # the JVM has exited
         return 0.0
-    for tid in tasks:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/comm") as f:
-                if "Compiler" not in f.read():
-                    continue
-            with open(f"/proc/{pid}/task/{tid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += (int(fields[11]) + int(fields[12])) / tick
-    return total
+    return sum(cpu for name, cpu in threads.values() if "Compiler" in name)
 
 
 class CpuMeter:

@@ -13,9 +13,11 @@ from baton.apps import AppDefinition
 
 # Jobs a slot runs beside its query (state digests) go to this pool; the query's batches run in the
 # default pool, which comes first whenever it has a task waiting (FAIR scheduling: a pool running
-# fewer tasks than its minShare is served first). Under FIFO scheduling a digest's tasks held every
-# task slot of a local[2] slot for seconds at a time, and the active's next batch waited behind
-# them: in the rolling-upgrade bench the output latency peaked (p50 11 s) while both slots digested.
+# fewer tasks than its minShare is served first). Under FIFO scheduling every task of a digest job
+# (one per state partition, seconds each) went before the tasks of a batch that came after it, so
+# the active's next batch waited for task slots. The pool does not make a digest cheaper: on a
+# saturated machine its CPU still slows the batches (the rolling-upgrade bench's worst latency is
+# still while both slots digest).
 BACKGROUND_POOL = "baton-background"
 SCHEDULER_POOLS = f"""<?xml version="1.0"?>
 <allocations>
