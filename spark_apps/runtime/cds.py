@@ -31,14 +31,18 @@ def java_options() -> str:
 
 
 def fingerprint() -> dict:
-    """What the archive depends on: the java that runs Spark and the jars on its classpath."""
+    """What the archive depends on: the java that runs Spark and the jars on its classpath (those of
+    the Spark home a local driver starts from, spark_apps.runtime.spark_home)."""
     import pyspark
+
+    from spark_apps.runtime import spark_home
 
     java = os.path.join(os.environ["JAVA_HOME"], "bin", "java") if os.environ.get("JAVA_HOME") else "java"
     version = subprocess.run([java, "-version"], capture_output=True, text=True).stderr.strip()
-    jars = sorted((Path(pyspark.__file__).parent / "jars").glob("*.jar"))
+    home = spark_home.local_home() or spark_home.pyspark_dir()
+    jars = sorted((home / "jars").glob("*.jar"))
     digest = hashlib.sha256("\n".join(f"{j.name}:{j.stat().st_size}" for j in jars).encode()).hexdigest()
-    return {"java": version, "pyspark": pyspark.__version__, "jars": digest}
+    return {"java": version, "pyspark": pyspark.__version__, "home": str(home), "jars": digest}
 
 
 def current() -> bool:

@@ -91,17 +91,42 @@ def driver_java_options(given: str) -> str:
 def session(name: str, app: AppDefinition, extra: dict[str, str] | None = None):
     from pyspark.sql import SparkSession
 
+    from spark_apps.runtime import spark_home
+
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(name)
     # Under spark-submit (which sets PYSPARK_GATEWAY_PORT for the Python driver) the master comes
     # from the submit command and must not be overridden; under plain `python` Baton picks it.
-    if "spark.master" not in (extra or {}) and "PYSPARK_GATEWAY_PORT" not in os.environ:
-        builder = builder.master(os.environ.get("BATON_SPARK_MASTER", "local[2]"))
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:
+        if "spark.master" not in (extra or {}):
+            builder = builder.master(os.environ.get("BATON_SPARK_MASTER", "local[2]"))
+        # The driver JVM this process launches starts from Baton's Spark home (no Spark ML), unless
+        # the environment names one.
+        if "SPARK_HOME" not in os.environ and (home := spark_home.local_home()) is not None:
+            os.environ["SPARK_HOME"] = str(home)
     conf = {**session_conf(app), "spark.scheduler.allocation.file": str(scheduler_pools_file()), **(extra or {})}
     conf["spark.driver.extraJavaOptions"] = driver_java_options(conf.get("spark.driver.extraJavaOptions", ""))
     for k, v in conf.items():
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
+    skip_installed_data_source_lookup(spark)
     spark.sparkContext.setLogLevel("WARN")
     return spark
+
+
+def skip_installed_data_source_lookup(spark) -> None:
+    """Spark looks for Python data sources advertised by installed packages (entry points) before
+    the first data source is resolved: a Python daemon and worker that scan every installed
+    distribution, ~0.5 s of a slot's start measured here, then idle for the process's life. Baton
+    registers its source by name and uses none of those; setting the (testing) hook Spark keeps
+    for the lookup's result to "none found" skips it. Best effort: on a Spark without the hook the
+    lookup simply runs."""
+    try:
+        jvm = spark.sparkContext._jvm
+        manager = getattr(getattr(jvm.org.apache.spark.sql.execution.datasources, "DataSourceManager$"), "MODULE$")
+        if manager.dataSourceBuilders().isEmpty():
+            empty = getattr(getattr(jvm.scala.collection.immutable, "Map$"), "MODULE$").empty()
+            getattr(manager, "dataSourceBuilders_$eq")(jvm.scala.Some(empty))
+    except Exception:  # noqa: BLE001 - an optimisation only
+        pass

@@ -3,6 +3,7 @@ take them): the RocksDB state store uploads its snapshots with FileSystem.copyFr
 needs `file:` to be Hadoop's LocalFileSystem. A raw file system there made every snapshot upload
 fail, so a restart replayed every changelog since the first batch (seen in a benchmark's log)."""
 
+import os
 import subprocess
 import sys
 
@@ -79,3 +80,60 @@ def test_a_background_job_leaves_the_next_free_task_slot_to_the_query(tmp_path):
     assert sorted(order) == sorted([f"background{i}" for i in range(6)] + ["query0", "query1"]), order
     # Two background tasks were running when the query's job came; the query's two ran next.
     assert [t.rstrip("0123456789") for t in order[:4]] == ["background", "background", "query", "query"], order
+
+
+HOME_SCRIPT = """
+import os
+import psutil
+from pyspark.sql.datasource import DataSource, DataSourceReader
+from baton.apps import load_app
+from spark_apps.runtime.spark import session
+
+class Numbers(DataSource):
+    @classmethod
+    def name(cls):
+        return "numbers"
+    def schema(self):
+        return "n INT"
+    def reader(self, schema):
+        return NumbersReader()
+
+class NumbersReader(DataSourceReader):
+    def read(self, partition):
+        yield from ((i,) for i in range(3))
+
+spark = session("baton-home-test", load_app("click_counts"), {"spark.master": "local[1]"})
+jvm = spark._jvm
+print("home:", os.environ["SPARK_HOME"])
+print("classpath:", jvm.java.lang.System.getProperty("java.class.path"))
+try:  # Spark ML's session extension (ServiceLoader), applied to every session when on the classpath
+    jvm.java.lang.Class.forName("org.apache.spark.sql.ml.InternalFunctionRegistration")
+    print("ml extension: present")
+except Exception:
+    print("ml extension: absent")
+spark.dataSource.register(Numbers)
+print("read:", [r.n for r in spark.read.format("numbers").load().collect()])
+# Spark's lookup of installed Python data sources runs in a daemon that lives as long as the JVM.
+lookups = [p for p in psutil.Process().children(recursive=True) if "lookup_data_sources" in " ".join(p.cmdline())]
+print("lookup processes:", len(lookups))
+spark.stop()
+"""
+
+
+def test_a_slot_driver_starts_from_batons_spark_home_without_spark_ml(tmp_path):
+    """A slot's session starts from spark_home.HOME (no Spark ML on the classpath, so no ML session
+    extension to apply), skips the lookup of installed Python data sources, and Python data sources
+    registered by name still work."""
+    from spark_apps.runtime import spark_home
+
+    env = {k: v for k, v in os.environ.items() if k != "SPARK_HOME"}
+    out = subprocess.run([sys.executable, "-c", HOME_SCRIPT], cwd=REPO_ROOT, capture_output=True, text=True,
+                         timeout=180, env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = dict(line.split(": ", 1) for line in out.stdout.splitlines() if ": " in line)
+    assert lines["home"] == str(spark_home.HOME)
+    classpath = lines["classpath"]
+    assert str(spark_home.HOME / "jars") in classpath and "mllib" not in classpath, classpath
+    assert lines["ml extension"] == "absent"
+    assert lines["lookup processes"] == "0"
+    assert lines["read"] == "[0, 1, 2]"
