@@ -2,12 +2,15 @@
 100k and 1M keys of state.
 
     .venv/bin/python bench/restart.py                      # keys 100000 and 1000000
-    .venv/bin/python bench/restart.py --keys 100000 --conf spark.sql.streaming.stateStore.minDeltasForSnapshot=1
+    .venv/bin/python bench/restart.py --keys 100000 --conf spark.sql.streaming.stateStore.minDeltasForSnapshot=10
 
 For each key count, on its own broker-side app: one event per key is produced and slot blue runs
-until its output covers all of them (so its state holds one row per key); then it is stopped
+until its output covers all of them (so its state holds one row per key); then, as a live app
+would, it runs at a steady rate (the seed's 20,085 events/s over the same keys, 30 s: long enough
+for the state store's snapshot cadence to apply, spark_apps.runtime.spark); then it is stopped
 gracefully (SIGTERM, exit 0 required), a small batch of new events is produced, and the slot is
-started again. Measured:
+started again. (`--steady-seconds 0` stops right after the build: a state never snapshotted, whose
+every changelog a restart replays.) Measured:
 - first_batch_s: wall time from starting the process to the first completed batch, taken from
   the status record that batch publishes (its ts_ms; the harness stamps it after the batch);
 - restore_ms: the harness's own figure (from its start-up, after Python imports, to the first
@@ -52,9 +55,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--keys", type=int, nargs="+", default=[100_000, 1_000_000])
     ap.add_argument("--partitions", type=int, default=4)
-    ap.add_argument("--settle", type=float, default=0.0,
-                    help="seconds to keep the slot running after its output covers the input (lets state "
-                         "maintenance write snapshots) before the stop")
+    ap.add_argument("--steady-seconds", type=float, default=30.0,
+                    help="seconds of steady input after the build, before the stop (0: stop right after it)")
+    ap.add_argument("--steady-rate", type=float, default=20_085.0, help="events/s of the steady input")
     ap.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark setting")
     ap.add_argument("--timeout", type=float, default=900.0, help="per phase")
     ap.add_argument("--name", default="restart", help="results file name (bench/results/NAME.json/.png)")
@@ -66,7 +69,8 @@ def main() -> int:
         for keys in args.keys:
             runs.append(one_run(b, keys, args))
             log(f"{keys} keys: first batch after {runs[-1]['first_batch_s']:.1f}s")
-    result = {"target_first_batch_s": TARGET_S, "partitions": args.partitions, "settle_s": args.settle,
+    result = {"target_first_batch_s": TARGET_S, "partitions": args.partitions, "steady_s": args.steady_seconds,
+              "steady_rate": args.steady_rate,
               "conf": args.conf, "runs": runs, "machine": machine()}
     path = write_result(args.name, result)
     plot(result, RESULTS / f"{args.name}.png")
@@ -87,13 +91,20 @@ def one_run(b: Bench, keys: int, args) -> dict:
         wait_processed(watch, Slot.BLUE, keys, args.timeout, alive=lambda: proc.poll() is None)
         build_s = time.monotonic() - t0
         log(f"{keys} keys: state built in {build_s:.0f}s (including start-up)")
-        time.sleep(args.settle)
+        sent = [first]
+        if args.steady_seconds > 0:
+            sent.append(produce(LoadSpec.for_duration(args.steady_rate, args.steady_seconds, keys=keys, seed=3),
+                                b.bootstrap, app.input.topic))
+            wait_processed(watch, Slot.BLUE, keys + sent[-1].users.size, args.timeout, alive=lambda: proc.poll() is None)
+            log(f"{keys} keys: {args.steady_seconds:.0f}s at {args.steady_rate:,.0f} events/s processed")
         code = b.procs.stop(name)
         if code != 0:
             raise RuntimeError(f"graceful stop of {name} exited {code}:\n{b.procs.tail(name)}")
         state = state_on_disk(b.tmp / "state", app.name)
 
-        second = produce(LoadSpec(rate=math.inf, keys=keys, events=NEW_EVENTS, seed=2), b.bootstrap, app.input.topic)
+        sent.append(produce(LoadSpec(rate=math.inf, keys=keys, events=NEW_EVENTS, seed=2), b.bootstrap,
+                            app.input.topic))
+        produced = sum(s.users.size for s in sent)
         events = b.tmp / f"eventlog-{keys}"
         started = time.time()
         proc = start_slot(b, path, Slot.BLUE, [*args.conf, *event_log_conf(events)], name=name)
@@ -102,9 +113,9 @@ def one_run(b: Bench, keys: int, args) -> dict:
         _, boot = watch.wait(lambda r: mine(r), args.timeout, "of the new process", alive)
         _, query = watch.wait(lambda r: mine(r) and r.state is SlotState.RESTORING, args.timeout, "of query start", alive)
         _, batch = watch.wait(lambda r: mine(r) and r.batch_id >= 0, args.timeout, "of a first batch", alive)
-        wait_processed(watch, Slot.BLUE, keys + NEW_EVENTS, args.timeout, alive)
+        wait_processed(watch, Slot.BLUE, produced, args.timeout, alive)
         time.sleep(2)  # the batch's transaction commits just after its status record
-        truth = first.truth() + second.truth()
+        truth = sum((s.truth() for s in sent), Counter())
         verdict = verify(truth, read_output(b.bootstrap, app.output.topic, app.output.partitions, timeout_s=300))
         code = b.procs.stop(name)
         first_job = next(iter(jobs(events)), None)

@@ -33,10 +33,13 @@ def session_conf(app: AppDefinition) -> dict[str, str]:
         "spark.sql.shuffle.partitions": str(app.input.partitions),
         "spark.sql.streaming.stateStore.providerClass":
             "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
-        # Changelog checkpointing: a batch uploads only its changes; snapshots are made in the
-        # background, so restart replays at most a few changelogs on top of the last snapshot.
+        # Changelog checkpointing: a batch uploads only its changes; a snapshot is taken every
+        # minDeltasForSnapshot batches and uploaded by the maintenance task, so a restart loads the
+        # last uploaded snapshot and replays the changelogs after it (the app's cadence and what
+        # it costs: baton.apps.StateSettings).
         "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
-        "spark.sql.streaming.stateStore.minDeltasForSnapshot": "10",
+        "spark.sql.streaming.stateStore.minDeltasForSnapshot": str(app.state.snapshot_every_batches),
+        "spark.sql.streaming.stateStore.maintenanceInterval": f"{app.state.snapshot_upload_interval_s}s",
         "spark.sql.streaming.minBatchesToRetain": str(app.state.min_batches_to_retain),
         "spark.sql.streaming.stateStore.rocksdb.boundedMemoryUsage": "true",
         "spark.sql.streaming.stateStore.rocksdb.maxMemoryUsageMB": "256",

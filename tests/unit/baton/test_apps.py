@@ -44,6 +44,9 @@ def test_defaults_and_topics(tmp_path):
     (GOOD.replace("topic: clicks", "topic: 'bad topic'"), "input.topic", "not a valid Kafka topic"),
     (GOOD.replace("name: demo", "name: other"), "name", "must match the file name"),
     ("name: [unclosed", "(file)", "not valid YAML"),
+    (GOOD + "state: {snapshot_every_batches: 0}\n", "state.snapshot_every_batches", "must be > 0"),
+    (GOOD + "state: {snapshot_upload_interval_s: 1.5}\n", "state.snapshot_upload_interval_s", "must be int"),
+    (GOOD + "state: {snapshots: 3}\n", "state.snapshots", "is not a known field"),
 ])
 def test_bad_definitions_name_file_field_and_problem(tmp_path, text, field, problem):
     path = write(tmp_path, text)
@@ -52,6 +55,18 @@ def test_bad_definitions_name_file_field_and_problem(tmp_path, text, field, prob
     assert err.value.field == field
     assert problem in err.value.problem
     assert str(path) in str(err.value)
+
+
+def test_the_state_stores_snapshot_cadence_reaches_the_slots_spark_settings(tmp_path):
+    from spark_apps.runtime.spark import session_conf
+
+    default = session_conf(load_definition(write(tmp_path, GOOD)))
+    assert default["spark.sql.streaming.stateStore.minDeltasForSnapshot"] == "5"
+    assert default["spark.sql.streaming.stateStore.maintenanceInterval"] == "10s"
+    app = load_definition(write(tmp_path, GOOD + "state: {snapshot_every_batches: 10, snapshot_upload_interval_s: 60}\n"))
+    conf = session_conf(app)
+    assert conf["spark.sql.streaming.stateStore.minDeltasForSnapshot"] == "10"
+    assert conf["spark.sql.streaming.stateStore.maintenanceInterval"] == "60s"
 
 
 def test_one_bad_file_fails_the_whole_registry(tmp_path):
