@@ -181,7 +181,9 @@ def plot(result: dict, path: Path) -> None:
     ax.set_ylim(0, max(r["first_batch_s"] for r in runs) * 1.45)
     ax.set_ylabel("seconds from process start")
     conf = ", ".join(c.rsplit(".", 1)[-1] for c in result["conf"]) or "default settings"
-    ax.set_title(f"click counts: restart to first completed batch ({conf})", fontsize=9)
+    steady = (f"after {result['steady_s']:.0f} s at {result['steady_rate']:,.0f} events/s"
+              if result.get("steady_s") else "right after the build")
+    ax.set_title(f"click counts: restart to first completed batch, {steady} ({conf})", fontsize=9)
     ax.legend(fontsize=8, loc="upper left")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
