@@ -41,16 +41,17 @@ def wanted_jars(source: Path) -> list[Path]:
 
 
 def current(home: Path = HOME) -> bool:
-    """The home links exactly the installed pyspark's bin and wanted jars."""
+    """The home links exactly the installed pyspark's bin and wanted jars (checked at every slot
+    start: one readlink a link, not a resolve)."""
     source = pyspark_dir()
     try:
-        if (home / "bin").resolve() != (source / "bin").resolve():
+        if os.readlink(home / "bin") != str(source / "bin"):
             return False
-        links = sorted((home / "jars").iterdir())
+        links = sorted(os.listdir(home / "jars"))
+        want = wanted_jars(source)
+        return links == [j.name for j in want] and all(os.readlink(home / "jars" / j.name) == str(j) for j in want)
     except OSError:
         return False
-    want = wanted_jars(source)
-    return [p.name for p in links] == [j.name for j in want] and all(p.resolve() == j for p, j in zip(links, want))
 
 
 def build(home: Path = HOME) -> Path:

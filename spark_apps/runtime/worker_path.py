@@ -25,9 +25,9 @@ PTH_NAME = "baton_spark_worker_path.pth"
 
 def installed_zips_dir() -> Path:
     """Where the installed pyspark keeps the zips Spark puts on its workers' path."""
-    import pyspark
+    from spark_apps.runtime.spark_home import pyspark_dir
 
-    return Path(pyspark.__file__).resolve().parent / "python" / "lib"
+    return pyspark_dir() / "python" / "lib"
 
 
 def pth_line(zips_dir: Path) -> str:
