@@ -5,15 +5,22 @@ resumable (a retried step finds its own write and goes on):
 
 1. fence: set F on the record at epoch E. F lies a little ahead of the input's end, so the active
    can still be running towards it when it sees the fence; from then on its source stops at exactly F.
-2. wait: the active has emitted exactly F (its commit marker) and the standby has processed F. A
-   standby never passes the active's emitted position, so it stops at F too. If the active had read
-   past F before it saw the fence (only possible if the fence took longer to reach it than the input
-   took to arrive), the handoff is aborted: nothing has changed hands, the fence is lifted.
+2. wait: the active has emitted exactly F (its commit marker) and the standby, which never passes
+   the active's emitted position, is on its way to F: live, not past F (`standby_may_trail`), or
+   standing at F (a corrected-output cutover, which publishes the new active's state at F). If the
+   active had read past F before it saw the fence (only possible if the fence took longer to reach it
+   than the input took to arrive), the handoff is aborted: nothing has changed hands, the fence is lifted.
 3. cut over: one write makes the standby active at epoch E+1 and lifts the fence. Safe in one step
-   because both slots verifiably stand at F: the old active, capped at F until it applies the new
-   record and the standby's cap (the new writer's output) after, can never read past F as a writer;
-   the new active emits from F; and a late write of the old active would be fenced by Kafka anyway
-   (shared transactional id, newer producer epoch).
+   because the old active verifiably stands at F: capped at F until it applies the new record and at
+   the new writer's output after, it can never read past F as a writer; a late write of it would be
+   fenced by Kafka anyway (shared transactional id, newer producer epoch). The new active first reads
+   up to exactly F (its cap: the handoff's fence, spark_apps.runtime.follower), a stretch whose output
+   the old active has emitted already (the sink skips a batch the last marker covers), then emits from F.
+
+Why not wait until the standby stands at F as well: output stops when the active reaches F and
+resumes with the new active's first batch past F. Waiting added the status round trip, the control
+record's way to the standby and a trigger interval to that gap, while the standby's last batch up to F
+is the same work either way.
 
 A failover is the same with the dead active's last emitted position as F (it cannot pass it any more).
 """
@@ -25,9 +32,13 @@ import time
 from typing import Callable, Mapping, Sequence
 
 from baton.conditions import Check, WAIT
-from baton.records import CommitMarker, ControlRecord, Handoff, Positions, Slot, StatusRecord
+from baton.records import CommitMarker, ControlRecord, Handoff, Positions, Slot, SlotState, StatusRecord
 
 FAILOVER = "failover"  # the handoff id of the health DAG's failovers
+
+# A standby the cutover may go to before it stands at F: its last status is this recent and RUNNING
+# (a slot that died or hangs is not handed the role; the handoff waits, and aborts at its timeout).
+TRAILING_STANDBY_FRESH_MS = 60_000
 
 
 class HandoffError(RuntimeError):
@@ -125,9 +136,12 @@ def _passed(position: Mapping[int, int], fence: Mapping[int, int]) -> dict[int, 
 
 
 def fence_reached(marker: CommitMarker | None, standby: Sequence[StatusRecord], fence: Positions,
-                  epoch: int, active_alive: bool = True) -> Check:
-    """Both slots stand at exactly F: the active's commit marker says emitted == F (at `epoch`), the
-    standby's last status says processed == F. Failed if either went past F."""
+                  epoch: int, active_alive: bool = True, standby_may_trail: bool = False,
+                  now_ms: int | None = None) -> Check:
+    """The cutover may be written: the active's commit marker says emitted == F (at `epoch`) and the
+    standby's last status says processed == F, or, with `standby_may_trail`, that it is short of F but
+    live (RUNNING, a status within TRAILING_STANDBY_FRESH_MS): it reaches F as the new active before
+    reading on. Failed if either went past F."""
     emitted = dict(marker.emitted) if marker is not None else {}
     if marker is not None and marker.epoch > epoch:
         return Check(failed=True, message=f"epoch {marker.epoch} wrote output: a newer handoff took over")
@@ -142,9 +156,25 @@ def fence_reached(marker: CommitMarker | None, standby: Sequence[StatusRecord], 
     standby_at = all(processed.get(p, 0) == f for p, f in fence.items())
     if active_at and standby_at:
         return Check(met=True, message=f"both slots at the fence {dict(fence)}")
+    if active_at and standby_may_trail and last is not None:
+        now = now_ms if now_ms is not None else int(time.time() * 1000)
+        latest = standby[-1]
+        if latest.state is SlotState.RUNNING and now - latest.ts_ms <= TRAILING_STANDBY_FRESH_MS:
+            short = sum(f - processed.get(p, 0) for p, f in fence.items())
+            return Check(met=True, message=f"the active stands at the fence {dict(fence)}; the standby, {short} "
+                                           f"records short of it, reaches it before it emits")
     if not active_at and not active_alive:
         return Check(failed=True, message=f"the active died at {emitted} before reaching the fence {dict(fence)}")
     return WAIT
+
+
+def taken_over_at(control: ControlRecord | None, slot: Slot) -> Positions | None:
+    """The fence `slot` took the active role at, while that handoff's epoch holds (None otherwise): a
+    new active that trailed F reads up to exactly F before anything else (spark_apps.runtime.follower)."""
+    h = control.handoff if control is not None else None
+    if h is None or h.to is not slot or control.active is not slot or control.epoch != h.epoch + 1:
+        return None
+    return dict(h.fence)
 
 
 def saw_epoch(history: Sequence[StatusRecord], epoch: int, since_ms: int = 0) -> bool:
@@ -153,24 +183,20 @@ def saw_epoch(history: Sequence[StatusRecord], epoch: int, since_ms: int = 0) ->
 
 
 def fail_over(plane, app: str, partitions: int, dead: Slot, epoch: int, emitted: Mapping[int, int],
-              standby_processed: Callable[[], Mapping[int, int]], reach_timeout_s: float = 60.0,
-              sleep: Callable[[float], None] = time.sleep) -> tuple[bool, str]:
-    """The active `dead` is gone: fence at what it emitted (it cannot pass that any more), let the
-    standby (capped there already) reach it, cut over, lift the fence. (done, what happened).
-    The caller makes sure the dead slot's process is gone first. Every step is a compare-and-set a
-    rerun recognises. `plane` is a baton.control_plane.ControlPlane."""
+              standby_processed: Callable[[], Mapping[int, int]]) -> tuple[bool, str]:
+    """The active `dead` is gone: fence at what it emitted (it cannot pass that any more) and cut over
+    to the standby at once: capped at that fence already, it reaches it as the new active and emits
+    from there (taken_over_at). (done, what happened). The caller makes sure the dead slot's process
+    is gone first. Each step is a compare-and-set a rerun recognises. `plane` is a
+    baton.control_plane.ControlPlane."""
     standby = other(dead)
     fence = {p: emitted.get(p, 0) for p in range(partitions)}
-    plane.update(app, failover_fence(fence, epoch, int((time.time() + reach_timeout_s + 120) * 1000)))
-    deadline = time.monotonic() + reach_timeout_s
-    while True:
-        processed = standby_processed()
-        if all(processed.get(p, 0) == f for p, f in fence.items()):
-            break
-        if time.monotonic() > deadline:
-            plane.update(app, without_fence(epoch))
-            return False, (f"failover to {standby.value} abandoned: it did not reach {fence} within "
-                           f"{reach_timeout_s:.0f} s (at {dict(processed)})")
-        sleep(0.2)
+    processed = standby_processed()
+    if (past := _passed(processed, fence)):  # never expected: a standby never passes the active's output
+        return False, (f"no failover to {standby.value}: it processed past what {dead.value} emitted {past}; "
+                       "its state holds input nobody emitted")
+    plane.update(app, failover_fence(fence, epoch, int((time.time() + 180) * 1000)))
     plane.update(app, cut_over(standby, epoch))
-    return True, f"active {dead.value} died: failed over to {standby.value} at {fence} (epoch {epoch + 1})"
+    short = sum(f - processed.get(p, 0) for p, f in fence.items())
+    return True, (f"active {dead.value} died: failed over to {standby.value} at {fence} (epoch {epoch + 1}; "
+                  f"it was {short} records short of it)")

@@ -5,16 +5,17 @@ throughput benchmark's measured window (same app, load generator and verifier: b
     .venv/bin/python bench/handoff.py --kind failover    # -> bench/results/handoff_failover.json/.png
     .venv/bin/python bench/handoff.py --kind rolling_upgrade  # -> bench/results/handoff_rolling_upgrade.json/.png
 
-cutover: fence F ~2 s of input ahead, both slots stop at exactly F, one write makes green the writer
+cutover: fence F ~2 s of input ahead, blue stops at exactly F, one write makes green the writer
 (epoch + 1) and lifts the fence (the baton_cutover DAG's steps, run here directly).
 failover: SIGKILL of blue's whole process group; its death is noticed by polling the process (0.2 s,
 what a dedicated failover sensor would do; the every-minute health DAG adds up to its interval), then
-baton.handoff.fail_over: fence at blue's last emitted position, green reaches it, green is active.
+baton.handoff.fail_over: fence at blue's last emitted position, green is active at once and reaches it
+before it emits.
 Blue is not restarted here (the health DAG does that), so green runs alone afterwards.
 rolling_upgrade: v1 -> v2 of the click-count app (same state), the baton_rolling_upgrade DAG's steps
 run here directly: preflight replay of green's last batch with v2, green stopped and started on v2
 (restore check: it restored the digest it left), warm-up (within 5 s of input), state digests agree
-at a position P both end a batch at and read on from (the output flows meanwhile), fence, both at F,
+at a position P both end a batch at and read on from (the output flows meanwhile), fence, blue at F,
 cutover, 10 s settle, then blue upgraded the same way.
 
 Reported besides the throughput figures: lost / duplicated / wrong over the whole run, p50/p99/p99.99
@@ -96,12 +97,12 @@ def cutover(b, app, procs, watch, rate: float, ahead_s: float) -> list[tuple[flo
 
     def at_fence() -> bool:
         check: Check = fence_reached(read_last_marker(b.bootstrap, app.commits_topic, app.name),
-                                     watch.of(Slot.GREEN), fence, rec.epoch)
+                                     watch.of(Slot.GREEN), fence, rec.epoch, standby_may_trail=True)
         if check.failed:
             raise RuntimeError(check.message)
         return check.met
     try:
-        wait("both slots at the fence", at_fence, 120)
+        wait("blue at the fence, green on its way", at_fence, 120)
     except (TimeoutError, RuntimeError) as exc:
         # What the DAG's abort step does: lift the fence, the active goes on as it was.
         plane.update(app.name, without_fence(rec.epoch))
@@ -112,7 +113,7 @@ def cutover(b, app, procs, watch, rate: float, ahead_s: float) -> list[tuple[flo
                         f"{last.processed if last else None} (batch {last.batch_id if last else None})")
         err.marks = marks
         raise err from None
-    marks.append((time.time(), "both at F"))
+    marks.append((time.time(), "blue at F"))
     plane.update(app.name, cut_over(Slot.GREEN, rec.epoch))
     marks.append((time.time(), "cutover"))
     log(f"cutover at {fence}: " + ", ".join(f"{label} +{t - marks[0][0]:.2f}s" for t, label in marks))

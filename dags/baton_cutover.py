@@ -1,9 +1,10 @@
 """Hand the active role to the hot standby at an exact offset fence, without stopping the output.
 
 REST: POST /api/v2/dags/baton_cutover/dagRuns {"conf": {"app": "click_counts"}}. Steps: fence (F a few
-seconds ahead of the input) -> both slots at exactly F -> one write: epoch + 1, the standby is active,
-the fence lifted. A failed gate lifts the fence and leaves the active as it was (abort); every step is
-safe to retry (baton.handoff).
+seconds ahead of the input) -> the active at exactly F, the standby live and not past it (at F too for
+a corrected-output cutover) -> one write: epoch + 1, the standby is active (it reaches F, then emits
+from there), the fence lifted. A failed gate lifts the fence and leaves the active as it was (abort);
+every step is safe to retry (baton.handoff).
 """
 
 from datetime import datetime, timedelta
@@ -27,7 +28,7 @@ with DAG(
         "ahead_s": Param(2.0, type="number", minimum=0, maximum=60,
                          description="fence this many seconds of input ahead of the end"),
         "fence_timeout_s": Param(120, type="integer", minimum=5, maximum=3600,
-                                 description="how long both slots may take to reach the fence"),
+                                 description="how long the slots may take to reach the fence"),
         "correct": Param(False, type="boolean",
                          description="the new active publishes its whole state as output on taking over: the "
                                      "way back after a reprocess (downstream gets the previous generation's values)"),
@@ -36,7 +37,8 @@ with DAG(
 ):
     fence = FenceOperator(task_id="fence", app="{{ params.app }}", ahead_s="{{ params.ahead_s }}",
                           hold_s="{{ 3 * (params.fence_timeout_s + 10) + 120 }}")
-    reached = FenceReachedSensor(task_id="both_at_fence", app="{{ params.app }}", plan=fence.output,
+    reached = FenceReachedSensor(task_id="at_fence", app="{{ params.app }}", plan=fence.output,
+                                 standby_may_trail="{{ not params.correct }}",
                                  wait_timeout_s="{{ params.fence_timeout_s }}")
     cutover = CutoverOperator(task_id="cutover", app="{{ params.app }}", plan=fence.output,
                               correct="{{ params.correct }}",

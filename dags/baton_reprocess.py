@@ -6,7 +6,7 @@ REST (typically from a backfill job): POST /api/v2/dags/baton_reprocess/dagRuns
     end: "handover" (default) | "standby": stop once the new generation has caught up and passed its
          checks, hot in the standby slot, the previous generation still live (finish_staged says what next)
 
-    validate ─▶ new_generation ─▶ caught_up ─▶ invariants ─▶ handover ─▶ fence ─▶ both_at_fence ─▶ cutover
+    validate ─▶ new_generation ─▶ caught_up ─▶ invariants ─▶ handover ─▶ fence ─▶ at_fence ─▶ cutover
       (corrected output) ─▶ settle ─▶ finish
     end=standby: handover skips the rest; invariants ─▶ finish_staged
     a failed step before the cutover ─▶ abort (standby back on its generation, the active untouched)
@@ -80,7 +80,8 @@ with DAG(
     finish_staged = FinishStagedOperator(task_id="finish_staged", app=app, plan=PLAN)
     fence = FenceOperator(task_id="fence", app=app, ahead_s="{{ params.ahead_s }}",
                           hold_s="{{ 3 * (params.fence_timeout_s + 10) + 120 }}")
-    reached = FenceReachedSensor(task_id="both_at_fence", app=app, plan=fence.output,
+    # The new generation publishes its state at F on taking over: it must stand there first.
+    reached = FenceReachedSensor(task_id="at_fence", app=app, plan=fence.output, standby_may_trail=False,
                                  wait_timeout_s="{{ params.fence_timeout_s }}")
     cutover = CutoverOperator(task_id="cutover", app=app, plan=fence.output, correct=True,
                               execution_timeout=timedelta(minutes=2))

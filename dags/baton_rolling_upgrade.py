@@ -6,7 +6,7 @@ stays hot until the new one has settled.
 REST: POST /api/v2/dags/baton_rolling_upgrade/dagRuns {"conf": {"app": "click_counts", "version": "v2"}}.
 
     preflight ─▶ upgrade_standby ─▶ restore_check ─▶ warm_up ─▶ check_position ─▶ state_check ─▶ fence
-      ─▶ both_at_fence ─▶ cutover ─▶ settle ─▶ upgrade_old_active ─▶ restore_check_old ─▶ warm_up_old
+      ─▶ at_fence ─▶ cutover ─▶ settle ─▶ upgrade_old_active ─▶ restore_check_old ─▶ warm_up_old
     any gate up to the cutover fails ─▶ abort (fence lifted, the active untouched, the reason reported)
     settle fails ─▶ rollback (the role flips back to the old version, still hot, at a fence)
 
@@ -74,7 +74,7 @@ with DAG(
     fence = FenceOperator(task_id="fence", app=app, ahead_s="{{ params.ahead_s }}",
                           # past this the health DAG lifts the fence: the run died
                           hold_s="{{ 3 * (params.fence_timeout_s + 10) + 3 * 190 + 120 }}")
-    reached = FenceReachedSensor(task_id="both_at_fence", app=app, plan=fence.output,
+    reached = FenceReachedSensor(task_id="at_fence", app=app, plan=fence.output,
                                  wait_timeout_s="{{ params.fence_timeout_s }}")
     cutover = CutoverOperator(task_id="cutover", app=app, plan=fence.output, execution_timeout=timedelta(minutes=2))
     settle = SettleSensor(task_id="settle", app=app, cutover=cutover.output, settle_s="{{ params.settle_s }}",

@@ -7,6 +7,11 @@ The cap decides how far this slot's source may read in its next batch:
   and never beyond F; once the active has emitted up to F the standby reaches F too.
 The cap file is replaced atomically, so the source never reads half a file.
 
+Reaching F first: a slot handed the active role before it stood at the handoff's fence F (the
+cutover does not wait for it, baton.handoff) reads up to exactly F before anything else: a batch ends
+there, its output (emitted by the previous active already) is skipped by the sink, and the first
+batch it emits starts at F.
+
 First batch as the active: a slot that takes the active role (a cutover, a failover, a restart of
 the active) reads at most what the previous active's last batch held, per partition, in its first
 batch as the active. Everything that arrived since the fence waits for it, and one batch of that
@@ -30,6 +35,7 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
+from baton.handoff import taken_over_at
 from baton.kafka.control_log import apply_records, decode_for_app
 from baton.records import CommitMarker, ControlRecord, Positions, RecordError, Role, Slot, covers
 from baton.settings import CONTROL_TOPIC
@@ -61,6 +67,9 @@ def compute_cap(control: ControlRecord | None, slot: Slot, marker: CommitMarker 
         emitted = marker.emitted if marker is not None else {}
         if check is not None and not covers(emitted, check):
             cap = _lower(cap, check)
+        reach = taken_over_at(control, slot)
+        if reach is not None and processed is not None and not covers(processed, reach):
+            return _lower(cap, reach)
         if first_batch is not None and processed is not None:
             cap = _lower(cap, {p: processed.get(p, 0) + max(first_batch.get(p, 0), FIRST_BATCH_FLOOR)
                                for p in range(partitions)})
@@ -202,8 +211,9 @@ class Follower:
 
     def note_processed(self, position: Positions, emitted_epoch: int | None = None) -> None:
         """This slot's batch ended at `position` (and was emitted at `emitted_epoch`, if it holds the
-        active role). The batch that passes a check position, and the first batch as the active,
-        lift their caps: the cap is rewritten then only, not after every batch."""
+        active role and wrote output). The batch that passes a check position, the one that reaches
+        the fence this slot took over at, and the first batch as the active lift their caps: the cap
+        is rewritten then only, not after every batch."""
         with self._lock:
             before, self.processed = self.processed or {}, dict(position)
             was_first = self._first_batch_as_active() is not None
@@ -212,6 +222,8 @@ class Follower:
             check = self.control.check_at if self.control is not None else None
             lift = check is not None and covers(position, check) and not covers(before, check)
             lift = lift or (was_first and self._first_batch_as_active() is None)
+            reach = taken_over_at(self.control, self.slot)
+            lift = lift or (reach is not None and covers(position, reach) and not covers(before, reach))
         if lift:
             self._publish_cap()
 

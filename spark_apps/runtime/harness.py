@@ -198,7 +198,10 @@ class Harness:
                 self.emitter.release()
             purge(self.paths.spool, end or {})
             if end:
-                self.follower.note_processed(end, emitted_epoch=control.epoch if active else None)
+                # A skipped batch (output emitted before: a replay, or a new active reaching its
+                # handoff's fence) is not this slot's first batch as the active.
+                wrote = active and not res.skipped
+                self.follower.note_processed(end, emitted_epoch=control.epoch if wrote else None)
 
     def split(self, table, start, end) -> tuple[list, list]:
         """The batch's output (key, value) pairs and dead letters (key, value, headers)."""

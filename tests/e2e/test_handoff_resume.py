@@ -133,10 +133,10 @@ def test_a_cutover_whose_tasks_are_killed_mid_step_converges_exactly_once(stack)
 
         # 2. The gate, stopped as soon as its runner is found and killed once Airflow has the try running (before
         #    it could defer): its retry must find both slots still held at the fence.
-        proc, _ = task_runner(client, run_id, "both_at_fence")
+        proc, _ = task_runner(client, run_id, "at_fence")
         proc.send_signal(signal.SIGSTOP)
         gate = wait_for("the gate to be running",
-                        lambda: (ti := task_instance(client, run_id, "both_at_fence"))["state"] == "running" and ti,
+                        lambda: (ti := task_instance(client, run_id, "at_fence"))["state"] == "running" and ti,
                         60, every_s=0.1)
         assert gate["pid"] == proc.pid  # the pid Airflow recorded for the try is the process found
         proc.send_signal(signal.SIGKILL)
@@ -157,8 +157,8 @@ def test_a_cutover_whose_tasks_are_killed_mid_step_converges_exactly_once(stack)
 
     tis = {t["task_id"]: t for t in client.task_instances(DAG, run_id)}
     # Each killed task was retried once (a try number of 1 would mean the kill came after it reported).
-    assert {t: (tis[t]["state"], tis[t]["try_number"]) for t in ("fence", "both_at_fence", "cutover")} == {
-        "fence": ("success", 2), "both_at_fence": ("success", 2), "cutover": ("success", 2)}, tis
+    assert {t: (tis[t]["state"], tis[t]["try_number"]) for t in ("fence", "at_fence", "cutover")} == {
+        "fence": ("success", 2), "at_fence": ("success", 2), "cutover": ("success", 2)}, tis
     assert tis["abort"]["state"] == "skipped"
     # The retried fence reused the fence it had set: the plan the cutover used is that fence.
     plan = client.xcom(DAG, run_id, "fence")

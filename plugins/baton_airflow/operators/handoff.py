@@ -111,7 +111,7 @@ def plan_of(handoff: Handoff) -> dict[str, Any]:
 
 class CutoverOperator(_HandoffOperator):
     """One write: the standby is active at epoch + 1 and the fence is lifted (baton.handoff explains why
-    one step is safe once both slots stand at F). `plan` is the FenceOperator's XCom. `correct`: the
+    one step is safe once the active stands at F). `plan` is the FenceOperator's XCom. `correct`: the
     new active publishes its whole state as output on taking over (a reprocess, or the way back)."""
 
     template_fields = ("app", "plan", "correct")
@@ -126,14 +126,18 @@ class CutoverOperator(_HandoffOperator):
         plane = control.plane()
         epoch, to = int(self.plan["epoch"]), Slot(self.plan["to"])
         rec = plane.current(app.name)
-        if not (rec.active is to and rec.epoch == epoch + 1):  # not done yet: both must stand at F now
+        correct = self.correct in (True, "True", "true")
+        if not (rec.active is to and rec.epoch == epoch + 1):  # not done yet: the active must stand at F now
             fence = {int(p): int(o) for p, o in self.plan["fence"].items()}
-            check = fence_reached(control.last_commit(app), control.status(app.name, to, last_n=500), fence, epoch)
+            # A correction publishes the new active's state at F: it must stand there; otherwise the
+            # standby may still be on its way (it reaches F before it emits: baton.handoff).
+            check = fence_reached(control.last_commit(app), control.status(app.name, to, last_n=500), fence, epoch,
+                                  standby_may_trail=not correct)
             if not check.met:
                 raise AirflowFailException(f"{app.name}: not cutting over: "
                                            f"{check.message or f'both slots are not at the fence {fence}'}")
         try:
-            rec = plane.update(app.name, cut_over(to, epoch, correct=self.correct in (True, "True", "true")))
+            rec = plane.update(app.name, cut_over(to, epoch, correct=correct))
         except HandoffError as exc:
             raise AirflowFailException(str(exc)) from None
         self.log.info("%s: %s is active at epoch %s and emits from %s", app.name, to.value, rec.epoch,

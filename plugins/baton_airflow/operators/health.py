@@ -167,7 +167,7 @@ class HealthCheckOperator(BaseOperator):
                 and health.verdict in (Verdict.HEALTHY, Verdict.DEGRADED))
 
     def fail_over(self, app: AppDefinition, dead: Slot, record: ControlRecord, control: BatonControlHook,
-                  spark: BatonSparkHook, reach_timeout_s: float = 60.0) -> str:
+                  spark: BatonSparkHook) -> str:
         """The active is dead: hand over to the standby at what the dead one emitted (baton.handoff);
         the dead slot is then restarted as the standby by the usual rule."""
         spark.stop(app.name, dead, grace_s=10)  # whatever is left of it; Kafka fences a late write anyway
@@ -179,8 +179,7 @@ class HealthCheckOperator(BaseOperator):
             return done[-1].processed if done else {}
 
         ok, message = fail_over(control.plane(), app.name, app.input.partitions, dead, record.epoch,
-                                dict(marker.emitted) if marker is not None else {}, standby_processed,
-                                reach_timeout_s)
+                                dict(marker.emitted) if marker is not None else {}, standby_processed)
         return message if ok else f"{message}; restarting {dead.value} instead"
 
     def act_on(self, app: AppDefinition, slot: Slot, health: SlotHealth, record: ControlRecord,

@@ -240,7 +240,8 @@ class RollbackOperator(AppOperator):
                       by: str) -> None:
         deadline = time.monotonic() + float(self.fence_timeout_s)
         while True:
-            check = fence_reached(control.last_commit(app), control.status(app.name, standby, last_n=500), fence, epoch)
+            check = fence_reached(control.last_commit(app), control.status(app.name, standby, last_n=500), fence, epoch,
+                                  standby_may_trail=not self.correct)
             if check.met:
                 return
             if check.failed or time.monotonic() > deadline:

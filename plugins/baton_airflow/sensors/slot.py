@@ -96,24 +96,27 @@ class LagWithinSensor(_SlotSensor):
 
 
 class FenceReachedSensor(_SlotSensor):
-    """Both slots stand at exactly the fence: the active's commit marker and the standby's (`slot`)
-    processed position. Fails at once if either went past it. `plan` is the FenceOperator's XCom
-    (its `to` is the standby); the slot argument is taken from it."""
+    """The cutover may be written: the active's commit marker stands at exactly the fence and the
+    standby (`slot`) is live and on its way (`standby_may_trail`, baton.handoff.fence_reached) or, for
+    a corrected-output cutover, at exactly the fence too. Fails at once if either went past it.
+    `plan` is the FenceOperator's XCom (its `to` is the standby); the slot argument is taken from it."""
 
-    template_fields = ("app", "plan", "wait_timeout_s")
+    template_fields = ("app", "plan", "wait_timeout_s", "standby_may_trail")
 
-    def __init__(self, *, plan: Any, **kwargs: Any):
+    def __init__(self, *, plan: Any, standby_may_trail: bool | str = True, **kwargs: Any):
         kwargs.setdefault("slot", "")
         super().__init__(**kwargs)
-        self.plan = plan
+        self.plan, self.standby_may_trail = plan, standby_may_trail
 
     def execute(self, context: Any) -> None:
         self.slot, self.wait_timeout_s = self.plan["to"], float(self.wait_timeout_s)
         super().execute(context)
 
     def trigger_args(self, context: Any) -> dict[str, Any]:
+        # Polled often: the output has stopped once the active stands at F, until the cutover.
         return dict(condition="fence", target={str(p): int(o) for p, o in self.plan["fence"].items()},
-                    epoch=int(self.plan["epoch"]))
+                    epoch=int(self.plan["epoch"]), trail=self.standby_may_trail in (True, "True", "true"),
+                    poll_s=0.5)
 
 
 class SlotHealthySensor(_SlotSensor):

@@ -4,8 +4,8 @@ import pytest
 
 from baton.control_plane import ControlPlane
 from baton.handoff import (
-    FAILOVER, HandoffError, cut_over, failover_fence, fence_reached, finished, plan_fence, saw_epoch, stale_fence,
-    with_fence, without_fence,
+    FAILOVER, TRAILING_STANDBY_FRESH_MS, HandoffError, cut_over, failover_fence, fence_reached, finished, plan_fence,
+    saw_epoch, stale_fence, taken_over_at, with_fence, without_fence,
 )
 from baton.records import CommitMarker, Handoff, Role, Slot, SlotState, StatusRecord
 from tests.support.fakes import MemoryControlStore
@@ -24,8 +24,8 @@ def marker(emitted, epoch=1):
     return CommitMarker(app="app", generation=0, epoch=epoch, slot=Slot.BLUE, batch_id=7, emitted=emitted)
 
 
-def standby(processed, batch_id=3, epoch_seen=1, ts_ms=10):
-    return StatusRecord(app="app", slot=Slot.GREEN, state=SlotState.RUNNING, role=Role.STANDBY,
+def standby(processed, batch_id=3, epoch_seen=1, ts_ms=10, state=SlotState.RUNNING):
+    return StatusRecord(app="app", slot=Slot.GREEN, state=state, role=Role.STANDBY,
                         epoch_seen=epoch_seen, batch_id=batch_id, processed=processed, ts_ms=ts_ms)
 
 
@@ -75,6 +75,34 @@ def test_fence_reached_only_when_both_stand_exactly_at_it():
     assert not fence_reached(marker(F), [standby({0: 100, 1: 150})], F, 1).met
     check = fence_reached(marker(F), [standby({0: 90, 1: 90}), standby(F)], F, 1)
     assert check.met and not check.failed
+
+
+def test_a_trailing_standby_may_be_handed_the_role_once_the_active_stands_at_the_fence():
+    now = 1_000_000
+    short = [standby({0: 60, 1: 200}, ts_ms=now - 500)]
+    assert not fence_reached(marker(F), short, F, 1, now_ms=now).met  # by default both must stand at F
+    check = fence_reached(marker(F), short, F, 1, standby_may_trail=True, now_ms=now)
+    assert check.met and "40 records short" in check.message
+    # Never before the active stands at F, nor to a standby that is gone quiet, failed, or has no batch yet.
+    assert not fence_reached(marker({0: 90, 1: 200}), short, F, 1, standby_may_trail=True, now_ms=now).met
+    quiet = [standby({0: 60, 1: 200}, ts_ms=now - TRAILING_STANDBY_FRESH_MS - 1)]
+    assert not fence_reached(marker(F), quiet, F, 1, standby_may_trail=True, now_ms=now).met
+    failed = short + [standby({}, batch_id=-1, ts_ms=now, state=SlotState.FAILED)]
+    assert not fence_reached(marker(F), failed, F, 1, standby_may_trail=True, now_ms=now).met
+    assert not fence_reached(marker(F), [standby({}, batch_id=-1, ts_ms=now)], F, 1, standby_may_trail=True,
+                             now_ms=now).met
+    # A standby past F still fails the wait.
+    assert fence_reached(marker(F), [standby({0: 101, 1: 200}, ts_ms=now)], F, 1, standby_may_trail=True,
+                         now_ms=now).failed
+
+
+def test_the_fence_a_slot_took_over_at_holds_for_that_slot_at_that_epoch_only(plane):
+    plane.update("app", with_fence(F, epoch=1, by="run"))
+    assert taken_over_at(plane.current("app"), Slot.GREEN) is None  # not cut over yet
+    rec = plane.update("app", cut_over(Slot.GREEN, from_epoch=1))
+    assert taken_over_at(rec, Slot.GREEN) == F and taken_over_at(rec, Slot.BLUE) is None
+    rec = plane.update("app", with_fence({0: 300, 1: 300}, epoch=2, by="next"))
+    assert taken_over_at(rec, Slot.GREEN) is None  # the next handoff's
 
 
 def test_an_active_that_read_past_the_fence_aborts_the_handoff():

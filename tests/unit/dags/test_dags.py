@@ -52,8 +52,8 @@ def test_cutover_aborts_only_after_a_failed_gate(dagbag):
     dag = dagbag.dags["baton_cutover"]
     assert dag.max_active_runs == 1
     assert dag.get_task("abort").trigger_rule == "one_failed"
-    assert dag.get_task("abort").upstream_task_ids == {"fence", "both_at_fence"}  # fence: its XCom, the plan
-    assert dag.get_task("cutover").upstream_task_ids == {"fence", "both_at_fence"}
+    assert dag.get_task("abort").upstream_task_ids == {"fence", "at_fence"}  # fence: its XCom, the plan
+    assert dag.get_task("cutover").upstream_task_ids == {"fence", "at_fence"}
 
 
 @pytest.mark.parametrize("conf, field", [({"app": "nope"}, "app"), ({"app": "click_counts", "ahead_s": -1}, "ahead_s"),
@@ -69,7 +69,7 @@ def test_rolling_upgrade_gates_come_before_the_cutover_and_fail_into_abort_or_ro
     dag = dagbag.dags["baton_rolling_upgrade"]
     assert dag.max_active_runs == 1
     order = ["preflight", "upgrade_standby", "restore_check", "warm_up", "check_position", "state_check", "fence",
-             "both_at_fence", "cutover", "settle", "upgrade_old_active", "restore_check_old", "warm_up_old"]
+             "at_fence", "cutover", "settle", "upgrade_old_active", "restore_check_old", "warm_up_old"]
     for before, after in zip(order, order[1:]):
         assert before in dag.get_task(after).upstream_task_ids, (before, after)
     abort, rollback = dag.get_task("abort"), dag.get_task("rollback")
@@ -92,7 +92,7 @@ def test_rolling_upgrade_form_rejects_bad_conf_naming_the_field(dagbag, conf, fi
 def test_reprocess_gates_come_before_the_corrected_output_cutover(dagbag):
     dag = dagbag.dags["baton_reprocess"]
     assert dag.max_active_runs > 1  # a second request runs, and is refused by the app's lock with a reason
-    order = ["validate", "new_generation", "caught_up", "invariants", "handover", "fence", "both_at_fence", "cutover",
+    order = ["validate", "new_generation", "caught_up", "invariants", "handover", "fence", "at_fence", "cutover",
              "settle", "finish"]
     for before, after in zip(order, order[1:]):
         assert before in dag.get_task(after).upstream_task_ids, (before, after)

@@ -105,16 +105,31 @@ def test_failover_fences_at_what_the_dead_active_emitted_and_hands_over(monkeypa
     assert fences and all(f == {0: 40, 1: 50} for f in fences)  # fenced (and cut over) at exactly that
 
 
-def test_failover_is_abandoned_when_the_standby_does_not_reach_the_fence():
+def test_a_standby_short_of_the_fence_takes_over_at_once_and_reaches_it_first():
     control = running_app()
     control.records = [StatusRecord(app="crashy", slot=Slot.GREEN, state=SlotState.RUNNING, role=Role.STANDBY,
                                     epoch_seen=1, batch_id=4, processed={0: 10, 1: 50}, ts_ms=5)]
     spark = SimpleNamespace(stop=lambda app, slot, grace_s: None)
     app = SimpleNamespace(name="crashy", input=SimpleNamespace(partitions=2))
     message = HealthCheckOperator(task_id="check").fail_over(app, Slot.BLUE, control.plane().current("crashy"),
-                                                             control, spark, reach_timeout_s=0.2)
+                                                             control, spark)
     rec = control.plane().current("crashy")
-    assert (rec.active, rec.epoch, rec.fence) == (Slot.BLUE, 1, None) and "abandoned" in message
+    assert (rec.active, rec.epoch, rec.fence) == (Slot.GREEN, 2, None) and "30 records short" in message
+    # What the new active reads up to before it emits (spark_apps.runtime.follower): what blue emitted.
+    assert (rec.handoff.to, rec.handoff.fence) == (Slot.GREEN, {0: 40, 1: 50})
+
+
+def test_a_standby_past_what_the_dead_active_emitted_is_not_handed_the_role():
+    control = running_app()
+    control.records = [StatusRecord(app="crashy", slot=Slot.GREEN, state=SlotState.RUNNING, role=Role.STANDBY,
+                                    epoch_seen=1, batch_id=4, processed={0: 41, 1: 50}, ts_ms=5)]
+    spark = SimpleNamespace(stop=lambda app, slot, grace_s: None)
+    app = SimpleNamespace(name="crashy", input=SimpleNamespace(partitions=2))
+    message = HealthCheckOperator(task_id="check").fail_over(app, Slot.BLUE, control.plane().current("crashy"),
+                                                             control, spark)
+    rec = control.plane().current("crashy")
+    assert (rec.active, rec.epoch, rec.fence) == (Slot.BLUE, 1, None)
+    assert "processed past" in message and "restarting blue instead" in message
 
 
 def test_only_a_live_running_standby_can_take_over():

@@ -1,7 +1,11 @@
-"""A cutover under live load with both slots as real processes: fence ahead of the input, both stop at
-exactly F, one write hands the role to the standby (epoch + 1) and lifts the fence. The output read
-back (read-committed) equals ground truth: 0 lost, 0 duplicated, 0 wrong; and the markers show blue wrote up to F at epoch 1, green from F at epoch 2."""
+"""A cutover under live load with both slots as real processes: fence ahead of the input, the active
+stops at exactly F, and one write hands the role to the standby (epoch + 1) and lifts the fence while
+the standby is still short of F (held back on purpose): it reaches F as the new active, a batch ending
+exactly there, and emits from F. The output read back (read-committed) equals ground truth: 0 lost,
+0 duplicated, 0 wrong; and the markers show blue wrote up to F at epoch 1, green from F at epoch 2."""
 
+import os
+import signal
 import threading
 import time
 
@@ -10,7 +14,7 @@ import pytest
 from baton.control_plane import ControlPlane, KafkaControlStore
 from baton.handoff import cut_over, fence_reached, plan_fence, saw_epoch, with_fence
 from baton.kafka.tail import end_offsets
-from baton.records import CommitMarker, Slot
+from baton.records import CommitMarker, Slot, covers
 from baton.tools.verify import read_output, verify
 from spark_apps.runtime.kafka_sink import read_last_marker
 from tests.support.slots import (produce_clicks, read_status, read_topic, start_slot, stop_slot, wait_for,
@@ -59,19 +63,30 @@ def test_cutover_under_load_is_exactly_once_and_moves_the_writer(bootstrap, both
                            rate_per_s=2000, ahead_s=2, partitions=app.input.partitions)
         fenced = plane.update(app.name, with_fence(fence, epoch=1))
 
-        # 2. Both stop at exactly F (the load keeps going past it).
-        def at_fence():
-            check = fence_reached(read_last_marker(bootstrap, app.commits_topic, app.name),
-                                  read_status(bootstrap, app.name, "green"), fence, epoch=1)
-            assert not check.failed, check.message
-            return check.met
-        wait_for("both slots at the fence", at_fence, 120, procs)
-        time.sleep(2)  # a fenced active stays put although input keeps arriving
-        assert read_last_marker(bootstrap, app.commits_topic, app.name).emitted == fence
+        # 2. Blue stops at exactly F (the load keeps going past it). Green is held back meanwhile
+        #    (SIGSTOP), so it is still short of F when the role moves: the cutover does not wait for it.
+        os.killpg(green.pid, signal.SIGSTOP)
+        try:
+            def blue_at_fence():
+                check = fence_reached(read_last_marker(bootstrap, app.commits_topic, app.name),
+                                      read_status(bootstrap, app.name, "green"), fence, epoch=1,
+                                      standby_may_trail=True)
+                assert not check.failed, check.message
+                return check.met
+            wait_for("blue at the fence", blue_at_fence, 120, procs)
+            time.sleep(2)  # a fenced active stays put although input keeps arriving
+            assert read_last_marker(bootstrap, app.commits_topic, app.name).emitted == fence
+            short = [s for s in read_status(bootstrap, app.name, "green") if s.batch_id >= 0][-1].processed
+            assert not covers(short, fence), (short, fence)
 
-        # 3. Cut over: green active at epoch 2, fence lifted, in one write; blue follows as the standby.
-        cut = plane.update(app.name, cut_over(Slot.GREEN, from_epoch=1))
-        assert (cut.epoch, cut.active, cut.fence) == (2, Slot.GREEN, None) and cut.revision > fenced.revision
+            # 3. Cut over: green active at epoch 2, fence lifted, in one write; blue follows as the standby.
+            cut = plane.update(app.name, cut_over(Slot.GREEN, from_epoch=1))
+            assert (cut.epoch, cut.active, cut.fence) == (2, Slot.GREEN, None) and cut.revision > fenced.revision
+        finally:
+            os.killpg(green.pid, signal.SIGCONT)
+        # Green reaches F first, a batch ending exactly there (its output, blue's, is not written again).
+        wait_for("green at the fence", lambda: any(
+            s.processed == fence for s in read_status(bootstrap, app.name, "green") if s.batch_id >= 0), 120, procs)
         wait_for("blue to see epoch 2", lambda: saw_epoch(read_status(bootstrap, app.name, "blue"), 2, cut.ts_ms),
                  60, procs)
 

@@ -211,3 +211,43 @@ def test_a_slot_that_takes_the_active_role_caps_its_first_batch_then_reads_freel
         assert not (tmp_path / "cap.json").exists()
     finally:
         f._consumer.close()
+
+
+def handed_over(fence, epoch=2, active=Slot.GREEN):
+    """The record after a cutover to green at `fence` (the handoff kept, the fence lifted)."""
+    from baton.records import Handoff
+
+    return ControlRecord(app="a", revision=3, epoch=epoch, active=active,
+                         handoff=Handoff("run", 1, dict(fence), Slot.GREEN))
+
+
+def test_a_new_active_short_of_its_handoffs_fence_reads_up_to_exactly_it_first():
+    at_f = {0: 10_000, 1: 20_000}
+    short = {0: 9_000, 1: 20_000}
+    last = {0: 5_000, 1: 5_000}  # the previous active's last batch: the first-batch cap alone would pass F
+    assert compute_cap(handed_over(at_f), Slot.GREEN, marker(at_f), 2, processed=short, first_batch=last) == at_f
+    # Once there, its first batch as the active counts from F.
+    assert compute_cap(handed_over(at_f), Slot.GREEN, marker(at_f), 2, processed=at_f, first_batch=last) == {
+        0: 15_000, 1: 25_000}
+    # The handoff's fence binds only the slot it went to, at the epoch it made.
+    assert compute_cap(handed_over(at_f, epoch=3), Slot.GREEN, marker(at_f), 2, processed=short) is None
+    assert compute_cap(handed_over(at_f, active=Slot.BLUE), Slot.BLUE, marker(at_f), 2, processed=short) is None
+
+
+def test_reaching_the_handoffs_fence_lifts_that_cap(tmp_path):
+    clock = Clock()
+    f = follower(tmp_path, clock)
+    try:
+        at_f = {0: 150, 1: 2_100}
+        f._apply(Msg("commits", b"a", marker({0: 100, 1: 100}).to_bytes()))
+        f._apply(Msg("commits", b"a", marker(at_f).to_bytes()))  # the old active's last batch: 50 + 2000
+        f.note_processed({0: 120, 1: 900})                       # green trails F
+        f.control = handed_over(at_f)
+        f._publish_cap()                                         # the cutover record
+        assert cap_in(tmp_path) == at_f
+        f.note_processed(at_f)                                   # reached F: output skipped, not emitted
+        assert cap_in(tmp_path) == {0: 1_150, 1: 4_100}          # now its first batch as the active
+        f.note_processed({0: 1_150, 1: 4_100}, emitted_epoch=2)
+        assert not (tmp_path / "cap.json").exists()
+    finally:
+        f._consumer.close()
