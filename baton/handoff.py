@@ -6,8 +6,8 @@ resumable (a retried step finds its own write and goes on):
 1. fence: set F on the record at epoch E. F lies a little ahead of the input's end, so the active
    can still be running towards it when it sees the fence; from then on its source stops at exactly F.
 2. wait: the active has emitted exactly F (its commit marker) and the standby, which never passes
-   the active's emitted position, is on its way to F: live, not past F (`standby_may_trail`), or
-   standing at F (a corrected-output cutover, which publishes the new active's state at F). If the
+   the active's emitted position, is on its way to F: live, not past F and within a lag bound
+   (`trail_records`), or standing at F (a corrected-output cutover, which publishes the new active's state at F). If the
    active had read past F before it saw the fence (only possible if the fence took longer to reach it
    than the input took to arrive), the handoff is aborted: nothing has changed hands, the fence is lifted.
 3. cut over: one write makes the standby active at epoch E+1 and lifts the fence. Safe in one step
@@ -136,10 +136,11 @@ def _passed(position: Mapping[int, int], fence: Mapping[int, int]) -> dict[int, 
 
 
 def fence_reached(marker: CommitMarker | None, standby: Sequence[StatusRecord], fence: Positions,
-                  epoch: int, active_alive: bool = True, standby_may_trail: bool = False,
+                  epoch: int, active_alive: bool = True, trail_records: int = 0,
                   now_ms: int | None = None) -> Check:
     """The cutover may be written: the active's commit marker says emitted == F (at `epoch`) and the
-    standby's last status says processed == F, or, with `standby_may_trail`, that it is short of F but
+    standby's last status says processed == F, or that it is at most `trail_records` short of F (summed
+    over partitions: the warm-up bound, e.g. the app's max_lag_records; 0 = it must stand at F) and
     live (RUNNING, a status within TRAILING_STANDBY_FRESH_MS): it reaches F as the new active before
     reading on. Failed if either went past F."""
     emitted = dict(marker.emitted) if marker is not None else {}
@@ -156,11 +157,12 @@ def fence_reached(marker: CommitMarker | None, standby: Sequence[StatusRecord], 
     standby_at = all(processed.get(p, 0) == f for p, f in fence.items())
     if active_at and standby_at:
         return Check(met=True, message=f"both slots at the fence {dict(fence)}")
-    if active_at and standby_may_trail and last is not None:
+    if active_at and trail_records > 0 and last is not None:
         now = now_ms if now_ms is not None else int(time.time() * 1000)
         latest = standby[-1]
-        if latest.state is SlotState.RUNNING and now - latest.ts_ms <= TRAILING_STANDBY_FRESH_MS:
-            short = sum(f - processed.get(p, 0) for p, f in fence.items())
+        short = sum(f - processed.get(p, 0) for p, f in fence.items())
+        if (short <= trail_records and latest.state is SlotState.RUNNING
+                and now - latest.ts_ms <= TRAILING_STANDBY_FRESH_MS):
             return Check(met=True, message=f"the active stands at the fence {dict(fence)}; the standby, {short} "
                                            f"records short of it, reaches it before it emits")
     if not active_at and not active_alive:

@@ -97,7 +97,8 @@ def cutover(b, app, procs, watch, rate: float, ahead_s: float) -> list[tuple[flo
 
     def at_fence() -> bool:
         check: Check = fence_reached(read_last_marker(b.bootstrap, app.commits_topic, app.name),
-                                     watch.of(Slot.GREEN), fence, rec.epoch, standby_may_trail=True)
+                                     watch.of(Slot.GREEN), fence, rec.epoch,
+                                     trail_records=app.max_lag_records)
         if check.failed:
             raise RuntimeError(check.message)
         return check.met

@@ -130,9 +130,10 @@ class CutoverOperator(_HandoffOperator):
         if not (rec.active is to and rec.epoch == epoch + 1):  # not done yet: the active must stand at F now
             fence = {int(p): int(o) for p, o in self.plan["fence"].items()}
             # A correction publishes the new active's state at F: it must stand there; otherwise the
-            # standby may still be on its way (it reaches F before it emits: baton.handoff).
+            # standby may still be on its way, within the app's lag budget (it reaches F before it
+            # emits: baton.handoff).
             check = fence_reached(control.last_commit(app), control.status(app.name, to, last_n=500), fence, epoch,
-                                  standby_may_trail=not correct)
+                                  trail_records=0 if correct else app.max_lag_records)
             if not check.met:
                 raise AirflowFailException(f"{app.name}: not cutting over: "
                                            f"{check.message or f'both slots are not at the fence {fence}'}")

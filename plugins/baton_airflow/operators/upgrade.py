@@ -241,7 +241,7 @@ class RollbackOperator(AppOperator):
         deadline = time.monotonic() + float(self.fence_timeout_s)
         while True:
             check = fence_reached(control.last_commit(app), control.status(app.name, standby, last_n=500), fence, epoch,
-                                  standby_may_trail=not self.correct)
+                                  trail_records=0 if self.correct else app.max_lag_records)
             if check.met:
                 return
             if check.failed or time.monotonic() > deadline:

@@ -97,9 +97,10 @@ class LagWithinSensor(_SlotSensor):
 
 class FenceReachedSensor(_SlotSensor):
     """The cutover may be written: the active's commit marker stands at exactly the fence and the
-    standby (`slot`) is live and on its way (`standby_may_trail`, baton.handoff.fence_reached) or, for
-    a corrected-output cutover, at exactly the fence too. Fails at once if either went past it.
-    `plan` is the FenceOperator's XCom (its `to` is the standby); the slot argument is taken from it."""
+    standby (`slot`) is live and on its way, within the app's lag budget (`standby_may_trail`,
+    baton.handoff.fence_reached) or, for a corrected-output cutover, at exactly the fence too. Fails
+    at once if either went past it. `plan` is the FenceOperator's XCom (its `to` is the standby); the
+    slot argument is taken from it."""
 
     template_fields = ("app", "plan", "wait_timeout_s", "standby_may_trail")
 
@@ -113,9 +114,10 @@ class FenceReachedSensor(_SlotSensor):
         super().execute(context)
 
     def trigger_args(self, context: Any) -> dict[str, Any]:
+        trail = self.standby_may_trail in (True, "True", "true")
         # Polled often: the output has stopped once the active stands at F, until the cutover.
         return dict(condition="fence", target={str(p): int(o) for p, o in self.plan["fence"].items()},
-                    epoch=int(self.plan["epoch"]), trail=self.standby_may_trail in (True, "True", "true"),
+                    epoch=int(self.plan["epoch"]), trail_records=load_app(self.app).max_lag_records if trail else 0,
                     poll_s=0.5)
 
 

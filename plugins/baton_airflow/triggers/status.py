@@ -22,7 +22,7 @@ class SlotStatusTrigger(BaseTrigger):
                  partitions: int = 0, max_lag: int = 0, timeout_s: float = 600.0, poll_s: float = 2.0,
                  deadline_ts: float | None = None, epoch: int = 0, max_lag_s: float | None = None,
                  expected: dict[str, Any] | None = None, policy: str = "exact", settle_s: float = 0.0,
-                 max_batch_ms: int = 0, trail: bool = False):
+                 max_batch_ms: int = 0, trail_records: int = 0):
         super().__init__()
         if condition not in CONDITIONS:
             raise ValueError(f"condition {condition!r} is not one of {CONDITIONS}")
@@ -31,7 +31,7 @@ class SlotStatusTrigger(BaseTrigger):
         self.input_topic, self.partitions, self.max_lag = input_topic, partitions, max_lag
         self.timeout_s, self.poll_s = timeout_s, poll_s
         self.epoch = epoch  # "fence": the epoch the fence was set at; `slot` is the standby, `target` F
-        self.trail = trail  # "fence": the standby may still be short of F (baton.handoff.fence_reached)
+        self.trail_records = trail_records  # "fence": how far short of F the standby may be (fence_reached)
         self.max_lag_s = max_lag_s  # "lag": also bound the seconds of input behind
         self.expected = expected  # "restore": the StateDigest (JSON) the slot left at its stop
         self.policy = policy  # "states": baton.upgrade.Policy; `slot` is the standby, `target` the check position
@@ -46,7 +46,8 @@ class SlotStatusTrigger(BaseTrigger):
             since_ms=self.since_ms, pid=self.pid, target=self.target, input_topic=self.input_topic,
             partitions=self.partitions, max_lag=self.max_lag, timeout_s=self.timeout_s, poll_s=self.poll_s,
             deadline_ts=self.deadline_ts, epoch=self.epoch, max_lag_s=self.max_lag_s, expected=self.expected,
-            policy=self.policy, settle_s=self.settle_s, max_batch_ms=self.max_batch_ms, trail=self.trail))
+            policy=self.policy, settle_s=self.settle_s, max_batch_ms=self.max_batch_ms,
+            trail_records=self.trail_records))
 
     def check(self):
         """One blocking poll (runs in a thread): the condition's Check."""
@@ -66,7 +67,7 @@ class SlotStatusTrigger(BaseTrigger):
 
             marker = read_last_marker(self.bootstrap, load_app(self.app).commits_topic, self.app)
             return fence_reached(marker, history, {int(p): o for p, o in self.target.items()}, self.epoch,
-                                 standby_may_trail=self.trail)
+                                 trail_records=self.trail_records)
         if self.condition == "position":
             return conditions.position_reached(history, {int(p): o for p, o in self.target.items()}, self.since_ms)
         if self.condition in ("restore", "states", "settle"):

@@ -81,18 +81,19 @@ def test_a_trailing_standby_may_be_handed_the_role_once_the_active_stands_at_the
     now = 1_000_000
     short = [standby({0: 60, 1: 200}, ts_ms=now - 500)]
     assert not fence_reached(marker(F), short, F, 1, now_ms=now).met  # by default both must stand at F
-    check = fence_reached(marker(F), short, F, 1, standby_may_trail=True, now_ms=now)
+    check = fence_reached(marker(F), short, F, 1, trail_records=1000, now_ms=now)
     assert check.met and "40 records short" in check.message
+    assert not fence_reached(marker(F), short, F, 1, trail_records=39, now_ms=now).met  # beyond the lag bound
     # Never before the active stands at F, nor to a standby that is gone quiet, failed, or has no batch yet.
-    assert not fence_reached(marker({0: 90, 1: 200}), short, F, 1, standby_may_trail=True, now_ms=now).met
+    assert not fence_reached(marker({0: 90, 1: 200}), short, F, 1, trail_records=1000, now_ms=now).met
     quiet = [standby({0: 60, 1: 200}, ts_ms=now - TRAILING_STANDBY_FRESH_MS - 1)]
-    assert not fence_reached(marker(F), quiet, F, 1, standby_may_trail=True, now_ms=now).met
+    assert not fence_reached(marker(F), quiet, F, 1, trail_records=1000, now_ms=now).met
     failed = short + [standby({}, batch_id=-1, ts_ms=now, state=SlotState.FAILED)]
-    assert not fence_reached(marker(F), failed, F, 1, standby_may_trail=True, now_ms=now).met
-    assert not fence_reached(marker(F), [standby({}, batch_id=-1, ts_ms=now)], F, 1, standby_may_trail=True,
+    assert not fence_reached(marker(F), failed, F, 1, trail_records=1000, now_ms=now).met
+    assert not fence_reached(marker(F), [standby({}, batch_id=-1, ts_ms=now)], F, 1, trail_records=1000,
                              now_ms=now).met
     # A standby past F still fails the wait.
-    assert fence_reached(marker(F), [standby({0: 101, 1: 200}, ts_ms=now)], F, 1, standby_may_trail=True,
+    assert fence_reached(marker(F), [standby({0: 101, 1: 200}, ts_ms=now)], F, 1, trail_records=1000,
                          now_ms=now).failed
 
 

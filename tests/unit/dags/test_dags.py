@@ -139,3 +139,18 @@ def test_every_jinja_argument_is_a_template_field(dagbag):
                    for name, value in vars(task).items()
                    if isinstance(value, str) and "{{" in value and name not in task.template_fields]
     assert untemplated == []
+
+
+def test_the_fence_gate_lets_the_standby_trail_except_for_a_corrected_output_cutover(dagbag):
+    from baton.apps import load_app
+
+    plan = {"fence": {"0": 10}, "epoch": 1, "to": "green", "from": "blue"}
+    budget = load_app("click_counts").max_lag_records
+    upgrade = dagbag.dags["baton_rolling_upgrade"].get_task("at_fence")
+    reprocess = dagbag.dags["baton_reprocess"].get_task("at_fence")
+    for task, trail in ((upgrade, budget), (reprocess, 0)):
+        task.app, task.plan = "click_counts", plan
+        args = task.trigger_args({})
+        assert (args["condition"], args["trail_records"], args["target"]) == ("fence", trail, {"0": 10})
+    cutover = dagbag.dags["baton_cutover"].get_task("at_fence")
+    assert cutover.standby_may_trail == "{{ not params.correct }}"  # rendered per run: False when correcting

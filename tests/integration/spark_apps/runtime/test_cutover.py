@@ -70,7 +70,7 @@ def test_cutover_under_load_is_exactly_once_and_moves_the_writer(bootstrap, both
             def blue_at_fence():
                 check = fence_reached(read_last_marker(bootstrap, app.commits_topic, app.name),
                                       read_status(bootstrap, app.name, "green"), fence, epoch=1,
-                                      standby_may_trail=True)
+                                      trail_records=app.max_lag_records)
                 assert not check.failed, check.message
                 return check.met
             wait_for("blue at the fence", blue_at_fence, 120, procs)
