@@ -7,9 +7,10 @@ resumable (a retried step finds its own write and goes on):
    can still be running towards it when it sees the fence; from then on its source stops at exactly F.
 2. wait: the active has emitted exactly F (its commit marker) and the standby, which never passes
    the active's emitted position, is on its way to F: live, not past F and within a lag bound
-   (`trail_records`), or standing at F (a corrected-output cutover, which publishes the new active's state at F). If the
-   active had read past F before it saw the fence (only possible if the fence took longer to reach it
-   than the input took to arrive), the handoff is aborted: nothing has changed hands, the fence is lifted.
+   (`trail_records`), or standing at F (a corrected-output cutover, which publishes the new active's
+   state at F). If the active had read past F before it saw the fence (only possible if the fence took
+   longer to reach it than the input took to arrive), the handoff is aborted: nothing has changed
+   hands, the fence is lifted.
 3. cut over: one write makes the standby active at epoch E+1 and lifts the fence. Safe in one step
    because the old active verifiably stands at F: capped at F until it applies the new record and at
    the new writer's output after, it can never read past F as a writer; a late write of it would be

@@ -11,6 +11,7 @@ import os
 import secrets
 import signal
 import sys
+import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -100,15 +101,22 @@ class Airflow:
 
     def health(self) -> dict:
         try:
-            with urllib.request.urlopen(f"{self.url}/api/v2/monitor/health", timeout=2) as resp:
+            with urllib.request.urlopen(f"{self.url}/api/v2/monitor/health", timeout=5) as resp:
                 return json.loads(resp.read())
         except (urllib.error.URLError, OSError, ValueError):
             return {}
 
-    def healthy(self) -> bool:
-        h = self.health()
+    def healthy(self, attempts: int = 1, every_s: float = 1.0) -> bool:
+        """Every component reports healthy; `attempts` probes, `every_s` apart, before saying no (a
+        status report should not call a platform down for one slow answer of a busy API server)."""
         parts = ("metadatabase", "scheduler", "triggerer", "dag_processor")
-        return bool(h) and all(h.get(p, {}).get("status") == "healthy" for p in parts)
+        for i in range(attempts):
+            h = self.health()
+            if h and all(h.get(p, {}).get("status") == "healthy" for p in parts):
+                return True
+            if i + 1 < attempts:
+                time.sleep(every_s)
+        return False
 
     def running(self) -> bool:
         return self.proc.pid() is not None

@@ -76,7 +76,7 @@ class Platform:
             lines.append("broker:  stopped")
         a = self.airflow
         if a.running():
-            lines.append(f"airflow: running (pid {a.proc.pid()}), UI {a.url}, healthy={a.healthy()}")
+            lines.append(f"airflow: running (pid {a.proc.pid()}), UI {a.url}, healthy={a.healthy(attempts=5)}")
             lines.append(f"         login: {ADMIN_USER} / {a.password()}  (password kept in {a.password_file})")
         else:
             lines.append("airflow: stopped")

@@ -114,7 +114,12 @@ except Exception:
 spark.dataSource.register(Numbers)
 print("read:", [r.n for r in spark.read.format("numbers").load().collect()])
 # Spark's lookup of installed Python data sources runs in a daemon that lives as long as the JVM.
-lookups = [p for p in psutil.Process().children(recursive=True) if "lookup_data_sources" in " ".join(p.cmdline())]
+def cmdline(p):
+    try:  # a worker that has just exited (a zombie until reaped) or gone has no command line
+        return " ".join(p.cmdline())
+    except (psutil.ZombieProcess, psutil.NoSuchProcess, psutil.AccessDenied):
+        return ""
+lookups = [p for p in psutil.Process().children(recursive=True) if "lookup_data_sources" in cmdline(p)]
 print("lookup processes:", len(lookups))
 spark.stop()
 """
