@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Callable, Mapping, Sequence
+from typing import Mapping, Sequence
 
 from baton.conditions import Check, WAIT
 from baton.records import CommitMarker, ControlRecord, Handoff, Positions, Slot, SlotState, StatusRecord
@@ -136,6 +136,11 @@ def _passed(position: Mapping[int, int], fence: Mapping[int, int]) -> dict[int, 
     return {p: (position.get(p, 0), f) for p, f in fence.items() if position.get(p, 0) > f}
 
 
+def _last_batch(history: Sequence[StatusRecord]) -> StatusRecord | None:
+    """The slot's newest status record of a completed batch."""
+    return next((r for r in reversed(history) if r.batch_id >= 0), None)
+
+
 def fence_reached(marker: CommitMarker | None, standby: Sequence[StatusRecord], fence: Positions,
                   epoch: int, active_alive: bool = True, trail_records: int = 0,
                   now_ms: int | None = None) -> Check:
@@ -150,7 +155,7 @@ def fence_reached(marker: CommitMarker | None, standby: Sequence[StatusRecord], 
     if (past := _passed(emitted, fence)):
         return Check(failed=True, message=f"the active emitted past the fence before it saw it "
                                           f"(partition: (emitted, fence) {past}); handoff aborted, nothing moved")
-    last = next((r for r in reversed(standby) if r.batch_id >= 0), None)
+    last = _last_batch(standby)
     processed = dict(last.processed) if last is not None else {}
     if (past := _passed(processed, fence)):
         return Check(failed=True, message=f"the standby processed past the fence {past}: it did not follow")
@@ -186,20 +191,21 @@ def saw_epoch(history: Sequence[StatusRecord], epoch: int, since_ms: int = 0) ->
 
 
 def fail_over(plane, app: str, partitions: int, dead: Slot, epoch: int, emitted: Mapping[int, int],
-              standby_processed: Callable[[], Mapping[int, int]]) -> tuple[bool, str]:
+              standby: Sequence[StatusRecord]) -> tuple[bool, str]:
     """The active `dead` is gone: fence at what it emitted (it cannot pass that any more) and cut over
     to the standby at once: capped at that fence already, it reaches it as the new active and emits
     from there (taken_over_at). (done, what happened). The caller makes sure the dead slot's process
     is gone first. Each step is a compare-and-set a rerun recognises. `plane` is a
     baton.control_plane.ControlPlane."""
-    standby = other(dead)
+    to = other(dead)
     fence = {p: emitted.get(p, 0) for p in range(partitions)}
-    processed = standby_processed()
+    last = _last_batch(standby)
+    processed = dict(last.processed) if last is not None else {}
     if (past := _passed(processed, fence)):  # never expected: a standby never passes the active's output
-        return False, (f"no failover to {standby.value}: it processed past what {dead.value} emitted {past}; "
+        return False, (f"no failover to {to.value}: it processed past what {dead.value} emitted {past}; "
                        "its state holds input nobody emitted")
     plane.update(app, failover_fence(fence, epoch, int((time.time() + 180) * 1000)))
-    plane.update(app, cut_over(standby, epoch))
+    plane.update(app, cut_over(to, epoch))
     short = sum(f - processed.get(p, 0) for p, f in fence.items())
-    return True, (f"active {dead.value} died: failed over to {standby.value} at {fence} (epoch {epoch + 1}; "
+    return True, (f"active {dead.value} died: failed over to {to.value} at {fence} (epoch {epoch + 1}; "
                   f"it was {short} records short of it)")

@@ -131,12 +131,8 @@ def failover(b, app, procs, watch) -> list[tuple[float, str]]:
     marks.append((time.time(), "death seen"))
     marker = read_last_marker(b.bootstrap, app.commits_topic, app.name)
 
-    def green_processed():
-        done = [r for r in watch.of(Slot.GREEN) if r.batch_id >= 0]
-        return done[-1].processed if done else {}
-
     ok, message = fail_over(plane, app.name, app.input.partitions, Slot.BLUE, rec.epoch,
-                            dict(marker.emitted) if marker else {}, green_processed)
+                            dict(marker.emitted) if marker else {}, watch.of(Slot.GREEN))
     if not ok:
         raise RuntimeError(message)
     marks.append((time.time(), "green active"))

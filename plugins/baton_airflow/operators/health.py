@@ -173,13 +173,9 @@ class HealthCheckOperator(BaseOperator):
         spark.stop(app.name, dead, grace_s=10)  # whatever is left of it; Kafka fences a late write anyway
         marker = control.last_commit(app)
         standby = other(dead)
-
-        def standby_processed() -> dict[int, int]:
-            done = [s for s in control.status(app.name, standby, last_n=500) if s.batch_id >= 0]
-            return done[-1].processed if done else {}
-
         ok, message = fail_over(control.plane(), app.name, app.input.partitions, dead, record.epoch,
-                                dict(marker.emitted) if marker is not None else {}, standby_processed)
+                                dict(marker.emitted) if marker is not None else {},
+                                control.status(app.name, standby, last_n=500))
         return message if ok else f"{message}; restarting {dead.value} instead"
 
     def act_on(self, app: AppDefinition, slot: Slot, health: SlotHealth, record: ControlRecord,

@@ -89,15 +89,22 @@ def running_app():
     return control
 
 
-def test_failover_fences_at_what_the_dead_active_emitted_and_hands_over(monkeypatch):
+def fail_over_with_green_at(processed):
+    """Blue (emitted {0: 40, 1: 50}) is dead, green's last batch ended at `processed`: the health
+    operator's failover. (control, message, slots stopped)"""
     control = running_app()
     control.records = [StatusRecord(app="crashy", slot=Slot.GREEN, state=SlotState.RUNNING, role=Role.STANDBY,
-                                    epoch_seen=1, batch_id=4, processed={0: 40, 1: 50}, ts_ms=5)]
+                                    epoch_seen=1, batch_id=4, processed=processed, ts_ms=5)]
     stopped = []
     spark = SimpleNamespace(stop=lambda app, slot, grace_s: stopped.append(slot))
     app = SimpleNamespace(name="crashy", input=SimpleNamespace(partitions=2))
-    op = HealthCheckOperator(task_id="check")
-    message = op.fail_over(app, Slot.BLUE, control.plane().current("crashy"), control, spark)
+    message = HealthCheckOperator(task_id="check").fail_over(app, Slot.BLUE, control.plane().current("crashy"),
+                                                             control, spark)
+    return control, message, stopped
+
+
+def test_failover_fences_at_what_the_dead_active_emitted_and_hands_over():
+    control, message, stopped = fail_over_with_green_at({0: 40, 1: 50})
     rec = control.plane().current("crashy")
     assert (rec.active, rec.epoch, rec.fence) == (Slot.GREEN, 2, None)
     assert stopped == [Slot.BLUE] and "failed over to green" in message
@@ -106,13 +113,7 @@ def test_failover_fences_at_what_the_dead_active_emitted_and_hands_over(monkeypa
 
 
 def test_a_standby_short_of_the_fence_takes_over_at_once_and_reaches_it_first():
-    control = running_app()
-    control.records = [StatusRecord(app="crashy", slot=Slot.GREEN, state=SlotState.RUNNING, role=Role.STANDBY,
-                                    epoch_seen=1, batch_id=4, processed={0: 10, 1: 50}, ts_ms=5)]
-    spark = SimpleNamespace(stop=lambda app, slot, grace_s: None)
-    app = SimpleNamespace(name="crashy", input=SimpleNamespace(partitions=2))
-    message = HealthCheckOperator(task_id="check").fail_over(app, Slot.BLUE, control.plane().current("crashy"),
-                                                             control, spark)
+    control, message, _ = fail_over_with_green_at({0: 10, 1: 50})
     rec = control.plane().current("crashy")
     assert (rec.active, rec.epoch, rec.fence) == (Slot.GREEN, 2, None) and "30 records short" in message
     # What the new active reads up to before it emits (spark_apps.runtime.follower): what blue emitted.
@@ -120,13 +121,7 @@ def test_a_standby_short_of_the_fence_takes_over_at_once_and_reaches_it_first():
 
 
 def test_a_standby_past_what_the_dead_active_emitted_is_not_handed_the_role():
-    control = running_app()
-    control.records = [StatusRecord(app="crashy", slot=Slot.GREEN, state=SlotState.RUNNING, role=Role.STANDBY,
-                                    epoch_seen=1, batch_id=4, processed={0: 41, 1: 50}, ts_ms=5)]
-    spark = SimpleNamespace(stop=lambda app, slot, grace_s: None)
-    app = SimpleNamespace(name="crashy", input=SimpleNamespace(partitions=2))
-    message = HealthCheckOperator(task_id="check").fail_over(app, Slot.BLUE, control.plane().current("crashy"),
-                                                             control, spark)
+    control, message, _ = fail_over_with_green_at({0: 41, 1: 50})
     rec = control.plane().current("crashy")
     assert (rec.active, rec.epoch, rec.fence) == (Slot.BLUE, 1, None)
     assert "processed past" in message and "restarting blue instead" in message
