@@ -22,7 +22,9 @@ Pace: a standby's cap moves up at most every `standby_pace_s` (the app's standby
 fewer, larger batches than the active: a batch has a fixed cost (planning, one task per state
 partition, checkpoint files) and the standby shares the machine with the active. A control record
 that changes anything (a fence, a role) is written through at once, and while a fence is set the
-standby follows unpaced, so a handoff never waits on the pace.
+standby follows unpaced, so a handoff never waits on the pace. A cap written starts the slot's next
+batch on the query's next tick (100 ms), not at the next multiple of the trigger interval
+(kafka_source.BatchPacer; new input alone still waits for the interval).
 """
 
 from __future__ import annotations

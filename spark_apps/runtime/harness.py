@@ -44,6 +44,10 @@ from spark_apps.runtime.state_check import committed_batches, digest_state, last
 KIND_OUTPUT, KIND_DEAD = "o", "d"
 CORRUPT = "_baton_corrupt"  # from_json's corrupt-record column (the path where Spark parses events)
 IDLE_HEARTBEAT_S = 5.0
+# The query's trigger ticks this often; the app's trigger_ms paces its batches in the source
+# (kafka_source.BatchPacer), where a moved cap starts a batch on the next tick instead of at the
+# next multiple of trigger_ms (a handoff's critical path crossed two such waits).
+TRIGGER_TICK_MS = 100
 
 
 @dataclass
@@ -229,7 +233,7 @@ class Harness:
         return (self.build_frame().writeStream.outputMode("update")
                 .foreachBatch(self.on_batch)
                 .option("checkpointLocation", str(self.paths.checkpoint))
-                .trigger(processingTime=f"{self.app.trigger_ms} milliseconds"))
+                .trigger(processingTime=f"{min(self.app.trigger_ms, TRIGGER_TICK_MS)} milliseconds"))
 
     def build_frame(self):
         """The streaming frame the sink sees: the app's output rows and the dead letters, by `kind`."""
@@ -238,7 +242,7 @@ class Harness:
         self.spark = session(f"baton-{self.app.name}-{self.slot.value}", self.app, self.spark_conf)
         self.mark("spark session")
         return build_frame(self.spark, self.app, self.bootstrap, self.starting_offsets, self.paths.cap_file,
-                           self.paths.spool)
+                           self.paths.spool, min_batch_interval_ms=self.app.trigger_ms)
 
     # --- corrected output ---------------------------------------------------------------------
     def correction_due(self, control) -> bool:
@@ -395,9 +399,11 @@ class Harness:
         return code
 
 
-def build_frame(spark, app: AppDefinition, bootstrap: str, starting_offsets: str, cap_file: Path, spool: Path):
+def build_frame(spark, app: AppDefinition, bootstrap: str, starting_offsets: str, cap_file: Path, spool: Path,
+                min_batch_interval_ms: int = 0):
     """The streaming frame the sink sees. `cap_file` bounds how far the source reads
-    (spark_apps.runtime.follower).
+    (spark_apps.runtime.follower); `min_batch_interval_ms`, when above the tick, paces the batches in
+    the source (the query then runs on TRIGGER_TICK_MS).
 
     When every field of the app's VALUE_SCHEMA is of a type the source decodes (decode.TYPES), the
     source decodes the events and the frame is the app's output, (key, value); the dead letters go
@@ -419,6 +425,8 @@ def build_frame(spark, app: AppDefinition, bootstrap: str, starting_offsets: str
               .option("maxRecordsPerTrigger", str(app.max_records_per_trigger))
               .option("capFile", str(cap_file))
               .option("readOn", "driver"))
+    if min_batch_interval_ms > TRIGGER_TICK_MS:
+        reader = reader.option("minBatchIntervalMs", str(min_batch_interval_ms))
     fields = decodable_fields(mod.VALUE_SCHEMA)
     if fields is not None:
         events = (reader.option("valueFields", json.dumps(fields))

@@ -28,8 +28,8 @@ from pyspark.sql.datasource import SimpleDataSourceStreamReader
 from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 
 from spark_apps.runtime.kafka_source import (
-    KafkaInputPartition, KafkaStreamReader, SourceOptions, dead_columns, decode_records, decoded_record_batch,
-    offsets_from_json, offsets_to_json, raw_columns, raw_record_batch, read_cap,
+    BatchPacer, KafkaInputPartition, KafkaStreamReader, SourceOptions, dead_columns, decode_records,
+    decoded_record_batch, offsets_from_json, offsets_to_json, raw_columns, raw_record_batch, read_cap,
 )
 from spark_apps.runtime.prefetch import Prefetcher, Taken
 
@@ -46,6 +46,7 @@ class DriverStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableN
         self.planner = KafkaStreamReader(options)  # initial offsets, metadata, watermarks, replays
         self._prefetch: Optional[Prefetcher] = None
         self._target: Optional[dict[int, int]] = None  # Trigger.AvailableNow bound
+        self._pacer = BatchPacer(options.min_batch_interval_s, options.cap_file)
 
     def __getstate__(self):  # shipped to executors for replays: never a client or a thread
         state = self.__dict__.copy()
@@ -63,6 +64,8 @@ class DriverStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableN
         self._target = self.planner.available_ends(self.planner._partition_ids())
 
     def read(self, start: dict) -> tuple[Iterator[Any], dict]:
+        if self._target is None and self._pacer.hold():
+            return iter(()), start
         begin = offsets_from_json(start)
         parts = self.planner._partition_ids()
         for p in parts:

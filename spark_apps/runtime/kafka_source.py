@@ -29,6 +29,10 @@ Options (Spark lower-cases option keys; any case works):
                            every trigger; write it atomically (write + rename). A cap below the
                            current position holds the partition where it is (never rewinds). This is
                            how the control plane fences a slot or keeps a standby behind the active.
+  minBatchIntervalMs       a batch starts at most this often unless the cap file changed since the last
+                           look (BatchPacer): with a short trigger interval, a moved cap (a standby
+                           following the active, a fence, a handoff) starts its batch on the next tick,
+                           while new input alone waits for this interval. Default 0: every trigger.
   pollTimeoutMs            executor read: fail the task after this long without progress (120000).
   valueFields              JSON [["name", "type"], ...] (types: spark_apps.runtime.decode.TYPES): the
                            source decodes each value as a JSON object with these fields (decode.py);
@@ -145,12 +149,13 @@ class SourceOptions:
 
     __slots__ = ("bootstrap", "topic", "starting", "starting_timestamp", "max_records",
                  "cap_file", "poll_timeout_s", "kafka_conf", "value_fields", "required", "dead_letter_dir",
-                 "read_on")
+                 "read_on", "min_batch_interval_s")
 
     def __init__(self, bootstrap: str, topic: str, starting: Any, starting_timestamp: Optional[int],
                  max_records: Optional[int], cap_file: Optional[str], poll_timeout_s: float,
                  kafka_conf: dict[str, str], value_fields: Optional[list[tuple[str, str]]] = None,
-                 required: Sequence[str] = (), dead_letter_dir: Optional[str] = None, read_on: str = "executors"):
+                 required: Sequence[str] = (), dead_letter_dir: Optional[str] = None, read_on: str = "executors",
+                 min_batch_interval_s: float = 0.0):
         self.bootstrap = bootstrap
         self.topic = topic
         self.starting = starting  # "earliest" | "latest" | {partition: offset or EARLIEST/LATEST}
@@ -163,6 +168,7 @@ class SourceOptions:
         self.required = list(required)
         self.dead_letter_dir = dead_letter_dir
         self.read_on = read_on
+        self.min_batch_interval_s = min_batch_interval_s
 
     def __getstate__(self):
         return {k: getattr(self, k) for k in self.__slots__}
@@ -252,6 +258,8 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
     raw_max = opts.pop("maxrecordspertrigger", None)
     max_records = _positive_int("maxRecordsPerTrigger", raw_max) if raw_max is not None else None
     cap_file = opts.pop("capfile", None) or None
+    raw_interval = opts.pop("minbatchintervalms", None)
+    interval_ms = _positive_int("minBatchIntervalMs", raw_interval) if raw_interval is not None else 0
     raw_poll = opts.pop("polltimeoutms", None)
     poll_ms = _positive_int("pollTimeoutMs", raw_poll) if raw_poll is not None else DEFAULT_POLL_TIMEOUT_MS
 
@@ -273,7 +281,8 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         if k != "path":
             log.warning("baton-kafka: ignoring unknown option %r", k)
     return SourceOptions(bootstrap, topic, starting, starting_timestamp, max_records, cap_file,
-                         poll_ms / 1000.0, kafka_conf, value_fields, required, dead_letter_dir, read_on)
+                         poll_ms / 1000.0, kafka_conf, value_fields, required, dead_letter_dir, read_on,
+                         interval_ms / 1000.0)
 
 
 def _parse_decoding(opts: dict) -> tuple[Optional[list[tuple[str, str]]], list[str], Optional[str]]:
@@ -368,6 +377,44 @@ def read_cap(path: str, partitions: Sequence[int], attempts: int = 3) -> Optiona
                 raise
             time.sleep(0.05)
     return None  # unreachable
+
+
+def cap_text(path: Optional[str]) -> Optional[str]:
+    """The cap file's text as it stands (None: no file): what BatchPacer compares."""
+    if not path:
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except FileNotFoundError:
+        return None
+
+
+class BatchPacer:
+    """Holds a trigger (no batch) until `interval_s` has passed since the last look at the input,
+    unless the cap file changed since then.
+
+    The harness runs the query on a short trigger (a tick) and gives the app's trigger interval here:
+    Spark's processing-time trigger waits for the next multiple of its interval, so a slot whose cap
+    had just moved (a standby the active's marker let on, the fence a new active must reach, the cap
+    lifted once it stands there) waited up to a whole interval, twice on a handoff's critical path.
+    A held trigger costs a read of the cap file, nothing on the broker. State: two plain fields (the
+    reader is pickled)."""
+
+    def __init__(self, interval_s: float, cap_file: Optional[str]):
+        self.interval_s, self.cap_file = interval_s, cap_file
+        self._looked_at: Optional[float] = None
+        self._looked_cap: Optional[str] = None
+
+    def hold(self, now: Optional[float] = None) -> bool:
+        if self.interval_s <= 0:
+            return False
+        now = time.monotonic() if now is None else now
+        text = cap_text(self.cap_file)
+        if self._looked_at is not None and text == self._looked_cap and now - self._looked_at < self.interval_s:
+            return True
+        self._looked_at, self._looked_cap = now, text
+        return False
 
 
 def split_limit(backlog: Mapping[int, int], limit: int) -> dict[int, int]:
@@ -496,6 +543,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._latest: Optional[dict[int, int]] = None  # last available ends seen (uncapped)
         self._lows: dict[int, int] = {}
         self._target: Optional[dict[int, int]] = None  # Trigger.AvailableNow bound
+        self._pacer = BatchPacer(options.min_batch_interval_s, options.cap_file)
 
     # -- pickling: never ship a client
     def __getstate__(self):
@@ -599,6 +647,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target = self.available_ends(self._partition_ids())
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        if self._target is None and self._pacer.hold():
+            return start
         parts = self._partition_ids()
         available = self.available_ends(parts)
         self._latest = available

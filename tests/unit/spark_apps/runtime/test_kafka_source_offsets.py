@@ -12,6 +12,7 @@ from spark_apps.runtime.kafka_source import (
     EARLIEST,
     LATEST,
     SCHEMA,
+    BatchPacer,
     KafkaSource,
     KafkaStreamReader,
     offsets_from_json,
@@ -77,6 +78,8 @@ def test_starting_timestamp():
     ({"maxrecordspertrigger": "0"}, "maxRecordsPerTrigger"),
     ({"maxrecordspertrigger": "ten"}, "maxRecordsPerTrigger"),
     ({"polltimeoutms": "-1"}, "pollTimeoutMs"),
+    ({"minbatchintervalms": "0"}, "minBatchIntervalMs"),
+    ({"minbatchintervalms": "1s"}, "minBatchIntervalMs"),
     ({"kafka.group.id": "mine"}, "kafka.group.id"),
 ])
 def test_bad_options_name_the_option(bad, option):
@@ -257,12 +260,68 @@ def test_reader_available_now_target_and_new_partition():
     assert [(x.partition, x.start, x.end) for x in parts] == [(0, 10, 50), (2, 4, 10)]
 
 
+def test_pacer_holds_new_input_for_the_interval_but_not_a_moved_cap(tmp_path):
+    cap = tmp_path / "cap.json"
+    pacer = BatchPacer(1.0, str(cap))
+    assert not pacer.hold(now=10.0)                            # the first look
+    assert pacer.hold(now=10.1) and pacer.hold(now=10.99)      # new input alone waits for the interval
+    assert not pacer.hold(now=11.0)                            # the interval passed: look again
+    cap.write_text(json.dumps({"0": 5}))                       # the follower moved the cap
+    assert not pacer.hold(now=11.05)                           # looked at once, on the next tick
+    assert pacer.hold(now=11.1)
+    cap.write_text(json.dumps({"0": 9}))
+    assert not pacer.hold(now=11.2)
+    cap.unlink()                                               # the cap removed (lifted) is a change too
+    assert not pacer.hold(now=11.3)
+    assert pacer.hold(now=11.4)
+    assert not BatchPacer(0.0, str(cap)).hold(now=0.0) and not BatchPacer(0.0, None).hold(now=0.0)
+
+
+def test_reader_latest_offset_is_paced_by_min_batch_interval(tmp_path):
+    cap = tmp_path / "cap.json"
+    cap.write_text(json.dumps({"0": 40, "1": 40}))
+    avail = {0: 100, 1: 100}
+    r = reader_with(avail, capfile=str(cap), minbatchintervalms="60000")
+    assert r.opts.min_batch_interval_s == 60.0
+    start = {"0": 0, "1": 0}
+    assert r.latestOffset(start, ReadAllAvailable()) == {"0": 40, "1": 40}
+    at = {"0": 40, "1": 40}
+    avail.update({0: 200, 1: 200})
+    assert r.latestOffset(at, ReadAllAvailable()) is at          # held: no look within the interval
+    cap.write_text(json.dumps({"0": 150, "1": 150}))
+    assert r.latestOffset(at, ReadAllAvailable()) == {"0": 150, "1": 150}  # the cap moved: at once
+    r._target = {0: 200, 1: 200}  # Trigger.AvailableNow is never held
+    cap.unlink()
+    assert r.latestOffset(at, ReadAllAvailable()) == {"0": 200, "1": 200}
+    assert r.latestOffset({"0": 150, "1": 150}, ReadAllAvailable()) == {"0": 200, "1": 200}
+
+
 def test_reader_pickles_without_clients_and_stop_closes():
-    r = KafkaStreamReader(opts(maxrecordspertrigger="9"))
+    r = KafkaStreamReader(opts(maxrecordspertrigger="9", minbatchintervalms="250"))
     r._probe = FakeConsumer()  # as after initialOffset/latestOffset on the driver
     r2 = pickle.loads(pickle.dumps(r))
     assert r2._probe is None and r2.opts.topic == "t" and r2.opts.max_records == 9
+    assert r2._pacer.interval_s == 0.25
     probe = r._probe
     r.stop()
     assert probe.closed and r._probe is None
     r.commit({"0": 1})  # no-op, nothing to close or commit
+
+
+def test_driver_reader_holds_a_trigger_without_touching_the_broker(tmp_path):
+    from spark_apps.runtime.kafka_driver_reader import DriverStreamReader
+
+    cap = tmp_path / "cap.json"
+    r = DriverStreamReader(opts(readon="driver", capfile=str(cap), minbatchintervalms="60000"))
+
+    def no_broker():
+        raise AssertionError("a held trigger asked the broker")
+
+    r.planner._partition_ids = no_broker
+    assert not r._pacer.hold()  # the last look (a read that took a batch)
+    start = {"0": 7}
+    rows, end = r.read(start)
+    assert end is start and list(rows) == []
+    cap.write_text(json.dumps({"0": 9}))
+    with pytest.raises(AssertionError, match="asked the broker"):  # a moved cap looks at once
+        r.read(start)
