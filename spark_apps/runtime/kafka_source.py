@@ -362,23 +362,6 @@ def parse_cap(text: str, partitions: Sequence[int], path: str = "capFile") -> di
     return spec
 
 
-def read_cap(path: str, partitions: Sequence[int], attempts: int = 3) -> Optional[dict[int, int]]:
-    """Read the cap file; None when it does not exist. A torn read is retried briefly."""
-    for i in range(attempts):
-        try:
-            with open(path, encoding="utf-8") as f:
-                text = f.read()
-        except FileNotFoundError:
-            return None
-        try:
-            return parse_cap(text, partitions, path)
-        except ValueError:
-            if i == attempts - 1:
-                raise
-            time.sleep(0.05)
-    return None  # unreachable
-
-
 def cap_text(path: Optional[str]) -> Optional[str]:
     """The cap file's text as it stands (None: no file): what BatchPacer compares."""
     if not path:
@@ -388,6 +371,21 @@ def cap_text(path: Optional[str]) -> Optional[str]:
             return f.read()
     except FileNotFoundError:
         return None
+
+
+def read_cap(path: str, partitions: Sequence[int], attempts: int = 3) -> Optional[dict[int, int]]:
+    """Read the cap file; None when it does not exist. A torn read is retried briefly."""
+    for i in range(attempts):
+        text = cap_text(path)
+        if text is None:
+            return None
+        try:
+            return parse_cap(text, partitions, path)
+        except ValueError:
+            if i == attempts - 1:
+                raise
+            time.sleep(0.05)
+    return None  # unreachable
 
 
 class BatchPacer:
