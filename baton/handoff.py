@@ -7,11 +7,11 @@ resumable (a retried step finds its own write and goes on):
    can still be running towards it when it sees the fence; from then on its source stops at exactly F.
 2. wait: the active has emitted exactly F (its commit marker) and the standby, which never passes
    the active's emitted position, is on its way to F: live, not past F and within a lag bound
-   (`trail_records`), or standing at F (a corrected-output cutover, which publishes the new active's
-   state at F). If the active had read past F before it saw the fence (only possible if the fence took
-   longer to reach it than the input took to arrive), the handoff is aborted: nothing has changed
-   hands, the fence is lifted.
-3. cut over: one write makes the standby active at epoch E+1 and lifts the fence. Safe in one step
+   (`trail_records`). If the active had read past F before it saw the fence (only possible if the
+   fence took longer to reach it than the input took to arrive), the handoff is aborted: nothing has
+   changed hands, the fence is lifted.
+3. cut over: one write makes the standby active at epoch E+1 and lifts the fence, by whoever watched
+   the gate, the moment it is met (cut_over_at_fence). Safe in one step
    because the old active verifiably stands at F: capped at F until it applies the new record and at
    the new writer's output after, it can never read past F as a writer; a late write of it would be
    fenced by Kafka anyway (shared transactional id, newer producer epoch). The new active first reads
@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 from baton.conditions import Check, WAIT
 from baton.records import CommitMarker, ControlRecord, Handoff, Positions, Slot, SlotState, StatusRecord
@@ -110,6 +110,28 @@ def cut_over(to: Slot, from_epoch: int, correct: bool = False):
         return dataclasses.replace(rec, active=to, epoch=from_epoch + 1, fence=None, fence_expires_ms=0,
                                    correct_epoch=from_epoch + 1 if correct else rec.correct_epoch, check_at=None)
     return change
+
+
+def cut_over_at_fence(plane, app: str, to: Slot, epoch: int, fence: Positions,
+                      read_marker: Callable[[], CommitMarker | None],
+                      read_standby: Callable[[], Sequence[StatusRecord]], trail_records: int = 0,
+                      correct: bool = False) -> Check:
+    """One look at the handoff's gate and, the moment it is met, its cutover (fence_reached, then
+    cut_over): met once the cutover is written (now, or before: a re-run finds it), failed if the gate
+    failed or the record moved on, else WAIT. Whoever waits at the fence writes the cutover itself, so
+    nothing starts between the active stopping at F (the output stops) and the write that lets the
+    new active emit. `plane` is a baton.control_plane.ControlPlane."""
+    rec = plane.current(app)
+    if rec is not None and rec.active is to and rec.epoch == epoch + 1:
+        return Check(met=True, message=f"{to.value} is active at epoch {rec.epoch}")
+    check = fence_reached(read_marker(), read_standby(), fence, epoch, trail_records=trail_records)
+    if not check.met:
+        return check
+    try:
+        rec = plane.update(app, cut_over(to, epoch, correct=correct))
+    except HandoffError as exc:
+        return Check(failed=True, message=str(exc))
+    return Check(met=True, message=f"{check.message}; cut over: {to.value} is active at epoch {rec.epoch}")
 
 
 def without_fence(epoch: int, by: str | None = None):

@@ -22,6 +22,9 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Mapping
 
 FORMAT_VERSION = 1
+# On the output records of a corrected-output publish (CommitMarker.corrected_epoch), value: the epoch.
+# A republished value, not new input: downstream (and the verifier) can tell the two apart.
+CORRECTION_HEADER = "baton-correction"
 
 
 class RecordError(ValueError):
@@ -324,7 +327,11 @@ class StatusRecord:
 
 @dataclass(frozen=True)
 class CommitMarker:
-    """Produced inside the output transaction: the output up to `emitted` is committed."""
+    """Produced inside the output transaction: the output up to `emitted` is committed.
+
+    `corrected_epoch`: the newest epoch whose corrected output (its writer's whole state, asked for by
+    ControlRecord.correct_epoch) is in the output before this marker; every later marker carries it on,
+    so the last marker says whether a correction is still due."""
 
     app: str
     generation: int
@@ -333,6 +340,7 @@ class CommitMarker:
     batch_id: int
     emitted: Positions
     ts_ms: int = 0
+    corrected_epoch: int = 0
 
     def key(self) -> bytes:
         return self.app.encode()
@@ -354,6 +362,7 @@ class CommitMarker:
                 batch_id=_req(d, "batch_id", int, what),
                 emitted=positions_from_json(_req(d, "emitted", dict, what), f"{what} field 'emitted'") or {},
                 ts_ms=int(d.get("ts_ms", 0)),
+                corrected_epoch=int(d.get("corrected_epoch", 0)),
             )
         except ValueError as exc:
             if isinstance(exc, RecordError):

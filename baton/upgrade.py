@@ -103,12 +103,18 @@ def states_agree(active: Sequence[StatusRecord], standby: Sequence[StatusRecord]
     return compare(old, new, policy, f"state at {dict(position)}")
 
 
+# How much longer than the settle period a corrected-output cutover's state publish may take (it reads
+# every key's state behind the new active's batches).
+CORRECTION_GRACE_S = 60.0
+
+
 def settle_check(history: Sequence[StatusRecord], marker: CommitMarker | None, epoch: int, fence: Positions,
                  end: Positions, health: Check, now_ms: int, since_ms: int, settle_s: float,
-                 max_batch_ms: int, max_lag: int) -> Check:
+                 max_batch_ms: int, max_lag: int, correct: bool = False) -> Check:
     """The new active (records since the cutover at `since_ms`, role epoch `epoch`) keeps the SLA for
     `settle_s`: alive (`health` is the health gate's check now), every batch within max_batch_ms, its
-    output flowing (input past the fence is emitted at `epoch`), at most max_lag records behind at the end."""
+    output flowing (input past the fence is emitted at `epoch`), at most max_lag records behind at the end;
+    `correct`: its corrected output is in (the marker says so), within CORRECTION_GRACE_S more."""
     if health.failed:
         return Check(failed=True, message=f"the new active is not well: {health.message}")
     batches = [r for r in history if r.ts_ms >= since_ms and r.batch_id >= 0]
@@ -125,5 +131,10 @@ def settle_check(history: Sequence[StatusRecord], marker: CommitMarker | None, e
     lag = sum(max(0, o - (last.processed.get(p, 0) if last else fence.get(p, 0))) for p, o in end.items())
     if lag > max_lag:
         return Check(failed=True, message=f"{lag} records behind after {settle_s:.0f} s (limit {max_lag})")
+    if correct and (marker is None or marker.corrected_epoch < epoch):
+        if now_ms - since_ms < (settle_s + CORRECTION_GRACE_S) * 1000:
+            return WAIT
+        return Check(failed=True, message=f"the corrected output of epoch {epoch} is not in the output "
+                                          f"{settle_s + CORRECTION_GRACE_S:.0f} s after the cutover")
     return Check(met=True, message=f"settled for {settle_s:.0f} s: {len(batches)} batches, slowest "
                                    f"{max((r.batch_ms for r in batches), default=0)} ms, lag {lag} records")

@@ -194,7 +194,7 @@ def next_output(readable_times, t: float) -> float | None:
 def analyse(args, prewarm: SendLog | None, sent: SendLog, obs: Observations, watch: StatusWatch, cpu_report,
             profile, drained, codes) -> dict:
     truth = sent.truth() + (prewarm.truth() if prewarm is not None else Counter())
-    verdict = verify(truth, obs.pairs())
+    verdict = verify(truth, obs.pairs(), obs.corrected)
     users, times = sent.valid()
     if prewarm is not None:  # sent first: a user's n-th event counts the pre-warm ones too
         pre_users, pre_times = prewarm.valid()

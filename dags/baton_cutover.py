@@ -1,19 +1,18 @@
 """Hand the active role to the hot standby at an exact offset fence, without stopping the output.
 
 REST: POST /api/v2/dags/baton_cutover/dagRuns {"conf": {"app": "click_counts"}}. Steps: fence (F a few
-seconds ahead of the input) -> the active at exactly F, the standby live and not past it (at F too for
-a corrected-output cutover) -> one write: epoch + 1, the standby is active (it reaches F, then emits
-from there), the fence lifted. A failed gate lifts the fence and leaves the active as it was (abort);
-every step is safe to retry (baton.handoff).
+seconds ahead of the input) -> cutover: once the active stands at exactly F and the standby is live and
+not past it, one write (by the triggerer, the moment it sees that): epoch + 1, the standby is active
+(it reaches F, then emits from there), the fence lifted. A failed gate lifts the fence and leaves the
+active as it was (abort); every step is safe to retry (baton.handoff).
 """
 
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from airflow.sdk import DAG, Param
 
 from baton_airflow.operators.handoff import AbortHandoffOperator, CutoverOperator, FenceOperator
 from baton_airflow.params import app_param
-from baton_airflow.sensors.slot import FenceReachedSensor
 
 with DAG(
     dag_id="baton_cutover",
@@ -36,13 +35,8 @@ with DAG(
     render_template_as_native_obj=True,
 ):
     fence = FenceOperator(task_id="fence", app="{{ params.app }}", ahead_s="{{ params.ahead_s }}",
-                          hold_s="{{ 3 * (params.fence_timeout_s + 10) + 120 }}")
-    reached = FenceReachedSensor(task_id="at_fence", app="{{ params.app }}", plan=fence.output,
-                                 standby_may_trail="{{ not params.correct }}",
-                                 wait_timeout_s="{{ params.fence_timeout_s }}")
+                          hold_s="{{ 4 * (params.fence_timeout_s + 10) + 120 }}")
     cutover = CutoverOperator(task_id="cutover", app="{{ params.app }}", plan=fence.output,
-                              correct="{{ params.correct }}",
-                              execution_timeout=timedelta(minutes=2))
+                              correct="{{ params.correct }}", wait_timeout_s="{{ params.fence_timeout_s }}")
     abort = AbortHandoffOperator(task_id="abort", app="{{ params.app }}", plan=fence.output)
-    fence >> reached >> cutover
-    reached >> abort
+    fence >> cutover >> abort

@@ -6,7 +6,7 @@ REST (typically from a backfill job): POST /api/v2/dags/baton_reprocess/dagRuns
     end: "handover" (default) | "standby": stop once the new generation has caught up and passed its
          checks, hot in the standby slot, the previous generation still live (finish_staged says what next)
 
-    validate ─▶ new_generation ─▶ caught_up ─▶ invariants ─▶ handover ─▶ fence ─▶ at_fence ─▶ cutover
+    validate ─▶ new_generation ─▶ caught_up ─▶ invariants ─▶ handover ─▶ fence ─▶ cutover
       (corrected output) ─▶ settle ─▶ finish
     end=standby: handover skips the rest; invariants ─▶ finish_staged
     a failed step before the cutover ─▶ abort (standby back on its generation, the active untouched)
@@ -31,7 +31,7 @@ from baton_airflow.operators.reprocess import (
 )
 from baton_airflow.operators.upgrade import RollbackOperator
 from baton_airflow.params import app_param
-from baton_airflow.sensors.slot import FenceReachedSensor, LagWithinSensor, SettleSensor
+from baton_airflow.sensors.slot import LagWithinSensor, SettleSensor
 
 PLAN = "{{ ti.xcom_pull(task_ids='validate') }}"
 
@@ -79,21 +79,19 @@ with DAG(
     handover = HandoverGateOperator(task_id="handover", app=app, plan=PLAN)
     finish_staged = FinishStagedOperator(task_id="finish_staged", app=app, plan=PLAN)
     fence = FenceOperator(task_id="fence", app=app, ahead_s="{{ params.ahead_s }}",
-                          hold_s="{{ 3 * (params.fence_timeout_s + 10) + 120 }}")
-    # The new generation publishes its state at F on taking over: it must stand there first.
-    reached = FenceReachedSensor(task_id="at_fence", app=app, plan=fence.output, standby_may_trail=False,
-                                 wait_timeout_s="{{ params.fence_timeout_s }}")
+                          hold_s="{{ 4 * (params.fence_timeout_s + 10) + 120 }}")
     cutover = CutoverOperator(task_id="cutover", app=app, plan=fence.output, correct=True,
-                              execution_timeout=timedelta(minutes=2))
-    settle = SettleSensor(task_id="settle", app=app, cutover=cutover.output, settle_s="{{ params.settle_s }}")
+                              wait_timeout_s="{{ params.fence_timeout_s }}")
+    settle = SettleSensor(task_id="settle", app=app, cutover=cutover.output, settle_s="{{ params.settle_s }}",
+                          correct=True)
     finish = FinishReprocessOperator(task_id="finish", app=app, plan=PLAN)
 
-    before_cutover = [validate, new_generation, caught_up, invariants, handover, fence, reached, cutover, finish_staged]
+    before_cutover = [validate, new_generation, caught_up, invariants, handover, fence, cutover, finish_staged]
     abort = AbortReprocessOperator(task_id="abort", app=app, plan=PLAN, steps=[t.task_id for t in before_cutover])
     rollback = RollbackOperator(task_id="rollback", app=app, plan=PLAN, cutover=cutover.output, correct=True,
                                 ahead_s="{{ params.ahead_s }}", fence_timeout_s="{{ params.fence_timeout_s }}")
 
-    validate >> new_generation >> caught_up >> invariants >> handover >> fence >> reached >> cutover >> settle >> finish
+    validate >> new_generation >> caught_up >> invariants >> handover >> fence >> cutover >> settle >> finish
     invariants >> finish_staged
     before_cutover >> abort
     settle >> rollback

@@ -6,7 +6,7 @@ stays hot until the new one has settled.
 REST: POST /api/v2/dags/baton_rolling_upgrade/dagRuns {"conf": {"app": "click_counts", "version": "v2"}}.
 
     preflight ─▶ upgrade_standby ─▶ restore_check ─▶ warm_up ─▶ check_position ─▶ state_check ─▶ fence
-      ─▶ at_fence ─▶ cutover ─▶ settle ─▶ upgrade_old_active ─▶ restore_check_old ─▶ warm_up_old
+      ─▶ cutover (waits at the fence) ─▶ settle ─▶ upgrade_old_active ─▶ restore_check_old ─▶ warm_up_old
     any gate up to the cutover fails ─▶ abort (fence lifted, the active untouched, the reason reported)
     settle fails ─▶ rollback (the role flips back to the old version, still hot, at a fence)
 
@@ -23,7 +23,7 @@ from baton_airflow.operators.upgrade import (
 )
 from baton_airflow.params import app_param
 from baton_airflow.sensors.slot import (
-    FenceReachedSensor, LagWithinSensor, RestoreCheckSensor, SettleSensor, StatesAgreeSensor,
+    LagWithinSensor, RestoreCheckSensor, SettleSensor, StatesAgreeSensor,
 )
 
 PLAN = "{{ ti.xcom_pull(task_ids='preflight') }}"
@@ -73,10 +73,8 @@ with DAG(
                                     policy="{{ params.policy }}", wait_timeout_s=180)
     fence = FenceOperator(task_id="fence", app=app, ahead_s="{{ params.ahead_s }}",
                           # past this the health DAG lifts the fence: the run died
-                          hold_s="{{ 3 * (params.fence_timeout_s + 10) + 3 * 190 + 120 }}")
-    reached = FenceReachedSensor(task_id="at_fence", app=app, plan=fence.output,
-                                 wait_timeout_s="{{ params.fence_timeout_s }}")
-    cutover = CutoverOperator(task_id="cutover", app=app, plan=fence.output, execution_timeout=timedelta(minutes=2))
+                          hold_s="{{ 4 * (params.fence_timeout_s + 10) + 3 * 190 + 120 }}")
+    cutover = CutoverOperator(task_id="cutover", app=app, plan=fence.output, wait_timeout_s="{{ params.fence_timeout_s }}")
     settle = SettleSensor(task_id="settle", app=app, cutover=cutover.output, settle_s="{{ params.settle_s }}",
                           max_batch_ms="{{ params.max_batch_ms }}")
     upgrade_old = UpgradeSlotOperator(task_id="upgrade_old_active", app=app, plan=PLAN, role="active")
@@ -88,13 +86,12 @@ with DAG(
                                   max_lag="{{ params.max_lag_records }}", max_lag_s="{{ params.max_lag_s }}",
                                   wait_timeout_s=900)
 
-    before_cutover = [preflight, upgrade_standby, restore_check, warm_up, check_position, state_check, fence, reached,
-                      cutover]
+    before_cutover = [preflight, upgrade_standby, restore_check, warm_up, check_position, state_check, fence, cutover]
     abort = AbortUpgradeOperator(task_id="abort", app=app, plan=PLAN, steps=[t.task_id for t in before_cutover])
     rollback = RollbackOperator(task_id="rollback", app=app, plan=PLAN, cutover=cutover.output,
                                 ahead_s="{{ params.ahead_s }}", fence_timeout_s="{{ params.fence_timeout_s }}")
 
-    (preflight >> upgrade_standby >> restore_check >> warm_up >> check_position >> state_check >> fence >> reached >> cutover
+    (preflight >> upgrade_standby >> restore_check >> warm_up >> check_position >> state_check >> fence >> cutover
      >> settle >> upgrade_old >> restore_check_old >> warm_up_old)
     before_cutover >> abort
     settle >> rollback

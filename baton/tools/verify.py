@@ -2,7 +2,9 @@
 
 Reads the output topic with read_committed and compares every key with ground truth computed
 from the input: per key, the counts emitted must be strictly increasing (a repeated count is a
-duplicate emission), and the last one must equal the number of valid events for that key.
+duplicate emission), and the last one must equal the number of valid events for that key. Records
+of a corrected-output publish (header baton.records.CORRECTION_HEADER) republish a key's value: they
+are left out of the duplicate check, and may neither lower a key's count nor exceed its truth.
 
 End-to-end latency: `OutputTailer` reads the output topic while the load runs and stamps every
 record with the wall time it became readable (the time the consume call returned it; resolution
@@ -34,6 +36,8 @@ from typing import Sequence
 import numpy as np
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
+from baton.records import CORRECTION_HEADER
+
 FETCH_WAIT_MS = 50
 CONSUME_WAIT_S = 0.02
 
@@ -45,6 +49,7 @@ class Verdict:
     duplicated: list[str] = field(default_factory=list)  # a count emitted twice for a key
     wrong: list[str] = field(default_factory=list)       # final count above truth / unknown key / decreasing
     records: int = 0
+    corrections: int = 0  # records of a corrected-output publish
 
     @property
     def ok(self) -> bool:
@@ -52,7 +57,7 @@ class Verdict:
 
     def summary(self) -> dict:
         return {"keys": self.keys, "records": self.records, "lost": len(self.lost),
-                "duplicated": len(self.duplicated), "wrong": len(self.wrong)}
+                "duplicated": len(self.duplicated), "wrong": len(self.wrong), "corrections": self.corrections}
 
 
 def read_output(bootstrap: str, topic: str, partitions: int, timeout_s: float = 60.0) -> list[tuple[str, int]]:
@@ -77,13 +82,19 @@ def read_output(bootstrap: str, topic: str, partitions: int, timeout_s: float = 
     return out
 
 
-def verify(truth: Counter, output: list[tuple[str, int]]) -> Verdict:
+def verify(truth: Counter, output: list[tuple[str, int]], corrections: Sequence[bool] | None = None) -> Verdict:
+    """`corrections[i]`: output[i] is a corrected-output record (None: there are none)."""
     seen: dict[str, list[int]] = {}
-    for user, count in output:
+    emitted: dict[str, list[int]] = {}  # the same without the corrections
+    flags = corrections if corrections is not None else [False] * len(output)
+    for (user, count), corrected in zip(output, flags, strict=True):
         seen.setdefault(user, []).append(count)
-    v = Verdict(keys=len(truth), records=len(output))
+        if not corrected:
+            emitted.setdefault(user, []).append(count)
+    v = Verdict(keys=len(truth), records=len(output), corrections=sum(map(bool, flags)))
     for user, counts in seen.items():
-        if len(set(counts)) != len(counts):
+        plain = emitted.get(user, [])
+        if len(set(plain)) != len(plain):
             v.duplicated.append(user)
         if user not in truth or counts != sorted(counts) or counts[-1] > truth[user]:
             v.wrong.append(user)
@@ -105,6 +116,7 @@ class Observations:
     counts: np.ndarray
     times: np.ndarray
     unreadable: int = 0
+    corrected: np.ndarray | None = None  # per record: a corrected-output record (None: none were)
 
     def pairs(self) -> list[tuple[str, int]]:
         """(user_id, count) per record, the input of `verify`."""
@@ -114,13 +126,15 @@ class Observations:
     def save(self, path: Path) -> None:
         with open(path, "wb") as f:
             np.savez(f, user_ids=np.array(self.user_ids, dtype=str), users=self.users, counts=self.counts,
-                     times=self.times, unreadable=np.int64(self.unreadable))
+                     times=self.times, unreadable=np.int64(self.unreadable),
+                     corrected=self.corrected if self.corrected is not None else np.zeros(0, dtype=bool))
 
     @classmethod
     def load(cls, path: Path) -> "Observations":
         with np.load(path) as z:
+            corrected = z["corrected"] if "corrected" in z.files and z["corrected"].size else None
             return cls(user_ids=z["user_ids"].tolist(), users=z["users"], counts=z["counts"], times=z["times"],
-                       unreadable=int(z["unreadable"]))
+                       unreadable=int(z["unreadable"]), corrected=corrected)
 
 
 class OutputTailer:
@@ -131,6 +145,7 @@ class OutputTailer:
         self._index: dict[str, int] = {}
         self._names: list[str] = []
         self._users, self._counts, self._times = array("i"), array("q"), array("d")
+        self._corrected: list[int] = []  # indexes of corrected-output records
         self._unreadable = 0
         self._next: dict[int, int] = {p: OFFSET_BEGINNING for p in range(partitions)}
 
@@ -163,6 +178,8 @@ class OutputTailer:
             if u is None:
                 u = index[user] = len(names)
                 names.append(user)
+            if (headers := m.headers()) and any(k == CORRECTION_HEADER for k, _ in headers):
+                self._corrected.append(len(self._users))
             self._users.append(u)
             self._counts.append(count)
             self._times.append(now)
@@ -188,9 +205,14 @@ class OutputTailer:
                 self._take(msgs, time.time(), at_end)
         finally:
             c.close()
+        corrected = None
+        if self._corrected:
+            corrected = np.zeros(len(self._users), dtype=bool)
+            corrected[self._corrected] = True
         return Observations(user_ids=list(self._names), users=np.frombuffer(self._users, dtype=np.int32).copy(),
                             counts=np.frombuffer(self._counts, dtype=np.int64).copy(),
-                            times=np.frombuffer(self._times, dtype=np.float64).copy(), unreadable=self._unreadable)
+                            times=np.frombuffer(self._times, dtype=np.float64).copy(), unreadable=self._unreadable,
+                            corrected=corrected)
 
 
 # --- latency ----------------------------------------------------------------------------------

@@ -32,8 +32,10 @@ from confluent_kafka import Producer
 
 from baton.apps import AppDefinition
 from baton.generations import slot_root
+from baton.handoff import taken_over_at
 from baton.records import Positions, Role, Slot, SlotState, StateDigest, StatusRecord, covers
 from baton.settings import STATUS_TOPIC
+from spark_apps.runtime.correction import EmittedKeys, leave_out
 from spark_apps.runtime.dead_letters import collect, purge, read_initial
 from spark_apps.runtime.decode import INVALID_PREFIX, NOT_AN_OBJECT, supported
 from spark_apps.runtime.follower import Follower
@@ -142,6 +144,7 @@ class Harness:
         self.restored_batch: int | None = None  # the last committed batch at start: what the query restores
         self.restore_digested = False
         self._checked: Positions | None = None  # the check_at position digested (or found passed) last
+        self.emitted_keys = EmittedKeys()  # while a correction is due
 
     # --- status -------------------------------------------------------------------------------
     def publish(self, progress: dict | None = None, error: str = "") -> None:
@@ -190,14 +193,14 @@ class Harness:
             active = control is not None and control.role_of(self.slot) is Role.ACTIVE
             if active:
                 self.emitter.acquire(control.epoch)
-                if self.correction_due(control):  # before anything past the fence
-                    self.publish_correction(control)
                 res = self.emitter.emit(batch_id, start or {}, end or {}, out, dead)
                 self.mark("emitted")
                 if res.skipped:
                     self.counters.skipped_batches += 1
                 else:
                     self.counters.emitted_batches += 1
+                    if self.correction_due(control):  # what a correction read at an earlier batch leaves out
+                        self.emitted_keys.note(batch_id, out)
             elif self.emitter.holding:
                 self.emitter.release()
             purge(self.paths.spool, end or {})
@@ -244,36 +247,53 @@ class Harness:
         return build_frame(self.spark, self.app, self.bootstrap, self.starting_offsets, self.paths.cap_file,
                            self.paths.spool, min_batch_interval_ms=self.app.trigger_ms)
 
-    # --- corrected output ---------------------------------------------------------------------
+    # --- corrected output (spark_apps.runtime.correction) ---------------------------------------
     def correction_due(self, control) -> bool:
-        """This slot took the active role with a correction asked for, and has not published it yet."""
+        """This slot is the active at an epoch that asked for corrected output, and (as far as its writer
+        knows: it may not hold it yet) the output does not hold it."""
         if control is None or control.role_of(self.slot) is not Role.ACTIVE or control.correct_epoch != control.epoch:
             return False
-        last = self.emitter.last if self.emitter.holding and self.emitter.epoch == control.epoch else None
-        return last is None or last.epoch < control.epoch
-
-    def publish_correction(self, control) -> None:
-        """Under the batch lock: publish the state at the last committed batch (where this slot stands:
-        the fence it took over at) as output, in one transaction with a marker for this epoch, so
-        downstream's compacted view holds this slot's value for every key (ControlRecord.correct_epoch)."""
-        self.emitter.acquire(control.epoch)
-        if self.emitter.last is not None and self.emitter.last.epoch >= control.epoch:
-            return  # published before a restart
-        batch = last_committed_batch(self.paths.checkpoint)
-        at = read_offset_log(self.paths.checkpoint, batch) if batch is not None else {}
-        started = time.monotonic()
-        rows = state_output(self.spark, self.paths.checkpoint, batch, importlib.import_module(self.app.module)) \
-            if batch is not None else []
-        self.emitter.emit_correction(batch if batch is not None else -1, at or {}, rows)
-        print(f"baton: published the state at batch {batch} ({len(rows)} keys) as corrected output at epoch "
-              f"{control.epoch} in {time.monotonic() - started:.1f}s", file=sys.stderr, flush=True)
+        return not (self.emitter.holding and self.emitter.epoch == control.epoch and self.emitter.corrected)
 
     def maybe_correct(self) -> None:
+        """Publish the corrected output once this slot's last committed batch K stands at or past the
+        fence it took over at: K's state read behind the query's batches, then, under the batch lock,
+        published less the keys emitted after K."""
         control, _ = self.follower.snapshot()
         if self.spark is None or not self.correction_due(control):
             return
-        with self._batch_lock:
-            self.publish_correction(control)
+        started = time.monotonic()
+        try:
+            with self._batch_lock:  # no sink runs: K and the last marker stand still
+                self.emitter.acquire(control.epoch)
+                if self.emitter.corrected:  # published before a restart
+                    self.emitted_keys.clear()
+                    return
+                batch = last_committed_batch(self.paths.checkpoint)
+                at = (read_offset_log(self.paths.checkpoint, batch) if batch is not None else None) or {}
+                if not covers(at, taken_over_at(control, self.slot) or {}):
+                    return  # still on its way to F
+                last = self.emitter.last
+                if last is not None and not covers(at, last.emitted) and not self.emitted_keys.noted(last.batch_id):
+                    # Output a previous start of this slot emitted and Spark did not commit (it runs that
+                    # batch again, skipping its output): neither in K's state nor noted. After its commit.
+                    return
+            module = importlib.import_module(self.app.module)
+            with background_jobs(self.spark):
+                rows = state_output(self.spark, self.paths.checkpoint, batch, module) if batch is not None else []
+            with self._batch_lock:
+                now, _ = self.follower.snapshot()
+                if self._stopping or now is None or now.epoch != control.epoch or not self.correction_due(now):
+                    return
+                published = leave_out(rows, self.emitted_keys.after(batch))
+                self.emitter.emit_correction(published)
+                self.emitted_keys.clear()
+        except WriterFenced as exc:  # the role moved on meanwhile: the new writer's to do
+            print(f"baton: corrected output not published: {exc}", file=sys.stderr, flush=True)
+            return
+        print(f"baton: published the state at batch {batch} as corrected output at epoch {control.epoch}: "
+              f"{len(published)} of {len(rows)} keys (the rest emitted since) in {time.monotonic() - started:.1f}s",
+              file=sys.stderr, flush=True)
 
     # --- state digests (spark_apps.runtime.state_check) -----------------------------------------
     def take_digest(self, batch_id: int | None, at: str, position: Positions | None = None) -> None:

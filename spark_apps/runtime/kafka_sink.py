@@ -25,11 +25,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from functools import partial
 from typing import Iterable, Sequence
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
-from baton.records import CommitMarker, Positions, Slot, covers
+from baton.records import CORRECTION_HEADER, CommitMarker, Positions, Slot, covers
 
 
 class WriterFenced(RuntimeError):
@@ -114,37 +115,47 @@ class TransactionalEmitter:
             )
         return self._commit(batch_id, end, output, dead_letters, timeout_s)
 
-    def emit_correction(self, batch_id: int, at: Positions, output: Iterable[tuple[bytes | None, bytes | None]],
+    @property
+    def corrected(self) -> bool:
+        """The output holds this epoch's corrected output (the last marker says so)."""
+        return self.last is not None and self.epoch is not None and self.last.corrected_epoch >= self.epoch
+
+    def emit_correction(self, output: Iterable[tuple[bytes | None, bytes | None]],
                         timeout_s: float = 60.0) -> Emitted:
-        """Publish this slot's whole state as output, once, on taking the writer role at a fence `at`
-        (a corrected-output cutover): one transaction with a marker at `at` for this epoch. Done
-        already if a marker of this epoch (or a later one) exists."""
+        """Publish corrected output for this epoch (spark_apps.runtime.correction): one transaction of
+        `output` and a marker that moves no position (the last marker's) and says the correction is
+        in. Done already if the last marker says so."""
         if self._producer is None or self.epoch is None:
             raise WriterFenced(f"{self.app}/{self.slot.value} does not hold the writer role")
-        if self.last is not None and self.last.epoch >= self.epoch:
+        if self.corrected:
             return Emitted(self.last, skipped=True)
-        if self.last is not None and not (covers(at, self.last.emitted) and covers(self.last.emitted, at)):
-            # The state published must be the state at what was emitted: anything else loses or repeats input.
-            raise ReplayConflict(f"correction at {at} but output was committed up to {self.last.emitted}")
-        return self._commit(batch_id, at, output, (), timeout_s)
+        last = self.last
+        return self._commit(last.batch_id if last else -1, last.emitted if last else {}, output, (), timeout_s,
+                            corrected_epoch=self.epoch, headers=[(CORRECTION_HEADER, str(self.epoch).encode())])
 
-    def _commit(self, batch_id: int, end: Positions, output, dead_letters, timeout_s: float) -> Emitted:
-        """One transaction: output rows, dead letters, the marker "emitted up to `end`"."""
+    def _commit(self, batch_id: int, end: Positions, output, dead_letters, timeout_s: float,
+                corrected_epoch: int = 0, headers: list | None = None) -> Emitted:
+        """One transaction: output rows (with `headers`, if any), dead letters, the marker "emitted up
+        to `end`" (carrying on the last marker's corrected_epoch)."""
+        corrected_epoch = max(corrected_epoch, self.last.corrected_epoch if self.last is not None else 0)
         marker = CommitMarker(app=self.app, generation=self.generation, epoch=self.epoch, slot=self.slot,
-                              batch_id=batch_id, emitted=dict(end), ts_ms=int(time.time() * 1000))
+                              batch_id=batch_id, emitted=dict(end), ts_ms=int(time.time() * 1000),
+                              corrected_epoch=corrected_epoch)
         p = self._producer
         try:
             p.begin_transaction()
             produce, topic = p.produce, self.output_topic
+            if headers:
+                produce = partial(produce, headers=headers)
             for key, value in output:
                 try:
                     produce(topic, value, key)
                 except BufferError:
                     p.poll(0.1)
                     produce(topic, value, key)
-            for key, value, headers in dead_letters:
-                produce(self.dead_letter_topic, value, key, headers=headers)
-            produce(self.commits_topic, marker.to_bytes(), marker.key())
+            for key, value, why in dead_letters:
+                p.produce(self.dead_letter_topic, value, key, headers=why)
+            p.produce(self.commits_topic, marker.to_bytes(), marker.key())
             p.commit_transaction(timeout_s)
         except KafkaException as exc:
             err = exc.args[0]

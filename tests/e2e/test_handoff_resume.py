@@ -8,14 +8,17 @@ the task runner, which runs the operator (it retitles itself `airflow worker -- 
 The task instance id comes from the REST API; killing the runner (not the supervisor) is what a crash
 of the operator's code looks like: the supervisor reports the try failed and Airflow retries it.
 
-How it is killed after its control write and before it could report: once the runner has a connection
-to the broker (its execute() began), it runs in slices of SLICE_S and is held stopped (SIGSTOP) while
-the control record is read; the first time the record shows the write, the runner is killed. After
-its write a step still reads the record back, logs, pushes its XCom and reports success (several
-round trips): far more than one slice, so the kill lands between the write and the report, which the
-try numbers then prove.
+The fence task is killed after its control write and before it could report: once the runner has a
+connection to the broker (its execute() began), it runs in slices of SLICE_S and is held stopped
+(SIGSTOP) while the control record is read; the first time the record shows the write, the runner is
+killed. After its write a step still reads the record back, logs, pushes its XCom and reports success
+(several round trips): far more than one slice, so the kill lands between the write and the report,
+which the try numbers then prove.
 
-Then the finished cutover task is cleared and re-run: it recognises its own write and changes nothing.
+The cutover task waits at the fence deferred, and the triggerer writes the cutover: it is killed
+twice, before it could defer, and after the triggerer's write, resumed to report it, before it could.
+
+Then the finished cutover task is cleared and re-run: it recognises the write and changes nothing.
 """
 
 from __future__ import annotations
@@ -96,6 +99,18 @@ def kill_after_write(proc: psutil.Process, written, broker_port: int, timeout_s:
             proc.send_signal(signal.SIGCONT)
 
 
+def kill_running(client, run_id: str, task_id: str) -> None:
+    """Stop the current try's runner as soon as it is found, and SIGKILL it once Airflow shows the try
+    running under that pid: the try dies mid-step, and Airflow retries it."""
+    proc, _ = task_runner(client, run_id, task_id)
+    proc.send_signal(signal.SIGSTOP)
+    ti = wait_for(f"{task_id} to be running", lambda: (t := task_instance(client, run_id, task_id))["state"] == "running"
+                  and t, 60, every_s=0.1)
+    assert ti["pid"] == proc.pid  # the pid Airflow recorded for the try is the process found
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(30)
+
+
 def transitions(bootstrap: str, app: str, since_revision: int) -> list[tuple]:
     """(epoch, active, fence) of every control record of `app` that readers applied from `since_revision` on
     (read_control's revision rule), repeats dropped: what the handoff changed, whoever else wrote meanwhile
@@ -131,24 +146,20 @@ def test_a_cutover_whose_tasks_are_killed_mid_step_converges_exactly_once(stack)
         assert (fenced.active, fenced.epoch) == (Slot.BLUE, 1)
         print(f"fence killed {time.monotonic() - t0:.1f}s after the trigger, fence {fenced.fence}")
 
-        # 2. The gate, stopped as soon as its runner is found and killed once Airflow has the try running (before
-        #    it could defer): its retry must find both slots still held at the fence.
-        proc, _ = task_runner(client, run_id, "at_fence")
-        proc.send_signal(signal.SIGSTOP)
-        gate = wait_for("the gate to be running",
-                        lambda: (ti := task_instance(client, run_id, "at_fence"))["state"] == "running" and ti,
-                        60, every_s=0.1)
-        assert gate["pid"] == proc.pid  # the pid Airflow recorded for the try is the process found
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(30)
-        print(f"gate killed {time.monotonic() - t0:.1f}s after the trigger")
+        # 2. The cutover task, stopped as soon as its runner is found and killed once Airflow has the try
+        #    running (before it could defer): its retry must find both slots still held at the fence.
+        kill_running(client, run_id, "cutover")
+        print(f"cutover killed before it deferred {time.monotonic() - t0:.1f}s after the trigger")
 
-        # 3. The cutover task, killed after its one write, before it reported.
-        proc, _ = task_runner(client, run_id, "cutover")
-        cutover = kill_after_write(proc, lambda: (r if (r := read_control(bootstrap, app.name)).epoch > 1 else None),
-                                   broker_port)
+        # 3. The retry defers; the triggerer writes the cutover the moment the gate is met; the task resumed
+        #    to report it is killed before it could: the next try must find the cutover done, not make another.
+        cutover = wait_for("the cutover written by the triggerer",
+                           lambda: (r if (r := read_control(bootstrap, app.name)).epoch > 1 else None), 300, every_s=0.2)
         assert (cutover.active, cutover.epoch, cutover.fence) == (Slot.GREEN, 2, None)
-        print(f"cutover killed {time.monotonic() - t0:.1f}s after the trigger")
+        wait_for("the cutover task to resume", lambda: task_instance(client, run_id, "cutover")["state"]
+                 in ("scheduled", "queued", "running"), 120, every_s=0.1)
+        kill_running(client, run_id, "cutover")
+        print(f"resumed cutover killed {time.monotonic() - t0:.1f}s after the trigger")
 
         run = client.wait_for_run(DAG, run_id, timeout_s=420)
         print(f"run {run['state']} {time.monotonic() - t0:.1f}s after the trigger")
@@ -157,8 +168,8 @@ def test_a_cutover_whose_tasks_are_killed_mid_step_converges_exactly_once(stack)
 
     tis = {t["task_id"]: t for t in client.task_instances(DAG, run_id)}
     # Each killed task was retried once (a try number of 1 would mean the kill came after it reported).
-    assert {t: (tis[t]["state"], tis[t]["try_number"]) for t in ("fence", "at_fence", "cutover")} == {
-        "fence": ("success", 2), "at_fence": ("success", 2), "cutover": ("success", 2)}, tis
+    assert {t: (tis[t]["state"], tis[t]["try_number"]) for t in ("fence", "cutover")} == {
+        "fence": ("success", 2), "cutover": ("success", 3)}, tis
     assert tis["abort"]["state"] == "skipped"
     # The retried fence reused the fence it had set: the plan the cutover used is that fence.
     plan = client.xcom(DAG, run_id, "fence")
@@ -179,7 +190,7 @@ def test_a_cutover_whose_tasks_are_killed_mid_step_converges_exactly_once(stack)
     # A re-run of the finished fence and cutover (cleared, as after a lost success report) recognises this
     # run's handoff (kept in the control record): the same plan, no second fence, no second cutover.
     client.clear_tasks(DAG, run_id, ["fence", "cutover"])
-    wait_for("the cleared cutover to run again", lambda: (ti := task_instance(client, run_id, "cutover"))["try_number"] == 3
+    wait_for("the cleared cutover to run again", lambda: (ti := task_instance(client, run_id, "cutover"))["try_number"] == 4
              and ti["state"] in ("success", "failed", "up_for_retry"), 300, every_s=1)
     assert task_instance(client, run_id, "fence")["state"] == "success"
     assert client.xcom(DAG, run_id, "fence")["fence"] == {str(p): o for p, o in fenced.fence.items()}

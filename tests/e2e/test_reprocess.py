@@ -95,9 +95,13 @@ def test_a_reprocess_corrects_every_key_without_stopping_the_output_and_has_a_wa
                                                   lambda m: CommitMarker.from_bytes(m.value()))
                if m.ts_ms / 1000 >= started_at]
     gaps = [b - a for a, b in zip(markers, markers[1:])]
-    # Not the 2 s handoff target (not met on this 2-core machine, see the README's benchmarks): the
-    # bound catches a stream that stopped. Seen in CI: 21.4 s while the replay and Airflow share the cores.
-    assert markers and max(gaps) < 40, f"longest gap between committed outputs {max(gaps):.1f} s"
+    at = client.xcom("baton_reprocess", first["dag_run_id"], "cutover")["at_ms"] / 1000
+    print(f"longest gap between committed outputs {max(gaps):.2f} s, ending {markers[gaps.index(max(gaps)) + 1] - started_at:.1f} s "
+          f"into the run; cutover written {at - started_at:.1f} s into it")
+    # The handoff's gap target is 2 s (measured here: 1.4 s, at the cutover; bench/handoff.py --kind
+    # corrected_cutover at the seed's rate): the bound leaves room for a slow phase of a shared CI host
+    # and still fails a cutover that waits for a task start or for the correction (it did: 21.4 s).
+    assert markers and max(gaps) < 5, f"longest gap between committed outputs {max(gaps):.1f} s"
 
     # The way back, under live load: the previous generation (v1, still following) takes over and
     # publishes its state.

@@ -9,16 +9,15 @@ from datetime import timedelta
 from typing import Any
 
 from airflow.sdk import BaseOperator
-from airflow.sdk.exceptions import AirflowFailException
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from baton.handoff import (
-    HandoffError, cut_over, fence_reached, finished, other, plan_fence, with_fence, without_fence,
-)
+from baton.handoff import HandoffError, finished, other, plan_fence, with_fence, without_fence
 from baton.apps import AppDefinition
 from baton.records import ControlRecord, Handoff, Slot, SlotState
 from baton_airflow.hooks.control import BatonControlHook
 from baton_airflow.hooks.kafka import BatonKafkaHook
 from baton_airflow.operators.slots import resolve
+from baton_airflow.triggers.status import SlotStatusTrigger
 
 
 # How long plan_ahead watches the input's end grow to measure the arrival rate.
@@ -110,42 +109,58 @@ def plan_of(handoff: Handoff) -> dict[str, Any]:
 
 
 class CutoverOperator(_HandoffOperator):
-    """One write: the standby is active at epoch + 1 and the fence is lifted (baton.handoff explains why
-    one step is safe once the active stands at F). `plan` is the FenceOperator's XCom. `correct`: the
-    new active publishes its whole state as output on taking over (a reprocess, or the way back)."""
+    """Wait at the fence, then cut over: one write, the standby active at epoch + 1 and the fence lifted
+    (baton.handoff explains why one step is safe once the active stands at F). Deferred: the triggerer
+    watches the gate (the active's marker at exactly F, the standby live and on its way, within the
+    app's lag budget) and writes the cutover the moment it is met (baton.handoff.cut_over_at_fence), so
+    no task start lies between the output stopping at F and the write that lets the new active emit.
+    Fails if the gate fails (a slot went past F), and with a retry at `wait_timeout_s`. `plan` is the
+    FenceOperator's XCom. `correct`: the new active publishes its whole state as output on taking over
+    (a reprocess, or the way back)."""
 
-    template_fields = ("app", "plan", "correct")
+    template_fields = ("app", "plan", "correct", "wait_timeout_s")
 
-    def __init__(self, *, plan: Any, correct: bool | str = False, **kwargs: Any):
+    def __init__(self, *, plan: Any, correct: bool | str = False, wait_timeout_s: float | str = 120.0, **kwargs: Any):
+        kwargs.setdefault("retries", 3)  # apache/airflow#71580 (a deferred task), and a retry after a timeout
         super().__init__(**kwargs)
-        self.plan, self.correct = plan, correct
+        self.plan, self.correct, self.wait_timeout_s = plan, correct, wait_timeout_s
 
     def execute(self, context: Any) -> dict[str, Any]:
         app, _ = resolve(self.app, "blue")
         control = self.control()
-        plane = control.plane()
         epoch, to = int(self.plan["epoch"]), Slot(self.plan["to"])
-        rec = plane.current(app.name)
-        correct = self.correct in (True, "True", "true")
-        if not (rec.active is to and rec.epoch == epoch + 1):  # not done yet: the active must stand at F now
-            fence = {int(p): int(o) for p, o in self.plan["fence"].items()}
-            # A correction publishes the new active's state at F: it must stand there; otherwise the
-            # standby may still be on its way, within the app's lag budget (it reaches F before it
-            # emits: baton.handoff).
-            check = fence_reached(control.last_commit(app), control.status(app.name, to, last_n=500), fence, epoch,
-                                  trail_records=0 if correct else app.max_lag_records)
-            if not check.met:
-                raise AirflowFailException(f"{app.name}: not cutting over: "
-                                           f"{check.message or f'both slots are not at the fence {fence}'}")
-        try:
-            rec = plane.update(app.name, cut_over(to, epoch, correct=correct))
-        except HandoffError as exc:
-            raise AirflowFailException(str(exc)) from None
-        self.log.info("%s: %s is active at epoch %s and emits from %s", app.name, to.value, rec.epoch,
+        rec = control.plane().current(app.name)
+        if rec is not None and rec.active is to and rec.epoch == epoch + 1:  # done before (a retry)
+            return self.cut(app, rec)
+        self.defer(trigger=SlotStatusTrigger(
+            app=app.name, slot=to.value, condition="cutover", bootstrap=control.bootstrap,
+            target={str(p): int(o) for p, o in self.plan["fence"].items()}, epoch=epoch,
+            trail_records=app.max_lag_records, correct=self.correct in (True, "True", "true"),
+            timeout_s=float(self.wait_timeout_s), poll_s=0.25), method_name="execute_complete")
+
+    def execute_complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
+        app, _ = resolve(self.app, "blue")
+        if event.get("status") != "met":
+            context["ti"].xcom_push(key="reason", value=event.get("message", ""))  # for the abort
+            if event.get("status") == "failed":
+                raise AirflowFailException(event.get("message", ""))
+            raise AirflowException(event.get("message", f"unexpected trigger event {event!r}"))
+        self.log.info("%s", event["message"])
+        rec = self.control().plane().current(app.name)  # observed, not assumed
+        epoch, to = int(self.plan["epoch"]), Slot(self.plan["to"])
+        if rec is None or rec.active is not to or rec.epoch < epoch + 1:
+            raise AirflowFailException(f"{app.name}: the trigger reported the cutover, the control record does not "
+                                       f"show it ({rec.active.value if rec else None} active at epoch "
+                                       f"{rec.epoch if rec else None})")
+        return self.cut(app, rec)
+
+    def cut(self, app: AppDefinition, rec: ControlRecord) -> dict[str, Any]:
+        self.log.info("%s: %s is active at epoch %s and emits from %s", app.name, rec.active.value, rec.epoch,
                       self.plan["fence"])
-        # at_ms: when the new active took over (the settle check counts from here)
-        return {"epoch": rec.epoch, "active": rec.active.value, "fence": self.plan["fence"],
-                "at_ms": int(time.time() * 1000)}
+        # at_ms: when the new active took over (the settle check counts from here): the cutover's write
+        at_ms = rec.ts_ms if rec.epoch == int(self.plan["epoch"]) + 1 and rec.ts_ms else int(time.time() * 1000)
+        return {"epoch": int(self.plan["epoch"]) + 1, "active": rec.active.value, "fence": self.plan["fence"],
+                "at_ms": at_ms}
 
 
 class AbortHandoffOperator(_HandoffOperator):

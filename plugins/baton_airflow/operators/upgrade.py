@@ -18,7 +18,7 @@ from typing import Any
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 
 from baton.apps import AppDefinitionError, load_version, version_path
-from baton.handoff import HandoffError, cut_over, fence_reached, finished, other, without_fence
+from baton.handoff import HandoffError, cut_over_at_fence, finished, other, without_fence
 from baton.lifecycle import IllegalTransition
 from baton.records import Slot, SlotState, StateDigest
 from baton.reprocess import end_operation
@@ -226,9 +226,9 @@ class RollbackOperator(AppOperator):
             except HandoffError as exc:
                 raise AirflowFailException(f"{app.name}: cannot roll back: {exc}; the settle check said: {reason}") from None
             self.log.warning("%s: rolling back to %s: fence %s", app.name, back_to.value, rec.fence)
-            self.wait_at_fence(control, app, back_to, dict(rec.fence), epoch, by)
-            # After a corrected-output cutover, the old slot's state is published again on the way back.
-            plane.update(app.name, cut_over(back_to, epoch, correct=self.correct))
+            # Cut over the moment the gate is met. After a corrected-output cutover, the old slot's state
+            # is published again on the way back.
+            self.cut_over_at_fence(control, app, back_to, dict(rec.fence), epoch, by)
         plane.move_slot(app.name, new_slot, SlotState.RUNNING,
                         reason=f"rolled back from {self.plan['version']}: {reason}"[:500])
         if self.plan.get("operation"):  # a reprocess: the app is free again
@@ -236,12 +236,13 @@ class RollbackOperator(AppOperator):
         raise AirflowFailException(f"{app.name}: rolled back to {back_to.value} on {self.plan['from_version']} "
                                    f"(epoch {epoch + 1}); {self.plan['version']} did not settle: {reason}")
 
-    def wait_at_fence(self, control: BatonControlHook, app, standby: Slot, fence: dict[int, int], epoch: int,
-                      by: str) -> None:
+    def cut_over_at_fence(self, control: BatonControlHook, app, standby: Slot, fence: dict[int, int], epoch: int,
+                          by: str) -> None:
         deadline = time.monotonic() + float(self.fence_timeout_s)
         while True:
-            check = fence_reached(control.last_commit(app), control.status(app.name, standby, last_n=500), fence, epoch,
-                                  trail_records=0 if self.correct else app.max_lag_records)
+            check = cut_over_at_fence(control.plane(), app.name, standby, epoch, fence, lambda: control.last_commit(app),
+                                      lambda: control.status(app.name, standby, last_n=500),
+                                      trail_records=app.max_lag_records, correct=self.correct)
             if check.met:
                 return
             if check.failed or time.monotonic() > deadline:
@@ -252,7 +253,7 @@ class RollbackOperator(AppOperator):
                     pass
                 raise AirflowFailException(f"{app.name}: rollback to {standby.value} failed: {why}; "
                                            f"{other(standby).value} stays active")
-            time.sleep(0.5)
+            time.sleep(0.25)
 
 
 class AbortUpgradeOperator(AbortStepsOperator):

@@ -10,6 +10,7 @@ from airflow.sdk import BaseSensorOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from baton.apps import load_app
+from baton.upgrade import CORRECTION_GRACE_S
 from baton_airflow.hooks.kafka import BatonKafkaHook
 from baton_airflow.triggers.status import SlotStatusTrigger
 
@@ -95,32 +96,6 @@ class LagWithinSensor(_SlotSensor):
                     since_ms=int(self.since_ms or 0))
 
 
-class FenceReachedSensor(_SlotSensor):
-    """The cutover may be written: the active's commit marker stands at exactly the fence and the
-    standby (`slot`) is live and on its way, within the app's lag budget (`standby_may_trail`,
-    baton.handoff.fence_reached) or, for a corrected-output cutover, at exactly the fence too. Fails
-    at once if either went past it. `plan` is the FenceOperator's XCom (its `to` is the standby); the
-    slot argument is taken from it."""
-
-    template_fields = ("app", "plan", "wait_timeout_s", "standby_may_trail")
-
-    def __init__(self, *, plan: Any, standby_may_trail: bool | str = True, **kwargs: Any):
-        kwargs.setdefault("slot", "")
-        super().__init__(**kwargs)
-        self.plan, self.standby_may_trail = plan, standby_may_trail
-
-    def execute(self, context: Any) -> None:
-        self.slot, self.wait_timeout_s = self.plan["to"], float(self.wait_timeout_s)
-        super().execute(context)
-
-    def trigger_args(self, context: Any) -> dict[str, Any]:
-        trail = self.standby_may_trail in (True, "True", "true")
-        # Polled often: the output has stopped once the active stands at F, until the cutover.
-        return dict(condition="fence", target={str(p): int(o) for p, o in self.plan["fence"].items()},
-                    epoch=int(self.plan["epoch"]), trail_records=load_app(self.app).max_lag_records if trail else 0,
-                    poll_s=0.5)
-
-
 class SlotHealthySensor(_SlotSensor):
     """The slot passes the health DAG's rules now (heartbeat age, progress while input waits, batch
     time, state budgets, dead letters). Fails at once if it is dead, failed or not desired running."""
@@ -171,22 +146,24 @@ class StatesAgreeSensor(_SlotSensor):
 class SettleSensor(_SlotSensor):
     """The new active keeps the SLA for `settle_s` after the cutover: alive, every batch within
     `max_batch_ms` (0: the app's batch budget), output flowing, lag within the app's budget at the end.
-    Fails at the first breach (a rollback follows). `cutover` is the CutoverOperator's XCom."""
+    Fails at the first breach (a rollback follows). `cutover` is the CutoverOperator's XCom. `correct`:
+    the cutover asked for corrected output, which must be in (baton.upgrade.settle_check)."""
 
     template_fields = ("app", "cutover", "settle_s", "max_batch_ms")
 
-    def __init__(self, *, cutover: Any, settle_s: float | str = 30.0, max_batch_ms: int | str = 0, **kwargs: Any):
+    def __init__(self, *, cutover: Any, settle_s: float | str = 30.0, max_batch_ms: int | str = 0,
+                 correct: bool = False, **kwargs: Any):
         kwargs.setdefault("slot", "")
         super().__init__(**kwargs)
-        self.cutover, self.settle_s, self.max_batch_ms = cutover, settle_s, max_batch_ms
+        self.cutover, self.settle_s, self.max_batch_ms, self.correct = cutover, settle_s, max_batch_ms, correct
 
     def execute(self, context: Any) -> None:
         self.slot = self.cutover["active"]
-        self.wait_timeout_s = float(self.settle_s) + 120.0
+        self.wait_timeout_s = float(self.settle_s) + CORRECTION_GRACE_S + 60.0
         super().execute(context)
 
     def trigger_args(self, context: Any) -> dict[str, Any]:
         app = load_app(self.app)
         return dict(condition="settle", since_ms=int(self.cutover["at_ms"]), epoch=int(self.cutover["epoch"]),
                     target={str(p): int(o) for p, o in self.cutover["fence"].items()}, settle_s=float(self.settle_s),
-                    max_batch_ms=int(self.max_batch_ms) or app.batch_ms_budget, poll_s=1.0)
+                    max_batch_ms=int(self.max_batch_ms) or app.batch_ms_budget, correct=bool(self.correct), poll_s=1.0)

@@ -13,7 +13,7 @@ from typing import Any, AsyncIterator
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-CONDITIONS = ("running", "position", "lag", "fence", "healthy", "restore", "states", "settle")
+CONDITIONS = ("running", "position", "lag", "cutover", "healthy", "restore", "states", "settle")
 
 
 class SlotStatusTrigger(BaseTrigger):
@@ -22,7 +22,7 @@ class SlotStatusTrigger(BaseTrigger):
                  partitions: int = 0, max_lag: int = 0, timeout_s: float = 600.0, poll_s: float = 2.0,
                  deadline_ts: float | None = None, epoch: int = 0, max_lag_s: float | None = None,
                  expected: dict[str, Any] | None = None, policy: str = "exact", settle_s: float = 0.0,
-                 max_batch_ms: int = 0, trail_records: int = 0):
+                 max_batch_ms: int = 0, trail_records: int = 0, correct: bool = False):
         super().__init__()
         if condition not in CONDITIONS:
             raise ValueError(f"condition {condition!r} is not one of {CONDITIONS}")
@@ -30,12 +30,15 @@ class SlotStatusTrigger(BaseTrigger):
         self.since_ms, self.pid, self.target = since_ms, pid, target or {}
         self.input_topic, self.partitions, self.max_lag = input_topic, partitions, max_lag
         self.timeout_s, self.poll_s = timeout_s, poll_s
-        self.epoch = epoch  # "fence": the epoch the fence was set at; `slot` is the standby, `target` F
-        self.trail_records = trail_records  # "fence": how far short of F the standby may be (fence_reached)
+        # "cutover": the handoff's gate at the fence `target` (F), set at `epoch`, `slot` the standby, which
+        # may be `trail_records` short of F; the moment it is met this trigger writes the cutover
+        # (`correct`: with corrected output), met once the record shows it (baton.handoff.cut_over_at_fence)
+        self.epoch, self.trail_records, self.correct = epoch, trail_records, correct
         self.max_lag_s = max_lag_s  # "lag": also bound the seconds of input behind
         self.expected = expected  # "restore": the StateDigest (JSON) the slot left at its stop
         self.policy = policy  # "states": baton.upgrade.Policy; `slot` is the standby, `target` the check position
-        # "settle": `slot` is the new active since `since_ms`, at role epoch `epoch`, fence `target`
+        # "settle": `slot` is the new active since `since_ms`, at role epoch `epoch`, fence `target`;
+        # `correct`: its corrected output must be in
         self.settle_s, self.max_batch_ms = settle_s, max_batch_ms
         # Absolute, so a trigger re-created after a triggerer restart keeps the original deadline.
         self.deadline_ts = deadline_ts if deadline_ts is not None else time.time() + timeout_s
@@ -47,7 +50,7 @@ class SlotStatusTrigger(BaseTrigger):
             partitions=self.partitions, max_lag=self.max_lag, timeout_s=self.timeout_s, poll_s=self.poll_s,
             deadline_ts=self.deadline_ts, epoch=self.epoch, max_lag_s=self.max_lag_s, expected=self.expected,
             policy=self.policy, settle_s=self.settle_s, max_batch_ms=self.max_batch_ms,
-            trail_records=self.trail_records))
+            trail_records=self.trail_records, correct=self.correct))
 
     def check(self):
         """One blocking poll (runs in a thread): the condition's Check."""
@@ -55,25 +58,36 @@ class SlotStatusTrigger(BaseTrigger):
         from baton.kafka.tail import end_offsets
         from baton_airflow.hooks.control import read_slot_status
 
+        if self.condition == "cutover":
+            return self.check_cutover()
         history = read_slot_status(self.bootstrap, self.app, self.slot, last_n=2000)
         if self.condition == "running":
             return conditions.slot_running(history, self.since_ms, self.pid)
         if self.condition == "healthy":
             return self.check_healthy(history)
-        if self.condition == "fence":
-            from baton.apps import load_app
-            from baton.handoff import fence_reached
-            from spark_apps.runtime.kafka_sink import read_last_marker
-
-            marker = read_last_marker(self.bootstrap, load_app(self.app).commits_topic, self.app)
-            return fence_reached(marker, history, {int(p): o for p, o in self.target.items()}, self.epoch,
-                                 trail_records=self.trail_records)
         if self.condition == "position":
             return conditions.position_reached(history, {int(p): o for p, o in self.target.items()}, self.since_ms)
         if self.condition in ("restore", "states", "settle"):
             return self.check_upgrade(history)
         end = end_offsets(self.bootstrap, self.input_topic, range(self.partitions))
         return conditions.lag_within(history, end, self.max_lag, self.since_ms, self.max_lag_s)
+
+    def check_cutover(self):
+        """The gate at the fence and, once met, the cutover: written here, in the triggerer, because a
+        task started after the gate would add its start-up to the time the output stands still."""
+        from baton.apps import load_app
+        from baton.control_plane import ControlPlane, KafkaControlStore
+        from baton.handoff import cut_over_at_fence
+        from baton.records import Slot
+        from baton_airflow.hooks.control import read_slot_status
+        from spark_apps.runtime.kafka_sink import read_last_marker
+
+        return cut_over_at_fence(
+            ControlPlane(KafkaControlStore(self.bootstrap)), self.app, Slot(self.slot), self.epoch,
+            {int(p): int(o) for p, o in self.target.items()},
+            lambda: read_last_marker(self.bootstrap, load_app(self.app).commits_topic, self.app),
+            lambda: read_slot_status(self.bootstrap, self.app, self.slot, last_n=500),
+            trail_records=self.trail_records, correct=self.correct)
 
     def check_upgrade(self, history):
         """The rolling upgrade's gates (baton.upgrade)."""
@@ -96,7 +110,7 @@ class SlotStatusTrigger(BaseTrigger):
         end = end_offsets(self.bootstrap, app.input.topic, range(app.input.partitions))
         return upgrade.settle_check(history, marker, self.epoch, fence, end, self.check_healthy(history),
                                     int(time.time() * 1000), self.since_ms, self.settle_s, self.max_batch_ms,
-                                    self.max_lag or app.max_lag_records)
+                                    self.max_lag or app.max_lag_records, correct=self.correct)
 
     def check_healthy(self, history):
         """The health DAG's rules (heartbeat age, progress, batch time, budgets) on this slot now."""

@@ -4,7 +4,7 @@ import pytest
 
 from baton.control_plane import ControlPlane
 from baton.handoff import (
-    FAILOVER, TRAILING_STANDBY_FRESH_MS, HandoffError, cut_over, failover_fence, fence_reached, finished, plan_fence,
+    FAILOVER, TRAILING_STANDBY_FRESH_MS, HandoffError, cut_over, cut_over_at_fence, failover_fence, fence_reached, finished, plan_fence,
     saw_epoch, stale_fence, taken_over_at, with_fence, without_fence,
 )
 from baton.records import CommitMarker, Handoff, Role, Slot, SlotState, StatusRecord
@@ -95,6 +95,37 @@ def test_a_trailing_standby_may_be_handed_the_role_once_the_active_stands_at_the
     # A standby past F still fails the wait.
     assert fence_reached(marker(F), [standby({0: 101, 1: 200}, ts_ms=now)], F, 1, trail_records=1000,
                          now_ms=now).failed
+
+
+def test_whoever_waits_at_the_fence_writes_the_cutover_the_moment_the_gate_is_met_and_once(plane):
+    plane.update("app", with_fence(F, epoch=1, by="run1"))
+    reads = []
+
+    def look(emitted, processed):
+        return cut_over_at_fence(plane, "app", Slot.GREEN, 1, F, lambda: reads.append("m") or marker(emitted),
+                                 lambda: [standby(processed, ts_ms=10**13)], trail_records=50, correct=True)
+
+    waiting = look({0: 90, 1: 200}, {0: 80, 1: 200})
+    assert (waiting.met, waiting.failed) == (False, False)
+    assert plane.current("app").epoch == 1  # nothing written while the active is short of F
+    done = look(F, {0: 70, 1: 190})  # the active at F, the standby 40 short: within 50
+    assert done.met and "cut over: green is active at epoch 2" in done.message
+    rec = plane.current("app")
+    assert (rec.active, rec.epoch, rec.fence, rec.correct_epoch) == (Slot.GREEN, 2, None, 2)
+    reads.clear()
+    again = look(F, F)  # a re-run (a trigger re-created after a triggerer restart): done, nothing read or written
+    assert again.met and reads == [] and plane.current("app").revision == rec.revision
+
+
+def test_a_cutover_at_the_fence_fails_when_the_gate_does_or_the_record_moved_on(plane):
+    plane.update("app", with_fence(F, epoch=1, by="run1"))
+    standby_at = lambda processed: lambda: [standby(processed, ts_ms=10**13)]  # noqa: E731
+    past = cut_over_at_fence(plane, "app", Slot.GREEN, 1, F, lambda: marker({0: 101, 1: 200}), standby_at(F))
+    assert past.failed and "emitted past the fence" in past.message
+    plane.update("app", without_fence(1, by="run1"))  # aborted meanwhile: no fence to cut over at
+    lifted = cut_over_at_fence(plane, "app", Slot.GREEN, 1, F, lambda: marker(F), standby_at(F))
+    assert lifted.failed and "no fence is set" in lifted.message
+    assert plane.current("app").epoch == 1
 
 
 def test_the_fence_a_slot_took_over_at_holds_for_that_slot_at_that_epoch_only(plane):

@@ -6,7 +6,7 @@ from baton.conditions import WAIT, Check
 from baton.control_plane import ControlPlane
 from baton.records import CommitMarker, Role, Slot, SlotState, StateDigest, StatusRecord
 from baton.upgrade import (
-    Policy, ask_state_check, compare, replay_verdict, restore_check, settle_check, states_agree,
+    CORRECTION_GRACE_S, Policy, ask_state_check, compare, replay_verdict, restore_check, settle_check, states_agree,
 )
 from tests.support.fakes import MemoryControlStore
 
@@ -106,3 +106,18 @@ def test_settle_fails_fast_and_passes_after_the_period():
     behind = settle(ok, marker, {0: 5_000, 1: 120})
     assert behind.failed and "records behind" in behind.message
     assert settle([], None, None).met  # no input arrived past the fence: nothing to emit yet
+
+
+def test_a_corrected_output_cutover_settles_once_its_correction_is_in():
+    ok = [status(batch=9, processed={0: 150, 1: 120}, ts=2_000)]
+    end = {0: 150, 1: 120}
+
+    def check(corrected_epoch, now):
+        marker = CommitMarker(app="a", generation=0, epoch=2, slot=Slot.GREEN, batch_id=9, emitted=end,
+                              corrected_epoch=corrected_epoch)
+        return settle_check(ok, marker, 2, FENCE, end, Check(met=True), now, 1_000, 30, 2_000, 1_000, correct=True)
+
+    assert check(2, 40_000).met
+    assert check(1, 40_000) is WAIT  # an older correction (a previous reprocess's) does not count
+    late = check(0, 1_000 + (30 + CORRECTION_GRACE_S) * 1000 + 1)
+    assert late.failed and "corrected output of epoch 2 is not in" in late.message

@@ -52,8 +52,8 @@ def test_cutover_aborts_only_after_a_failed_gate(dagbag):
     dag = dagbag.dags["baton_cutover"]
     assert dag.max_active_runs == 1
     assert dag.get_task("abort").trigger_rule == "one_failed"
-    assert dag.get_task("abort").upstream_task_ids == {"fence", "at_fence"}  # fence: its XCom, the plan
-    assert dag.get_task("cutover").upstream_task_ids == {"fence", "at_fence"}
+    assert dag.get_task("abort").upstream_task_ids == {"fence", "cutover"}  # fence: its XCom, the plan
+    assert dag.get_task("cutover").upstream_task_ids == {"fence"}
 
 
 @pytest.mark.parametrize("conf, field", [({"app": "nope"}, "app"), ({"app": "click_counts", "ahead_s": -1}, "ahead_s"),
@@ -69,12 +69,12 @@ def test_rolling_upgrade_gates_come_before_the_cutover_and_fail_into_abort_or_ro
     dag = dagbag.dags["baton_rolling_upgrade"]
     assert dag.max_active_runs == 1
     order = ["preflight", "upgrade_standby", "restore_check", "warm_up", "check_position", "state_check", "fence",
-             "at_fence", "cutover", "settle", "upgrade_old_active", "restore_check_old", "warm_up_old"]
+             "cutover", "settle", "upgrade_old_active", "restore_check_old", "warm_up_old"]
     for before, after in zip(order, order[1:]):
         assert before in dag.get_task(after).upstream_task_ids, (before, after)
     abort, rollback = dag.get_task("abort"), dag.get_task("rollback")
     assert abort.trigger_rule == rollback.trigger_rule == "one_failed"
-    assert abort.upstream_task_ids == set(order[:9])  # every step up to the cutover; none after
+    assert abort.upstream_task_ids == set(order[:8])  # every step up to the cutover; none after
     assert rollback.upstream_task_ids == {"cutover", "settle"}  # cutover: its XCom; a failed cutover is skipped
 
 
@@ -92,14 +92,14 @@ def test_rolling_upgrade_form_rejects_bad_conf_naming_the_field(dagbag, conf, fi
 def test_reprocess_gates_come_before_the_corrected_output_cutover(dagbag):
     dag = dagbag.dags["baton_reprocess"]
     assert dag.max_active_runs > 1  # a second request runs, and is refused by the app's lock with a reason
-    order = ["validate", "new_generation", "caught_up", "invariants", "handover", "fence", "at_fence", "cutover",
-             "settle", "finish"]
+    order = ["validate", "new_generation", "caught_up", "invariants", "handover", "fence", "cutover", "settle",
+             "finish"]
     for before, after in zip(order, order[1:]):
         assert before in dag.get_task(after).upstream_task_ids, (before, after)
     assert dag.get_task("cutover").correct is True and dag.get_task("rollback").correct is True
     # end=standby: the handover gate skips the fence and everything after it; the run ends in finish_staged
     assert dag.get_task("finish_staged").upstream_task_ids == {"invariants"}
-    assert dag.get_task("abort").upstream_task_ids == set(order[:8]) | {"finish_staged"}
+    assert dag.get_task("abort").upstream_task_ids == set(order[:7]) | {"finish_staged"}
 
 
 @pytest.mark.parametrize("conf, field", [({"app": "click_counts", "start": "yesterday"}, "start"),
@@ -141,16 +141,35 @@ def test_every_jinja_argument_is_a_template_field(dagbag):
     assert untemplated == []
 
 
-def test_the_fence_gate_lets_the_standby_trail_except_for_a_corrected_output_cutover(dagbag):
+def test_every_cutover_defers_to_the_trigger_that_writes_it_with_the_standby_allowed_to_trail(dagbag, monkeypatch):
+    """The cutover task waits at the fence in the triggerer, which writes the cutover the moment the gate
+    is met (no task start between the output stopping at F and the write); the standby may trail F by
+    the app's lag budget, a corrected-output cutover included (the correction waits for F, not the gate)."""
+    from airflow.sdk.exceptions import TaskDeferred
+
     from baton.apps import load_app
+    from baton.control_plane import ControlPlane
+    from baton.records import ControlRecord, Slot
+    from tests.support.fakes import MemoryControlStore
+
+    store = MemoryControlStore()
+    store.append(ControlRecord(app="click_counts", revision=1, epoch=1, active=Slot.BLUE, fence={0: 10}))
+
+    class Control:
+        bootstrap = "broker:9092"
+
+        def plane(self):
+            return ControlPlane(store)
 
     plan = {"fence": {"0": 10}, "epoch": 1, "to": "green", "from": "blue"}
     budget = load_app("click_counts").max_lag_records
-    upgrade = dagbag.dags["baton_rolling_upgrade"].get_task("at_fence")
-    reprocess = dagbag.dags["baton_reprocess"].get_task("at_fence")
-    for task, trail in ((upgrade, budget), (reprocess, 0)):
-        task.app, task.plan = "click_counts", plan
-        args = task.trigger_args({})
-        assert (args["condition"], args["trail_records"], args["target"]) == ("fence", trail, {"0": 10})
-    cutover = dagbag.dags["baton_cutover"].get_task("at_fence")
-    assert cutover.standby_may_trail == "{{ not params.correct }}"  # rendered per run: False when correcting
+    for dag_id, correct in (("baton_rolling_upgrade", False), ("baton_reprocess", True), ("baton_cutover", "true")):
+        task = dagbag.dags[dag_id].get_task("cutover")
+        monkeypatch.setattr(task, "control", lambda: Control())
+        task.app, task.plan, task.correct, task.wait_timeout_s = "click_counts", plan, correct, 60
+        with pytest.raises(TaskDeferred) as deferred:
+            task.execute({})
+        trigger = deferred.value.trigger
+        assert (trigger.condition, trigger.slot, trigger.target, trigger.epoch) == ("cutover", "green", {"0": 10}, 1)
+        assert (trigger.trail_records, trigger.correct, trigger.timeout_s) == (budget, correct is not False, 60.0)
+        assert deferred.value.method_name == "execute_complete"

@@ -13,17 +13,19 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
+from baton.records import CORRECTION_HEADER
 from baton.tools.verify import Observations, OutputTailer, verify
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[4]
 
 
-def commit(producer, topic, rows):
+def commit(producer, topic, rows, headers=None):
     """One transaction of (user, count) rows; returns the wall time the commit returned."""
     producer.begin_transaction()
     for user, count in rows:
-        producer.produce(topic, json.dumps({"user_id": user, "count": count}).encode(), user.encode())
+        producer.produce(topic, json.dumps({"user_id": user, "count": count}).encode(), user.encode(),
+                         headers=headers)
     producer.commit_transaction(30)
     return time.time()
 
@@ -41,11 +43,17 @@ def test_tailer_stamps_each_transaction_and_drains_after_stop(bootstrap, topics)
     t2 = commit(p, topic, [("a", 2), ("c", 1)])
     time.sleep(1.0)
     t3 = commit(p, topic, [("b", 2)])
-    stop.set()  # at once: the last transaction is only caught by the drain
+    commit(p, topic, [("c", 1)], headers=[(CORRECTION_HEADER, b"2")])  # a corrected-output publish
+    stop.set()  # at once: the last transactions are only caught by the drain
     tailer.join(60)
     obs = result["obs"]
-    assert verify(Counter(a=2, b=2, c=1), obs.pairs()).ok
-    stamp = {(obs.user_ids[u], int(c)): t for u, c, t in zip(obs.users, obs.counts, obs.times)}
+    assert obs.corrected.tolist() == [False] * 5 + [True]
+    verdict = verify(Counter(a=2, b=2, c=1), obs.pairs(), obs.corrected)
+    assert verdict.ok and verdict.corrections == 1
+    assert verify(Counter(a=2, b=2, c=1), obs.pairs()).duplicated == ["c"]
+    stamp = {}  # the first time each (user, count) was readable
+    for u, c, t in zip(obs.users, obs.counts, obs.times):
+        stamp.setdefault((obs.user_ids[u], int(c)), t)
     assert len(stamp) == 5 and obs.unreadable == 0
     assert before < stamp[("a", 1)] < t2 - 1.0                  # read at the tailer's start
     assert t2 - 0.05 <= stamp[("a", 2)] < t2 + 0.5               # readable about when committed

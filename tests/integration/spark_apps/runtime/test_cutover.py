@@ -12,7 +12,7 @@ import time
 import pytest
 
 from baton.control_plane import ControlPlane, KafkaControlStore
-from baton.handoff import cut_over, fence_reached, plan_fence, saw_epoch, with_fence
+from baton.handoff import cut_over, cut_over_at_fence, fence_reached, plan_fence, saw_epoch, with_fence
 from baton.kafka.tail import end_offsets
 from baton.records import CommitMarker, Slot, covers
 from baton.tools.verify import read_output, verify
@@ -28,17 +28,18 @@ class Load(threading.Thread):
 
     def __init__(self, bootstrap, topic, per_round=400, every_s=0.2, users=300):
         super().__init__(daemon=True)
-        self.args = bootstrap, topic, per_round, every_s, users
+        self.args = bootstrap, topic, per_round, every_s
+        self.users = users  # may be changed while it runs
         self.truth, self.sent = None, 0
         self.done = threading.Event()
 
     def run(self):
-        bootstrap, topic, per_round, every_s, users = self.args
+        bootstrap, topic, per_round, every_s = self.args
         from collections import Counter
 
         self.truth = Counter()
         while not self.done.is_set():
-            part, _ = produce_clicks(bootstrap, topic, per_round, users=users, start=self.sent)
+            part, _ = produce_clicks(bootstrap, topic, per_round, users=self.users, start=self.sent)
             self.truth.update(part)
             self.sent += per_round
             time.sleep(every_s)
@@ -112,6 +113,80 @@ def test_cutover_under_load_is_exactly_once_and_moves_the_writer(bootstrap, both
         for slot in ("blue", "green"):
             assert not [s for s in read_status(bootstrap, app.name, slot)
                         if s.state_digest is not None and s.state_digest.at == "fence"], slot
+    finally:
+        load.done.set()
+        for p in procs:
+            stop_slot(p)
+
+
+def test_a_corrected_output_cutover_to_a_trailing_standby_leaves_every_key_corrected(bootstrap, both_slots_app,
+                                                                                     tmp_path):
+    """Blue runs a buggy version (users ending in 7 counted twice), green the fix, following blue. The
+    cutover asks for corrected output and is written, by cut_over_at_fence, while green is held short
+    of F: green reaches F as the new active, emits from there at once, and publishes its state at a
+    batch at or past F, less the keys it emitted since, in a transaction of its own. From the fence on
+    the load clicks for 40 of the 300 users only: most keys get their corrected value from the
+    correction alone, the 40 from green's batches (a state read older than those is left out for them;
+    tests/unit/spark_apps/runtime/test_correction.py times a batch inside the read). The compacted view
+    must be the ground truth for every key."""
+    app, path = both_slots_app
+    (tmp_path / "v1").mkdir()
+    buggy = tmp_path / "v1" / path.name  # an app definition is named after its app
+    buggy.write_text(path.read_text().replace("module: spark_apps.apps.click_counts",
+                                              "module: tests.support.buggy_counts"))
+    (tmp_path / "state").mkdir()
+    blue = start_slot(bootstrap, buggy, tmp_path / "state", "blue")
+    green = start_slot(bootstrap, path, tmp_path / "state", "green")
+    procs = (blue, green)
+    load = Load(bootstrap, app.input.topic)
+    key = app.name.encode()
+
+    def markers():
+        return read_topic(bootstrap, app.commits_topic,
+                          lambda m: CommitMarker.from_bytes(m.value()) if m.key() == key else None)
+
+    try:
+        load.start()
+        wait_until_emitted(bootstrap, app, 4000, timeout_s=240)
+        plane = ControlPlane(KafkaControlStore(bootstrap), writer="test")
+        active = [s for s in read_status(bootstrap, app.name, "blue") if s.batch_id >= 0][-1]
+        fence = plan_fence(end_offsets(bootstrap, app.input.topic, range(app.input.partitions)), active.processed,
+                           rate_per_s=2000, ahead_s=2, partitions=app.input.partitions)
+        plane.update(app.name, with_fence(fence, epoch=1, by="test"))
+        load.users = 40
+        os.killpg(green.pid, signal.SIGSTOP)
+        try:
+            def cut():
+                check = cut_over_at_fence(plane, app.name, Slot.GREEN, 1, fence,
+                                          lambda: read_last_marker(bootstrap, app.commits_topic, app.name),
+                                          lambda: read_status(bootstrap, app.name, "green"),
+                                          trail_records=app.max_lag_records, correct=True)
+                assert not check.failed, check.message
+                return check.met
+            wait_for("the cutover at the fence", cut, 120, procs)
+            short = [s for s in read_status(bootstrap, app.name, "green") if s.batch_id >= 0][-1].processed
+            assert not covers(short, fence), (short, fence)  # green trailed F when the role moved
+        finally:
+            os.killpg(green.pid, signal.SIGCONT)
+        wait_for("green's first batch past F", lambda: any(
+            m.epoch == 2 and m.emitted != fence for m in markers()), 120, procs)
+        load.done.set()
+        load.join()
+        wait_for("the corrected output", lambda: any(m.corrected_epoch == 2 for m in markers()), 120, procs)
+        wait_until_emitted(bootstrap, app, load.sent, timeout_s=240)
+        assert dict(read_output(bootstrap, app.output.topic, app.output.partitions)) == dict(load.truth)
+        assert sum(1 for u in load.truth if u.endswith("7")) == 30  # the bug touched 30 users' counts
+
+        marks = markers()
+        by_blue = [m for m in marks if m.slot is Slot.BLUE]
+        correction = next(m for m in marks if m.corrected_epoch == 2)
+        assert by_blue[-1].emitted == fence and all(m.epoch == 1 and m.corrected_epoch == 0 for m in by_blue)
+        assert covers(correction.emitted, fence) and correction.slot is Slot.GREEN
+        # Green emitted past F before its correction (the output did not wait for it), and every marker
+        # after the correction carries it on.
+        first_past = next(m for m in marks if m.epoch == 2 and m.emitted != fence)
+        assert marks.index(first_past) < marks.index(correction)
+        assert all(m.corrected_epoch == 2 for m in marks[marks.index(correction):])
     finally:
         load.done.set()
         for p in procs:

@@ -16,7 +16,8 @@ from baton.tools.verify import (
 
 def test_exact_output_is_ok():
     v = verify(Counter(a=2, b=1), [("a", 1), ("b", 1), ("a", 2)])
-    assert v.ok and v.summary() == {"keys": 2, "records": 3, "lost": 0, "duplicated": 0, "wrong": 0}
+    assert v.ok and v.summary() == {"keys": 2, "records": 3, "lost": 0, "duplicated": 0, "wrong": 0,
+                                    "corrections": 0}
 
 
 def test_verdicts_name_lost_duplicated_and_wrong_keys():
@@ -28,6 +29,18 @@ def test_verdicts_name_lost_duplicated_and_wrong_keys():
     v = verify(truth, output)
     assert not v.ok
     assert sorted(v.lost) == ["a", "d"] and v.duplicated == ["b"] and sorted(v.wrong) == ["c", "x"]
+
+
+def test_a_corrected_output_record_may_repeat_a_count_but_not_lower_it_or_pass_the_truth():
+    truth = Counter(a=3, b=2, c=2, d=2)
+    output = [("a", 1), ("a", 2), ("a", 2), ("a", 3),  # a: the correction republished 2: fine
+              ("b", 1), ("b", 1), ("b", 1), ("b", 2),  # b: a plain record repeated 1 beside the correction
+              ("c", 2), ("c", 1),                      # c: the correction went back
+              ("d", 1), ("d", 2)]                      # d: nothing to correct
+    flags = [False, False, True, False, False, False, True, False, False, True, False, False]
+    v = verify(truth, output, flags)
+    assert v.duplicated == ["b"] and v.wrong == ["c"] and v.lost == ["c"] and v.corrections == 3
+    assert verify(truth, output).duplicated == ["a", "b"]  # unflagged, a republish is a duplicate
 
 
 def test_decreasing_counts_are_wrong():

@@ -1,0 +1,117 @@
+"""Corrected output goes out beside the new active's batches (spark_apps.runtime.correction): the state
+read at batch K is published less the keys a batch after K emitted while it was read, never before the
+slot stands at the fence it took over at, and once."""
+
+import contextlib
+import threading
+from pathlib import Path
+
+import pytest
+
+from baton.apps import AppDefinition, TopicRef
+from baton.records import CommitMarker, ControlRecord, Handoff, Slot
+from spark_apps.runtime import harness
+from spark_apps.runtime.correction import EmittedKeys, leave_out
+from spark_apps.runtime.harness import Harness
+
+F = {0: 100, 1: 100}
+
+
+class Emitter:
+    def __init__(self, last=None):
+        self.holding, self.epoch, self.published, self.last = False, None, [], last
+
+    def acquire(self, epoch):
+        self.holding, self.epoch = True, epoch
+
+    @property
+    def corrected(self):
+        return bool(self.published)
+
+    def emit_correction(self, rows):
+        self.published.append(rows)
+
+
+class Follower:
+    def __init__(self, control):
+        self.control = control
+
+    def snapshot(self):
+        return self.control, None
+
+
+def control(correct_epoch=2):
+    return ControlRecord(app="a", revision=3, epoch=2, active=Slot.GREEN, correct_epoch=correct_epoch,
+                         handoff=Handoff("run", 1, dict(F), Slot.GREEN))
+
+
+@pytest.fixture
+def slot(monkeypatch):
+    h = Harness.__new__(Harness)
+    h.app = AppDefinition(name="a", module="spark_apps.apps.click_counts", version="v2",
+                          input=TopicRef(topic="in", partitions=2), output=TopicRef(topic="out", partitions=2))
+    h.slot, h.paths, h.spark = Slot.GREEN, harness.SlotPaths(Path("/nowhere")), object()
+    h._batch_lock, h._stopping = threading.Lock(), False
+    h.emitted_keys, h.emitter, h.follower = EmittedKeys(), Emitter(), Follower(control())
+    h.at = {5: {0: 100, 1: 100}}
+    monkeypatch.setattr(harness, "last_committed_batch", lambda checkpoint: max(h.at))
+    monkeypatch.setattr(harness, "read_offset_log", lambda checkpoint, batch: h.at[batch])
+    monkeypatch.setattr(harness, "background_jobs", lambda spark: contextlib.nullcontext())
+    return h
+
+
+def test_keys_a_batch_emitted_while_the_state_was_read_are_left_out(slot, monkeypatch):
+    slot.emitted_keys.note(5, [(b"user3", b"at F")])  # batch 5 itself: the state read includes it
+    slot.emitted_keys.note(6, [(b"user4", b'{"count": 7}')])  # emitted, Spark's commit of it still to come
+    slot.emitter.last = CommitMarker(app="a", generation=1, epoch=2, slot=Slot.GREEN, batch_id=6,
+                                     emitted={0: 110, 1: 100})
+
+    def state_output(spark, checkpoint, batch, module):
+        assert batch == 5
+        slot.emitted_keys.note(7, [(b"user1", b'{"count": 9}')])  # the query's next batch, meanwhile
+        return [(b"user1", b'{"count": 8}'), (b"user2", b'{"count": 4}'), (b"user3", b'{"count": 2}'),
+                (b"user4", b'{"count": 6}')]
+
+    monkeypatch.setattr(harness, "state_output", state_output)
+    slot.maybe_correct()
+    assert slot.emitter.published == [[(b"user2", b'{"count": 4}'), (b"user3", b'{"count": 2}')]]
+    assert slot.emitted_keys.after(None) == set()  # nothing more to remember
+    slot.maybe_correct()
+    assert len(slot.emitter.published) == 1  # once
+
+
+def test_no_correction_before_the_slot_stands_at_the_fence_or_when_none_was_asked(slot, monkeypatch):
+    monkeypatch.setattr(harness, "state_output", lambda *a: pytest.fail("read the state short of the fence"))
+    slot.at = {4: {0: 100, 1: 90}}  # a trailing new active, on its way to F
+    slot.maybe_correct()
+    slot.at = {5: {0: 120, 1: 130}}
+    slot.follower = Follower(control(correct_epoch=0))  # a plain cutover
+    slot.maybe_correct()
+    assert slot.emitter.published == []
+
+
+def test_output_a_previous_start_emitted_past_the_committed_state_holds_the_correction_back(slot, monkeypatch):
+    """Killed after batch 6's output was committed and before Spark committed batch 6: the restarted
+    slot runs batch 6 again (its output skipped), so K is 5, and batch 6's keys are neither in K's state
+    nor noted: no correction until batch 6 is committed."""
+    monkeypatch.setattr(harness, "state_output", lambda *a: [(b"user1", b"x")])
+    slot.emitter = Emitter(last=CommitMarker(app="a", generation=1, epoch=2, slot=Slot.GREEN, batch_id=6,
+                                             emitted={0: 130, 1: 120}))
+    slot.maybe_correct()
+    assert slot.emitter.published == []
+    slot.at[6] = {0: 130, 1: 120}  # batch 6 committed
+    slot.maybe_correct()
+    assert slot.emitter.published == [[(b"user1", b"x")]]
+
+
+def test_leave_out_keeps_every_row_when_nothing_was_emitted_since():
+    rows = [(b"a", b"1"), (b"b", b"2")]
+    assert leave_out(rows, set()) == rows
+    assert leave_out(rows, {b"b", b"z"}) == [(b"a", b"1")]
+
+
+def test_a_marker_carries_the_correction_on_and_reads_back():
+    m = CommitMarker(app="a", generation=1, epoch=3, slot=Slot.GREEN, batch_id=9, emitted=F, corrected_epoch=2)
+    assert CommitMarker.from_bytes(m.to_bytes()) == m
+    old = CommitMarker(app="a", generation=1, epoch=1, slot=Slot.BLUE, batch_id=9, emitted=F).to_bytes()
+    assert CommitMarker.from_bytes(old.replace(b',"corrected_epoch":0', b"")).corrected_epoch == 0  # an older writer's
