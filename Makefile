@@ -52,8 +52,8 @@ status:
 # Benchmarks, each on its own broker, results as JSON + PNG in bench/results/: the Kafka source's
 # read rate, the click-count app's throughput and latency at the seed's 20,085 events/s with its
 # standby beside it (about 5 min), restart to first batch with 100k and 1M keys of state, and the
-# windowed app's state, a cutover, a kill -9 failover and a rolling upgrade v1 -> v2 under that load
-# (about 55 min in all).
+# windowed app's state, a cutover, a corrected-output cutover, a kill -9 failover and a rolling upgrade
+# v1 -> v2 under that load (about 60 min in all).
 # Run on a quiet machine: other load skews every figure.
 bench: install
 	$(BIN)/python bench/source_read.py --records 2000000
@@ -61,6 +61,7 @@ bench: install
 	$(BIN)/python bench/restart.py
 	$(BIN)/python bench/window_state.py
 	$(BIN)/python bench/handoff.py --kind cutover
+	$(BIN)/python bench/handoff.py --kind corrected_cutover
 	$(BIN)/python bench/handoff.py --kind failover
 	$(BIN)/python bench/handoff.py --kind rolling_upgrade
 

@@ -2,11 +2,15 @@
 throughput benchmark's measured window (same app, load generator and verifier: bench/throughput.py).
 
     .venv/bin/python bench/handoff.py --kind cutover     # -> bench/results/handoff_cutover.json/.png
+    .venv/bin/python bench/handoff.py --kind corrected_cutover  # -> bench/results/handoff_corrected_cutover.*
     .venv/bin/python bench/handoff.py --kind failover    # -> bench/results/handoff_failover.json/.png
     .venv/bin/python bench/handoff.py --kind rolling_upgrade  # -> bench/results/handoff_rolling_upgrade.json/.png
 
 cutover: fence F ~2 s of input ahead, blue stops at exactly F, one write makes green the writer
 (epoch + 1) and lifts the fence (the baton_cutover DAG's steps, run here directly).
+corrected_cutover: the same with corrected output (a reprocess's cutover, baton_cutover correct=true):
+green also publishes its whole state (every user's count) beside its batches; the verifier tells
+those records apart by their header (republished counts, not duplicates).
 failover: SIGKILL of blue's whole process group; its death is noticed by polling the process (0.2 s,
 what a dedicated failover sensor would do; the every-minute health DAG adds up to its interval), then
 baton.handoff.fail_over: fence at blue's last emitted position, green is active at once and reaches it
@@ -88,7 +92,7 @@ def check_states(b, app, watch, rate: float, ahead_s: float) -> list[tuple[float
     return marks
 
 
-def cutover(b, app, procs, watch, rate: float, ahead_s: float) -> list[tuple[float, str]]:
+def cutover(b, app, procs, watch, rate: float, ahead_s: float, correct: bool = False) -> list[tuple[float, str]]:
     plane = ControlPlane(KafkaControlStore(b.bootstrap), writer="bench")
     rec = plane.current(app.name)
     fence = plan_ahead(b, app, watch, rate, ahead_s)
@@ -115,8 +119,12 @@ def cutover(b, app, procs, watch, rate: float, ahead_s: float) -> list[tuple[flo
         err.marks = marks
         raise err from None
     marks.append((time.time(), "blue at F"))
-    plane.update(app.name, cut_over(Slot.GREEN, rec.epoch))
+    plane.update(app.name, cut_over(Slot.GREEN, rec.epoch, correct=correct))
     marks.append((time.time(), "cutover"))
+    if correct:
+        wait("green's corrected output", lambda: (m := read_last_marker(b.bootstrap, app.commits_topic, app.name))
+             is not None and m.corrected_epoch > rec.epoch, 120)
+        marks.append((time.time(), "corrected output in"))
     log(f"cutover at {fence}: " + ", ".join(f"{label} +{t - marks[0][0]:.2f}s" for t, label in marks))
     return marks
 
@@ -212,7 +220,8 @@ def resume_s(marks: list[dict]) -> float | None:
 
 if __name__ == "__main__":
     ap = parser(__doc__)
-    ap.add_argument("--kind", choices=["cutover", "failover", "rolling_upgrade"], default="cutover")
+    ap.add_argument("--kind", choices=["cutover", "corrected_cutover", "failover", "rolling_upgrade"],
+                    default="cutover")
     ap.add_argument("--handoff-at", type=float, default=40.0, help="seconds into the measured window")
     ap.add_argument("--ahead-s", type=float, default=2.0, help="cutover: fence this much input ahead")
     ap.set_defaults(seconds=90.0)
@@ -228,6 +237,7 @@ if __name__ == "__main__":
     name = args.name if args.name != "throughput" else f"handoff_{args.kind}"
     with bench(name, keep=args.logs) as b:
         during = {"cutover": partial(cutover, rate=args.rate, ahead_s=args.ahead_s),
+                  "corrected_cutover": partial(cutover, rate=args.rate, ahead_s=args.ahead_s, correct=True),
                   "failover": failover,
                   "rolling_upgrade": partial(rolling_upgrade, rate=args.rate, ahead_s=args.ahead_s, conf=args.conf),
                   }[args.kind]
