@@ -209,6 +209,11 @@ def _upgrade_both(b, app, procs, watch, rate, ahead_s, conf, settle_s, v2, marks
             marks.append((time.time(), "settled"))
 
 
+def gap_end_s(result: dict) -> float | None:
+    end = result["latency"].get("longest_output_gap_end")
+    return round(end - result["loadgen"]["started"], 1) if end is not None else None
+
+
 def resume_s(marks: list[dict]) -> float | None:
     """Kill to the first output of the new active: output readable right after the kill is the dead
     active's last transactions being stamped, not a resumption."""
@@ -249,6 +254,8 @@ if __name__ == "__main__":
         "lost": result["verdict"]["lost"], "duplicated": result["verdict"]["duplicated"],
         "wrong": result["verdict"]["wrong"],
         "max_gap_ms": round(result["latency"]["longest_output_gap_s"] * 1000),
+        # where it ended, in the run's seconds (the marks' clock): at a handoff step, or elsewhere
+        "max_gap_end_s": gap_end_s(result),
         "targets": {"p99_99_ms": P99_99_TARGET_MS, "max_gap_s": GAP_TARGET_S, "resume_s": RESUME_TARGET_S},
         "machine": machine(),
     })
@@ -256,7 +263,8 @@ if __name__ == "__main__":
         result["resume_s"] = resume_s(marks)
     path = write_result(name, result)
     plot(result, RESULTS / f"{name}.png")
-    keys = ["rate", "lost", "duplicated", "wrong", "p50_ms", "p99_ms", "p99_99_ms", "max_gap_ms", "resume_s", "marks",
+    keys = ["rate", "lost", "duplicated", "wrong", "p50_ms", "p99_ms", "p99_99_ms", "max_gap_ms", "max_gap_end_s",
+            "resume_s", "marks",
             "handoff_error"]
     print(json.dumps({k: result.get(k) for k in keys}, indent=1))
     log(f"wrote {path} and {path.with_suffix('.png')}")

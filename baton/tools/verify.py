@@ -276,8 +276,16 @@ def percentile(values: np.ndarray, p: float) -> float:
 
 def longest_gap(times: np.ndarray) -> float:
     """Longest time (s) between two consecutive distinct readable times of output records."""
+    return longest_gap_at(times)[0]
+
+
+def longest_gap_at(times: np.ndarray) -> tuple[float, float | None]:
+    """(the longest gap, the readable time that ended it; None without a gap): where to look for its cause."""
     t = np.unique(np.asarray(times, dtype=np.float64))
-    return float(np.max(np.diff(t))) if t.size > 1 else 0.0
+    if t.size < 2:
+        return 0.0, None
+    i = int(np.argmax(np.diff(t)))
+    return float(t[i + 1] - t[i]), float(t[i + 1])
 
 
 @dataclass
@@ -290,6 +298,7 @@ class LatencyReport:
     p99_99_ms: float
     max_ms: float
     longest_output_gap_s: float
+    longest_output_gap_end: float | None = None  # the readable time (epoch s) that ended it
 
     def summary(self) -> dict:
         return {k: (round(v, 1) if isinstance(v, float) else v) for k, v in self.__dict__.items()}
@@ -298,10 +307,11 @@ class LatencyReport:
 def latency_report(lat: np.ndarray, out_times: np.ndarray) -> LatencyReport:
     ok = lat[~np.isnan(lat)]
     ms = ok * 1000.0
+    gap, gap_end = longest_gap_at(out_times)
     return LatencyReport(events=int(lat.size), reflected=int(ok.size), unreflected=int(lat.size - ok.size),
                          p50_ms=percentile(ms, 50), p99_ms=percentile(ms, 99), p99_99_ms=percentile(ms, 99.99),
                          max_ms=float(ms.max()) if ms.size else math.nan,
-                         longest_output_gap_s=longest_gap(out_times))
+                         longest_output_gap_s=gap, longest_output_gap_end=gap_end)
 
 
 def latency_timeline(send_times: np.ndarray, lat: np.ndarray, bucket_s: float = 1.0,

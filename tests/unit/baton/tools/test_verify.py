@@ -8,7 +8,7 @@ import pytest
 
 from baton.tools.verify import (
     Observations, align_users, event_latencies, latencies_by_user, latency_report, latency_timeline,
-    longest_gap, percentile, verify,
+    longest_gap, longest_gap_at, percentile, verify,
 )
 
 
@@ -136,6 +136,8 @@ def test_nearest_rank_percentiles():
 def test_longest_gap_between_readable_times():
     assert longest_gap(np.array([1.0, 1.0, 2.0, 5.0, 5.5])) == 3.0
     assert longest_gap(np.array([4.0])) == 0.0
+    assert longest_gap_at(np.array([5.5, 1.0, 2.0, 5.0])) == (3.0, 5.0)  # the gap ended at 5.0
+    assert longest_gap_at(np.array([4.0])) == (0.0, None)
 
 
 def test_report_counts_unreflected_events_apart():
@@ -143,7 +145,7 @@ def test_report_counts_unreflected_events_apart():
     r = latency_report(lat, np.array([0.0, 2.5]))
     assert (r.events, r.reflected, r.unreflected) == (4, 3, 1)
     assert (r.p50_ms, r.p99_ms, r.max_ms) == (pytest.approx(200), pytest.approx(400), pytest.approx(400))
-    assert r.longest_output_gap_s == 2.5
+    assert (r.longest_output_gap_s, r.longest_output_gap_end) == (2.5, 2.5)
 
 
 def test_timeline_buckets_by_send_time():
