@@ -20,10 +20,10 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from baton.kafka.control_log import read_control
-from baton.records import Slot, SlotState
+from baton.records import CommitMarker, Slot, SlotState
 from baton.tools.verify import read_output, verify
 from tests.support.e2e import LiveLoad, both_slots_running, run_dag
-from tests.support.slots import produce_clicks, wait_until_emitted
+from tests.support.slots import produce_clicks, read_topic, wait_until_emitted
 
 pytestmark = pytest.mark.e2e
 APP = "cc_up"
@@ -70,6 +70,16 @@ def test_a_rolling_upgrade_under_load_is_exactly_once(running):
         time.sleep(3)
     truth.update(load.truth)
     assert run["state"] == "success", (run, client.task_instances("baton_rolling_upgrade", run["dag_run_id"]))
+    # The output across the cutover, written by the triggerer the moment blue stood at F: the gap between
+    # the last committed output before the cutover and the first after it (target 2 s; the bound leaves
+    # room for a slow phase of a shared CI host and fails a cutover that waits for a task start).
+    at = client.xcom("baton_rolling_upgrade", run["dag_run_id"], "cutover")["at_ms"] / 1000
+    key = app.name.encode()
+    marks = [m.ts_ms / 1000 for m in read_topic(bootstrap, app.commits_topic,
+                                                lambda m: CommitMarker.from_bytes(m.value()) if m.key() == key else None)]
+    before, after = max(t for t in marks if t <= at), min(t for t in marks if t > at)
+    print(f"output across the cutover: last before it {at - before:.2f} s earlier, first after it {after - at:.2f} s later")
+    assert after - before < 5, f"no committed output for {after - before:.1f} s across the cutover"
     record = read_control(bootstrap, app.name)
     assert (record.active, record.epoch, record.fence) == (Slot.GREEN, 2, None)
     assert versions(record) == {Slot.BLUE: "v2", Slot.GREEN: "v2"}
