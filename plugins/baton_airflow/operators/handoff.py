@@ -9,7 +9,7 @@ from datetime import timedelta
 from typing import Any
 
 from airflow.sdk import BaseOperator
-from airflow.sdk.exceptions import AirflowException, AirflowFailException
+from airflow.sdk.exceptions import AirflowFailException
 
 from baton.handoff import HandoffError, finished, other, plan_fence, with_fence, without_fence
 from baton.apps import AppDefinition
@@ -17,7 +17,7 @@ from baton.records import ControlRecord, Handoff, Slot, SlotState
 from baton_airflow.hooks.control import BatonControlHook
 from baton_airflow.hooks.kafka import BatonKafkaHook
 from baton_airflow.operators.slots import resolve
-from baton_airflow.triggers.status import SlotStatusTrigger
+from baton_airflow.triggers.status import SlotStatusTrigger, met_or_raise
 
 
 # How long plan_ahead watches the input's end grow to measure the arrival rate.
@@ -139,13 +139,8 @@ class CutoverOperator(_HandoffOperator):
             timeout_s=float(self.wait_timeout_s), poll_s=0.25), method_name="execute_complete")
 
     def execute_complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
+        self.log.info("%s", met_or_raise(context, event))
         app, _ = resolve(self.app, "blue")
-        if event.get("status") != "met":
-            context["ti"].xcom_push(key="reason", value=event.get("message", ""))  # for the abort
-            if event.get("status") == "failed":
-                raise AirflowFailException(event.get("message", ""))
-            raise AirflowException(event.get("message", f"unexpected trigger event {event!r}"))
-        self.log.info("%s", event["message"])
         rec = self.control().plane().current(app.name)  # observed, not assumed
         epoch, to = int(self.plan["epoch"]), Slot(self.plan["to"])
         if rec is None or rec.active is not to or rec.epoch < epoch + 1:

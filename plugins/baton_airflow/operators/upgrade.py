@@ -228,7 +228,7 @@ class RollbackOperator(AppOperator):
             self.log.warning("%s: rolling back to %s: fence %s", app.name, back_to.value, rec.fence)
             # Cut over the moment the gate is met. After a corrected-output cutover, the old slot's state
             # is published again on the way back.
-            self.cut_over_at_fence(control, app, back_to, dict(rec.fence), epoch, by)
+            self.cut_back_at_fence(control, plane, app, back_to, dict(rec.fence), epoch, by)
         plane.move_slot(app.name, new_slot, SlotState.RUNNING,
                         reason=f"rolled back from {self.plan['version']}: {reason}"[:500])
         if self.plan.get("operation"):  # a reprocess: the app is free again
@@ -236,11 +236,11 @@ class RollbackOperator(AppOperator):
         raise AirflowFailException(f"{app.name}: rolled back to {back_to.value} on {self.plan['from_version']} "
                                    f"(epoch {epoch + 1}); {self.plan['version']} did not settle: {reason}")
 
-    def cut_over_at_fence(self, control: BatonControlHook, app, standby: Slot, fence: dict[int, int], epoch: int,
-                          by: str) -> None:
+    def cut_back_at_fence(self, control: BatonControlHook, plane, app, standby: Slot, fence: dict[int, int],
+                          epoch: int, by: str) -> None:
         deadline = time.monotonic() + float(self.fence_timeout_s)
         while True:
-            check = cut_over_at_fence(control.plane(), app.name, standby, epoch, fence, lambda: control.last_commit(app),
+            check = cut_over_at_fence(plane, app.name, standby, epoch, fence, lambda: control.last_commit(app),
                                       lambda: control.status(app.name, standby, last_n=500),
                                       trail_records=app.max_lag_records, correct=self.correct)
             if check.met:
@@ -248,7 +248,7 @@ class RollbackOperator(AppOperator):
             if check.failed or time.monotonic() > deadline:
                 why = check.message if check.failed else f"not reached within {self.fence_timeout_s} s"
                 try:
-                    control.plane().update(app.name, without_fence(epoch, by=by))
+                    plane.update(app.name, without_fence(epoch, by=by))
                 except HandoffError:
                     pass
                 raise AirflowFailException(f"{app.name}: rollback to {standby.value} failed: {why}; "

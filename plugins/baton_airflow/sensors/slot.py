@@ -12,7 +12,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from baton.apps import load_app
 from baton.upgrade import CORRECTION_GRACE_S
 from baton_airflow.hooks.kafka import BatonKafkaHook
-from baton_airflow.triggers.status import SlotStatusTrigger
+from baton_airflow.triggers.status import SlotStatusTrigger, met_or_raise
 
 
 class _SlotSensor(BaseSensorOperator):
@@ -38,15 +38,9 @@ class _SlotSensor(BaseSensorOperator):
         raise AirflowException(f"{type(self).__name__} only runs deferred")
 
     def execute_complete(self, context: Any, event: dict[str, Any]) -> str:
-        if event.get("status") != "met":
-            # Why the gate failed, for a later step that reports it (an abort, a rollback).
-            context["ti"].xcom_push(key="reason", value=event.get("message", ""))
-        if event.get("status") == "failed":
-            raise AirflowFailException(event.get("message", ""))
-        if event.get("status") != "met":
-            raise AirflowException(event.get("message", f"unexpected trigger event {event!r}"))
-        self.log.info("%s", event["message"])
-        return event["message"]
+        message = met_or_raise(context, event)
+        self.log.info("%s", message)
+        return message
 
 
 class SlotRunningSensor(_SlotSensor):

@@ -13,6 +13,21 @@ from typing import Any, AsyncIterator
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+def met_or_raise(context: Any, event: dict[str, Any]) -> str:
+    """A deferred task resumed with this trigger's event: its message if the condition was met; else the
+    reason is pushed (XCom "reason", for a later step that reports it: an abort, a rollback) and the task
+    fails, for good if the condition failed, with a retry if it timed out."""
+    from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+    if event.get("status") != "met":
+        context["ti"].xcom_push(key="reason", value=event.get("message", ""))
+    if event.get("status") == "failed":
+        raise AirflowFailException(event.get("message", ""))
+    if event.get("status") != "met":
+        raise AirflowException(event.get("message", f"unexpected trigger event {event!r}"))
+    return event["message"]
+
+
 CONDITIONS = ("running", "position", "lag", "cutover", "healthy", "restore", "states", "settle")
 
 
