@@ -54,6 +54,43 @@ def plan_fence(end: Mapping[int, int], active_processed: Mapping[int, int], rate
     return {p: max(end.get(p, 0) + ahead, active_processed.get(p, 0)) for p in range(partitions)}
 
 
+# A position planned ahead lies at least this many of the active's recent batch intervals ahead of the
+# input: a batch planned between the end's measurement and the position reaching the active's source (a
+# control-topic write, the follower's read, the cap file) must not span it. Seen through Airflow at the
+# seed's rate on a busy host: the active's batches spanned ~2.5 s of input, a check position 2 s ahead
+# was passed within a batch three times running.
+AHEAD_BATCHES = 2.0
+# How long plan_ahead watches the input's end grow to measure the arrival rate.
+ARRIVAL_WINDOW_S = 1.0
+
+
+def ahead_s_for(floor_s: float, active: Sequence[StatusRecord], last: int = 10) -> float:
+    """How far ahead (in seconds of input) to plan: the form's value as a floor, else AHEAD_BATCHES of
+    the active's slowest recent batch interval (the time between its last batches' ends)."""
+    ts = [r.ts_ms for r in active if r.batch_id >= 0][-(last + 1):]
+    interval_s = max((b - a for a, b in zip(ts, ts[1:])), default=0) / 1000
+    return max(floor_s, AHEAD_BATCHES * interval_s)
+
+
+def plan_ahead(read_active: Callable[[], Sequence[StatusRecord]], input_end: Callable[[], Mapping[int, int]],
+               partitions: int, ahead_s: float, window_s: float = ARRIVAL_WINDOW_S, sleep=time.sleep,
+               clock=time.monotonic) -> Positions:
+    """A position ahead of the input's end that the active has not read when it learns of it (a fence,
+    or a state check position): ahead by what arrives in ahead_s_for(ahead_s, ...) at the input's
+    arrival rate measured at its end over `window_s`, not at the active's reported rate: that is the rate
+    it read at, and while it works through a backlog (after a restart, a slow batch) it reads many times
+    faster than input arrives. Seen in CI: a fence planned with a catching-up active's rate lay ~100 s
+    of input ahead, and the handoff waited for that input to arrive."""
+    history = [s for s in read_active() if s.batch_id >= 0]
+    processed = history[-1].processed if history else {}
+    first, t0 = input_end(), clock()
+    sleep(window_s)
+    end = input_end()
+    arrived = sum(max(0, o - first.get(p, 0)) for p, o in end.items())
+    rate = arrived / max(clock() - t0, 1e-3)
+    return plan_fence(end, processed, rate, ahead_s_for(ahead_s, history), partitions)
+
+
 def other(slot: Slot) -> Slot:
     return Slot.GREEN if slot is Slot.BLUE else Slot.BLUE
 

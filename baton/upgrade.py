@@ -88,18 +88,39 @@ def _check_digest(history: Sequence[StatusRecord], position: Positions) -> State
                  and r.state_digest.at in ("check", "missed") and r.state_digest.position == dict(position)), None)
 
 
+def move_state_check(passed: Positions, position: Positions):
+    """Change: a state check position `passed` was read past by a slot; ask at `position` instead. Only
+    while `passed` is still the one asked for: a check asked again meanwhile (a retry, another trigger
+    of the same step) is kept (re-running the change is then a no-op)."""
+    def change(rec: ControlRecord) -> ControlRecord:
+        if rec.check_at != dict(passed):
+            return rec
+        return dataclasses.replace(rec, check_at=dict(position))
+    return change
+
+
+def missed_state_check(active: Sequence[StatusRecord], standby: Sequence[StatusRecord],
+                       position: Positions) -> str | None:
+    """Why no state check can happen at `position`: a slot read past it within a batch, so it has no
+    state there (its "missed" digest). None while that is not known."""
+    for name, history in (("active", active), ("standby", standby)):
+        d = _check_digest(history, position)
+        if d is not None and d.at == "missed":
+            return f"the {name} slot read past the check position {dict(position)} within a batch"
+    return None
+
+
 def states_agree(active: Sequence[StatusRecord], standby: Sequence[StatusRecord], position: Positions,
                  policy: Policy) -> Check:
     """Both slots digested their state at `position` (ask_state_check) and the digests agree under the
-    policy. Taken while both slots run on: the output does not wait for it."""
+    policy. Taken while both slots run on: the output does not wait for it. Failed if a slot read past
+    the position (the caller may ask again further ahead: move_state_check)."""
+    if (missed := missed_state_check(active, standby, position)) is not None:
+        return Check(failed=True, message=f"{missed}: it has no state there to compare")
     old, new = _check_digest(active, position), _check_digest(standby, position)
-    for name, d in (("active", old), ("standby", new)):
-        if d is not None and d.at == "missed":
-            return Check(failed=True, message=f"the {name} slot read past the check position {dict(position)} "
-                                              f"within a batch: it has no state there to compare (a retry plans "
-                                              f"a new position further ahead)")
     if old is None or new is None:
-        return WAIT
+        waiting = [name for name, d in (("active", old), ("standby", new)) if d is None]
+        return Check(message=f"no state digest at {dict(position)} yet from the {' and the '.join(waiting)}")
     return compare(old, new, policy, f"state at {dict(position)}")
 
 
@@ -113,7 +134,8 @@ def settle_check(history: Sequence[StatusRecord], marker: CommitMarker | None, e
                  max_batch_ms: int, max_lag: int, correct: bool = False) -> Check:
     """The new active (records since the cutover at `since_ms`, role epoch `epoch`) keeps the SLA for
     `settle_s`: alive (`health` is the health gate's check now), every batch within max_batch_ms, its
-    output flowing (input past the fence is emitted at `epoch`), at most max_lag records behind at the end;
+    output flowing (what its batches read past the fence is emitted at `epoch`), at most max_lag records
+    behind at the end;
     `correct`: its corrected output is in (the marker says so), within CORRECTION_GRACE_S more."""
     if health.failed:
         return Check(failed=True, message=f"the new active is not well: {health.message}")
@@ -123,10 +145,14 @@ def settle_check(history: Sequence[StatusRecord], marker: CommitMarker | None, e
         worst = max(slow, key=lambda r: r.batch_ms)
         return Check(failed=True, message=f"batch {worst.batch_id} took {worst.batch_ms} ms (limit {max_batch_ms} ms)")
     if now_ms - since_ms < settle_s * 1000:
-        return WAIT
-    arrived = any(end.get(p, 0) > f for p, f in fence.items())
-    if arrived and (marker is None or marker.epoch < epoch):
-        return Check(failed=True, message=f"no output at epoch {epoch} in {settle_s:.0f} s although input arrived past the fence")
+        return Check(message=f"settling: {(now_ms - since_ms) / 1000:.0f} of {settle_s:.0f} s, {len(batches)} batches, "
+                             f"slowest {max((r.batch_ms for r in batches), default=0)} ms")
+    # Judged by its own progress: quiet input is no failure, batches that read past F and emitted
+    # nothing are (a status record follows its batch's commit, marker included).
+    past = next((r for r in reversed(batches) if any(r.processed.get(p, 0) > f for p, f in fence.items())), None)
+    if past is not None and (marker is None or marker.epoch < epoch):
+        return Check(failed=True, message=f"no output at epoch {epoch}: its batches read past the fence (batch "
+                                          f"{past.batch_id} to {past.processed}) and emitted nothing")
     last = batches[-1] if batches else None
     lag = sum(max(0, o - (last.processed.get(p, 0) if last else fence.get(p, 0))) for p, o in end.items())
     if lag > max_lag:

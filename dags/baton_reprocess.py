@@ -59,7 +59,8 @@ with DAG(
                                  "once it is caught up and checked, hot in the standby slot (hand over later "
                                  "with baton_cutover correct=true, or drop it with baton_reprocess_confirm)"),
         "max_lag_records": Param(20_000, type="integer", minimum=0,
-                                 description="caught up: at most this many records behind the input"),
+                                 description="caught up: at most this many records behind what the active has emitted "
+                                             "(beyond what the app's standby pace holds it back by)"),
         "catch_up_timeout_s": Param(3600, type="integer", minimum=60),
         "ahead_s": Param(2.0, type="number", minimum=0, maximum=60),
         "fence_timeout_s": Param(120, type="integer", minimum=5, maximum=3600),

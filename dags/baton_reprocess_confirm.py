@@ -37,7 +37,8 @@ with DAG(
         "retention_days": Param(7, type="number", minimum=0, maximum=3650,
                                 description="archived checkpoints are kept this long (0: deleted now)"),
         "max_lag_records": Param(50_000, type="integer", minimum=0,
-                                 description="warm-up: the rebuilt standby at most this many records behind"),
+                                 description="warm-up: the rebuilt standby at most this many records behind "
+                                             "what the active has emitted (beyond its pace)"),
         "max_lag_s": Param(10.0, type="number", minimum=0, description="warm-up: and this many seconds"),
         "warm_up_timeout_s": Param(900, type="integer", minimum=60, maximum=86_400),
     },

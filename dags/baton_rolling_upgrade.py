@@ -45,11 +45,14 @@ with DAG(
                         description="exact: the new version builds the same state; compatible: same schema "
                                     "and keys, values may differ"),
         "max_lag_records": Param(50_000, type="integer", minimum=0,
-                                 description="warm-up: the upgraded slot is at most this many records behind"),
+                                 description="warm-up: the upgraded slot is at most this many records behind what "
+                                             "the active has emitted (beyond what the app's standby pace holds it "
+                                             "back by)"),
         "max_lag_s": Param(10.0, type="number", minimum=0,
                            description="warm-up: ... and at most this many seconds of input behind"),
         "ahead_s": Param(2.0, type="number", minimum=0, maximum=60,
-                         description="fence this many seconds of input ahead of the end"),
+                         description="plan the state check position and the fence at least this many seconds of "
+                                     "input ahead of the end (more when the active's batches span more)"),
         "fence_timeout_s": Param(120, type="integer", minimum=5, maximum=3600),
         "settle_s": Param(30, type="integer", minimum=0, maximum=3600,
                           description="the new active must keep the SLA this long, else roll back"),

@@ -6,7 +6,8 @@
   state (checked), warms up, the states agree at a position both passed, it takes over at a fence,
   settles, and the old active
   follows; the output is exactly once and the new version's records follow the cutover;
-- a new version that breaks the SLA after the cutover is rolled back to the old one, still hot.
+- a new version that breaks the SLA after the cutover is rolled back to the old one, still hot, under
+  input that pauses and resumes.
 
 The tests run in file order on one app (cc_up): each starts from where the previous one left it.
 """
@@ -115,7 +116,8 @@ def test_a_version_that_breaks_the_sla_after_the_cutover_is_rolled_back(running)
     platform, client, app, truth = running
     bootstrap = platform.broker.bootstrap
     before = read_control(bootstrap, app.name)  # green active on v2 at epoch 2
-    with LiveLoad(bootstrap, app.input.topic) as load:
+    # Input in bursts (6 s on, 8 s off): the warm-up, the fences and the settle check meet pauses.
+    with LiveLoad(bootstrap, app.input.topic, on_s=6, off_s=8) as load:
         # Every batch of the new active breaks a 1 ms batch limit: the settle check must fail.
         run = run_dag(client, "baton_rolling_upgrade",
                       {"app": app.name, "version": "v4", "settle_s": 20, "max_batch_ms": 1}, timeout_s=900)

@@ -21,17 +21,24 @@ def desired(platform, app, slot):
 
 class LiveLoad:
     """Live traffic for a test's duration: `per_tick` clicks every 0.25 s over `users` users, numbered on
-    from `start`. `truth` counts what was sent (a given Counter is updated in place); `sent` is the next
-    click's number, i.e. how many were sent counting from 0."""
+    from `start`; with `on_s`, in bursts of on_s seconds `off_s` apart (input that pauses and resumes, as
+    real input does). `truth` counts what was sent (a given Counter is updated in place); `sent` is the
+    next click's number, i.e. how many were sent counting from 0."""
 
-    def __init__(self, bootstrap, topic, per_tick=500, users=300, start=0, truth=None):
+    def __init__(self, bootstrap, topic, per_tick=500, users=300, start=0, truth=None, on_s=None, off_s=0.0):
         self.bootstrap, self.topic, self.per_tick, self.users = bootstrap, topic, per_tick, users
+        self.on_s, self.off_s = on_s, off_s
         self.sent, self.truth = start, truth if truth is not None else Counter()
         self.done = threading.Event()
         self.thread = threading.Thread(target=self.run, daemon=True)
 
     def run(self):
+        burst = time.monotonic()
         while not self.done.is_set():
+            if self.on_s is not None and time.monotonic() - burst >= self.on_s:
+                self.done.wait(self.off_s)
+                burst = time.monotonic()
+                continue
             part, _ = produce_clicks(self.bootstrap, self.topic, self.per_tick, users=self.users, start=self.sent)
             self.truth.update(part)
             self.sent += self.per_tick

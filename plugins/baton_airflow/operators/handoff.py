@@ -11,7 +11,8 @@ from typing import Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
-from baton.handoff import HandoffError, finished, other, plan_fence, with_fence, without_fence
+from baton import handoff
+from baton.handoff import HandoffError, finished, other, with_fence, without_fence
 from baton.apps import AppDefinition
 from baton.records import ControlRecord, Handoff, Slot, SlotState
 from baton_airflow.hooks.control import BatonControlHook
@@ -20,26 +21,10 @@ from baton_airflow.operators.slots import resolve
 from baton_airflow.triggers.status import SlotStatusTrigger, met_or_raise
 
 
-# How long plan_ahead watches the input's end grow to measure the arrival rate.
-ARRIVAL_WINDOW_S = 1.0
-
-
-def plan_ahead(control: BatonControlHook, app: AppDefinition, rec: ControlRecord, ahead_s: float,
-               window_s: float = ARRIVAL_WINDOW_S, sleep=time.sleep, clock=time.monotonic) -> dict[int, int]:
-    """A position `ahead_s` of arrivals beyond the input's end: one the active has not read yet when
-    it learns of it (a fence, or a state check position). The arrival rate is measured at the input's
-    end over `window_s`, not taken from the active's reported rate: that is the rate it read at, and
-    while it works through a backlog (after a restart, a slow batch) it reads many times faster than
-    input arrives. Seen in CI: a fence planned with a catching-up active's rate lay ~100 s of input
-    ahead, and the handoff waited for that input to arrive."""
-    history = [s for s in control.status(app.name, rec.active) if s.batch_id >= 0]
-    processed = history[-1].processed if history else {}
-    first, t0 = control.input_end(app), clock()
-    sleep(window_s)
-    end = control.input_end(app)
-    arrived = sum(max(0, o - first.get(p, 0)) for p, o in end.items())
-    rate = arrived / max(clock() - t0, 1e-3)
-    return plan_fence(end, processed, rate, ahead_s, app.input.partitions)
+def plan_ahead(control: BatonControlHook, app: AppDefinition, rec: ControlRecord, ahead_s: float) -> dict[int, int]:
+    """A position ahead of the input the active has not read yet (baton.handoff.plan_ahead)."""
+    return handoff.plan_ahead(lambda: control.status(app.name, rec.active), lambda: control.input_end(app),
+                              app.input.partitions, ahead_s)
 
 
 def set_fence(control: BatonControlHook, app: AppDefinition, rec: ControlRecord, ahead_s: float,

@@ -18,7 +18,8 @@ from typing import Any
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 
 from baton.apps import AppDefinitionError, load_version, version_path
-from baton.handoff import HandoffError, cut_over_at_fence, finished, other, without_fence
+from baton.conditions import Check
+from baton.handoff import HandoffError, cut_over_at_fence, fail_over, finished, other, without_fence
 from baton.lifecycle import IllegalTransition
 from baton.records import Slot, SlotState, StateDigest
 from baton.reprocess import end_operation
@@ -179,7 +180,7 @@ class StateCheckPositionOperator(AppOperator):
         plane.update(app.name, ask_state_check(position))
         self.log.info("%s: both slots digest their state at %s", app.name, position)
         return {"position": {str(p): o for p, o in position.items()}, "active": rec.active.value,
-                "standby": standby.value}
+                "standby": standby.value, "ahead_s": float(self.ahead_s)}
 
 
 def _left_digest(control: BatonControlHook, app: str, slot: Slot, launched_ms: int) -> StateDigest | None:
@@ -190,10 +191,18 @@ def _left_digest(control: BatonControlHook, app: str, slot: Slot, launched_ms: i
     return None
 
 
+# How many fences a rollback plans (each twice as far ahead as the one before) before it stops the new
+# active and fails over to the old slot at what the new one emitted.
+MAX_ROLLBACK_FENCES = 4
+
+
 class RollbackOperator(AppOperator):
     """The new active failed to settle: flip the role back to the old slot, still hot on the old
     version, at an exact fence (the same protocol as the cutover, the other way), then fail the run
-    with the settle check's reason. `cutover` is the CutoverOperator's XCom, `plan` the preflight's."""
+    with the settle check's reason. Always converges while the old slot runs: a fence the new active
+    passed before it saw it is planned again, twice as far ahead; a new active that is dead, or reaches
+    no fence after MAX_ROLLBACK_FENCES, is stopped and the old slot takes over at what it emitted (a
+    failover). `cutover` is the CutoverOperator's XCom, `plan` the preflight's."""
 
     template_fields = ("app", "plan", "cutover", "ahead_s", "fence_timeout_s")
 
@@ -211,48 +220,89 @@ class RollbackOperator(AppOperator):
         app, new_slot = resolve(self.app, self.cutover["active"])
         back_to, epoch = other(new_slot), int(self.cutover["epoch"])
         reason = context["ti"].xcom_pull(task_ids=self.settle_task_id, key="reason") or "the settle check failed"
-        control, _ = self.hooks()
+        control, spark = self.hooks()
         plane = control.plane()
         rec = plane.current(app.name)
         by = f"{context['run_id']}/rollback"
-        if finished(rec, by) is not None:
+        how = "at a fence"
+        if finished(rec, by) is not None or (rec.epoch == epoch + 1 and rec.active is back_to):
             self.log.info("%s: already rolled back to %s at epoch %s", app.name, back_to.value, rec.epoch)
         elif rec.active is not new_slot or rec.epoch != epoch:
             raise AirflowFailException(f"{app.name}: the role moved on since the cutover ({rec.active.value} at epoch "
                                        f"{rec.epoch}): not rolling back; the settle check said: {reason}")
         else:
-            try:  # this rollback's fence, kept if a retry finds it set; another handoff's is refused
-                rec = set_fence(control, app, rec, float(self.ahead_s), by=by)
-            except HandoffError as exc:
-                raise AirflowFailException(f"{app.name}: cannot roll back: {exc}; the settle check said: {reason}") from None
-            self.log.warning("%s: rolling back to %s: fence %s", app.name, back_to.value, rec.fence)
-            # Cut over the moment the gate is met. After a corrected-output cutover, the old slot's state
-            # is published again on the way back.
-            self.cut_back_at_fence(control, plane, app, back_to, dict(rec.fence), epoch, by)
+            how = self.roll_back(control, spark, app, new_slot, epoch, by, reason)
         plane.move_slot(app.name, new_slot, SlotState.RUNNING,
                         reason=f"rolled back from {self.plan['version']}: {reason}"[:500])
         if self.plan.get("operation"):  # a reprocess: the app is free again
             plane.update(app.name, end_operation(self.plan["operation"]))
         raise AirflowFailException(f"{app.name}: rolled back to {back_to.value} on {self.plan['from_version']} "
-                                   f"(epoch {epoch + 1}); {self.plan['version']} did not settle: {reason}")
+                                   f"(epoch {epoch + 1}, {how}); {self.plan['version']} did not settle: {reason}")
 
-    def cut_back_at_fence(self, control: BatonControlHook, plane, app, standby: Slot, fence: dict[int, int],
-                          epoch: int, by: str) -> None:
+    def roll_back(self, control: BatonControlHook, spark: BatonSparkHook, app, new_slot: Slot, epoch: int,
+                  by: str, reason: str) -> str:
+        """Hand the role back to the old slot; returns how ("at a fence", or "by a failover")."""
+        back_to, plane = other(new_slot), control.plane()
+        ahead = float(self.ahead_s)
+        for attempt in range(1, MAX_ROLLBACK_FENCES + 1):
+            self.require_running(control, spark, app, back_to, new_slot, reason)
+            if spark.find(app.name, new_slot) is None:
+                self.log.warning("%s: the new active %s is gone", app.name, new_slot.value)
+                break
+            try:  # this rollback's fence, kept if a retry finds it set; another handoff's is refused
+                rec = set_fence(control, app, plane.current(app.name), ahead, by=by)
+            except HandoffError as exc:
+                raise AirflowFailException(f"{app.name}: cannot roll back: {exc}; the settle check said: {reason}") from None
+            self.log.warning("%s: rolling back to %s: fence %s (try %d, %g s ahead)", app.name, back_to.value,
+                             rec.fence, attempt, ahead)
+            # Cut over the moment the gate is met. After a corrected-output cutover, the old slot's state
+            # is published again on the way back.
+            check = self.wait_at_fence(control, plane, app, back_to, dict(rec.fence), epoch)
+            if check.met:
+                return "at a fence"
+            try:
+                plane.update(app.name, without_fence(epoch, by=by))
+            except HandoffError as exc:  # the role moved on meanwhile (someone else's handoff)
+                raise AirflowFailException(f"{app.name}: rollback stopped: {exc}; the settle check said: {reason}") from None
+            self.log.warning("%s: fence not held (%s); planning another", app.name, check.message)
+            ahead *= 2
+        # The new active reaches no fence: stop it, and the old slot takes over at what it emitted.
+        spark.stop(app.name, new_slot, grace_s=10)  # a late write of it is fenced by Kafka anyway
+        marker = control.last_commit(app)
+        ok, message = fail_over(plane, app.name, app.input.partitions, new_slot, epoch,
+                                dict(marker.emitted) if marker is not None else {},
+                                control.status(app.name, back_to, last_n=500))
+        if not ok:
+            raise AirflowFailException(f"{app.name}: rollback failed: {message}; the settle check said: {reason}")
+        self.log.warning("%s: %s", app.name, message)
+        return "by a failover: the new active was stopped"
+
+    def require_running(self, control: BatonControlHook, spark: BatonSparkHook, app, back_to: Slot, new_slot: Slot,
+                        reason: str) -> None:
+        """The old slot can take the role back only while it runs; else say so, and what to do."""
+        spec = control.plane().current(app.name).slots.get(back_to)
+        if spec is not None and spec.desired is SlotState.RUNNING and spark.find(app.name, back_to) is not None:
+            return
+        state = spec.desired.value if spec is not None else "not started"
+        raise AirflowFailException(
+            f"{app.name}: cannot roll back: the old slot {back_to.value} ({self.plan['from_version']}) is {state}, "
+            f"not running; {new_slot.value} stays active on {self.plan['version']}. Start {back_to.value} "
+            f"(baton_lifecycle) and hand the role back with baton_cutover, or upgrade again with version "
+            f"{self.plan['from_version']}. The settle check said: {reason}")
+
+    def wait_at_fence(self, control: BatonControlHook, plane, app, standby: Slot, fence: dict[int, int],
+                      epoch: int) -> Check:
+        """The gate at `fence` and the cutover the moment it is met (cut_over_at_fence): met, failed, or
+        not met within fence_timeout_s (a Check with neither flag)."""
         deadline = time.monotonic() + float(self.fence_timeout_s)
         while True:
             check = cut_over_at_fence(plane, app.name, standby, epoch, fence, lambda: control.last_commit(app),
                                       lambda: control.status(app.name, standby, last_n=500),
                                       trail_records=app.max_lag_records, correct=self.correct)
-            if check.met:
-                return
-            if check.failed or time.monotonic() > deadline:
-                why = check.message if check.failed else f"not reached within {self.fence_timeout_s} s"
-                try:
-                    plane.update(app.name, without_fence(epoch, by=by))
-                except HandoffError:
-                    pass
-                raise AirflowFailException(f"{app.name}: rollback to {standby.value} failed: {why}; "
-                                           f"{other(standby).value} stays active")
+            if check.met or check.failed:
+                return check
+            if time.monotonic() > deadline:
+                return Check(message=f"{fence} not reached within {self.fence_timeout_s} s")
             time.sleep(0.25)
 
 

@@ -10,6 +10,7 @@ from airflow.sdk import BaseSensorOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from baton.apps import load_app
+from baton.kafka.control_log import read_control
 from baton.upgrade import CORRECTION_GRACE_S
 from baton_airflow.hooks.kafka import BatonKafkaHook
 from baton_airflow.triggers.status import SlotStatusTrigger, met_or_raise
@@ -71,9 +72,11 @@ class PositionReachedSensor(_SlotSensor):
 
 
 class LagWithinSensor(_SlotSensor):
-    """The slot is within `max_lag` records of the input topic's end (default: the app's budget) and,
-    if `max_lag_s` is given, within that many seconds of input (the warm-up gate). Only status records
-    since `since_ms` count: after a restart, the previous launch's records say nothing of the new one."""
+    """The warm-up gate: the slot (a standby, or a new generation catching up) is within `max_lag`
+    records (default: the app's budget) and, if `max_lag_s` is given, that many seconds of input of
+    what the active has emitted, beyond what the app's standby pace holds it back by
+    (baton.conditions.following). Only status records since `since_ms` count: after a restart, the
+    previous launch's records say nothing of the new one."""
 
     template_fields = (*_SlotSensor.template_fields, "max_lag", "max_lag_s", "since_ms")
 
@@ -84,7 +87,7 @@ class LagWithinSensor(_SlotSensor):
 
     def trigger_args(self, context: Any) -> dict[str, Any]:
         app = load_app(self.app)
-        return dict(condition="lag", input_topic=app.input.topic, partitions=app.input.partitions,
+        return dict(condition="lag",
                     max_lag=int(self.max_lag) if self.max_lag not in (None, "") else app.max_lag_records,
                     max_lag_s=float(self.max_lag_s) if self.max_lag_s not in (None, "") else None,
                     since_ms=int(self.since_ms or 0))
@@ -118,8 +121,9 @@ class RestoreCheckSensor(_SlotSensor):
 
 
 class StatesAgreeSensor(_SlotSensor):
-    """Both slots' state digests at the check position agree under `policy` (baton.upgrade).
-    `check` is the StateCheckPositionOperator's XCom (position, standby)."""
+    """Both slots' state digests at the check position agree under `policy` (baton.upgrade); a
+    position a slot read past is asked again further ahead (SlotStatusTrigger.check_states).
+    `check` is the StateCheckPositionOperator's XCom (position, standby, ahead_s)."""
 
     template_fields = ("app", "check", "policy", "wait_timeout_s")
 
@@ -133,8 +137,12 @@ class StatesAgreeSensor(_SlotSensor):
         super().execute(context)
 
     def trigger_args(self, context: Any) -> dict[str, Any]:
-        return dict(condition="states", target={str(p): int(o) for p, o in self.check["position"].items()},
-                    policy=str(self.policy))
+        # The position asked now: a try before this one may have moved it further ahead (a slot had read
+        # past the first); the check step's own position otherwise.
+        rec = read_control(BatonKafkaHook(self.kafka_conn_id).bootstrap, load_app(self.app).name)
+        position = rec.check_at if rec is not None and rec.check_at is not None else self.check["position"]
+        return dict(condition="states", target={str(p): int(o) for p, o in position.items()},
+                    policy=str(self.policy), ahead_s=float(self.check.get("ahead_s", 2.0)))
 
 
 class SettleSensor(_SlotSensor):

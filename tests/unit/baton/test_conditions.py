@@ -1,7 +1,7 @@
 import dataclasses
 
-from baton.conditions import WAIT, lag_within, position_reached, slot_running
-from baton.records import Role, Slot, SlotState, StatusRecord
+from baton.conditions import WAIT, following, lag_within, position_reached, slot_running
+from baton.records import CommitMarker, Role, Slot, SlotState, StatusRecord
 
 
 def rec(ts, state=SlotState.RUNNING, batch=0, processed=None, error="", pid=7):
@@ -45,3 +45,39 @@ def test_lag_within_can_also_bound_the_seconds_of_input_behind():
     idle = [rec(1, processed={0: 0, 1: 0})]  # no rate measured: any lag is too many seconds
     assert lag_within(idle, {0: 1, 1: 0}, max_records=10, max_seconds=5) is WAIT
     assert lag_within(idle, {0: 0, 1: 0}, max_records=10, max_seconds=5).met
+
+
+def standby_batch(ts, processed, batch=3, state=SlotState.RUNNING):
+    return dataclasses.replace(rec(ts, state=state, batch=batch, processed=processed), slot=Slot.GREEN,
+                               role=Role.STANDBY)
+
+
+def marker(emitted):
+    return CommitMarker(app="a", generation=0, epoch=1, slot=Slot.BLUE, batch_id=50, emitted=emitted)
+
+
+def test_warm_up_measures_the_standby_against_the_active_s_output_with_its_pace_allowed():
+    """Seen through Airflow at 20k events/s: a standby paced at 2 s behind an active that trails the input
+    by a batch sits 40-80k records short of the input's end; the gate on the end (50,000) waited 208-422 s."""
+    active_at = marker({0: 500_000, 1: 500_000})
+    # 60,000 records (3 s at 20k/s) behind the active's output: 10,000 + the pace's 40,000 is the limit.
+    behind = [standby_batch(100, {0: 470_000, 1: 470_000})]
+    waiting = following(behind, active_at, rate=20_000, max_records=10_000, max_seconds=10, pace_s=2.0)
+    assert waiting.waiting and "60000 records (3.0 s of input) behind" in waiting.message
+    near = [standby_batch(100, {0: 480_000, 1: 475_000})]  # 45,000 behind: within 10,000 + 40,000
+    assert following(near, active_at, rate=20_000, max_records=10_000, max_seconds=10, pace_s=2.0).met
+    # The seconds bound (plus the pace) holds too.
+    assert following(near, active_at, rate=20_000, max_records=10**9, max_seconds=0.5, pace_s=2.0).met  # 2.25 s <= 2.5 s
+    assert following(near, active_at, rate=20_000, max_records=10**9, max_seconds=0.5, pace_s=0.0).waiting
+
+
+def test_warm_up_counts_only_batches_of_the_new_launch_and_fails_on_a_failed_slot():
+    active_at = marker({0: 100, 1: 100})
+    old = [standby_batch(50, {0: 100, 1: 100})]
+    assert following(old, active_at, rate=10, max_records=0, max_seconds=None, pace_s=0, since_ms=60).waiting
+    restoring = old + [standby_batch(70, {}, batch=-1, state=SlotState.RESTORING)]
+    assert "no batch since its start (restoring)" in following(restoring, active_at, 10, 0, None, 0, since_ms=60).message
+    failed = following(old + [standby_batch(80, {}, batch=-1, state=SlotState.FAILED)], active_at, 10, 0, None, 0, 60)
+    assert failed.failed
+    # Nothing emitted yet by the active (or no input at all): a standby with a batch is as close as can be.
+    assert following(old, None, rate=0, max_records=0, max_seconds=5, pace_s=2).met

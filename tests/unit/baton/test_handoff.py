@@ -4,8 +4,8 @@ import pytest
 
 from baton.control_plane import ControlPlane
 from baton.handoff import (
-    FAILOVER, TRAILING_STANDBY_FRESH_MS, HandoffError, cut_over, cut_over_at_fence, failover_fence, fence_reached, finished, plan_fence,
-    saw_epoch, stale_fence, taken_over_at, with_fence, without_fence,
+    FAILOVER, TRAILING_STANDBY_FRESH_MS, HandoffError, ahead_s_for, cut_over, cut_over_at_fence, failover_fence,
+    fence_reached, finished, plan_ahead, plan_fence, saw_epoch, stale_fence, taken_over_at, with_fence, without_fence,
 )
 from baton.records import CommitMarker, Handoff, Role, Slot, SlotState, StatusRecord
 from tests.support.fakes import MemoryControlStore
@@ -192,3 +192,38 @@ def test_a_finished_handoff_is_recognised_by_its_own_run_only(plane):
     plane.update("app", failover_fence({0: 5, 1: 5}, 2))
     assert plane.current("app").handoff.id == FAILOVER and finished(plane.current("app"), "run1") is None
 
+
+
+def active_batches(*ends_ms, processed=None, rate=50_000.0):
+    return [StatusRecord(app="app", slot=Slot.BLUE, state=SlotState.RUNNING, role=Role.ACTIVE, epoch_seen=1,
+                         batch_id=i, processed=processed or {0: 900, 1: 900}, input_rate=rate, ts_ms=t)
+            for i, t in enumerate(ends_ms)]
+
+
+def test_a_catching_up_active_does_not_push_the_position_far_ahead():
+    """A position planned ahead of the input (a fence, a state check position) is ahead by what arrives in
+    `ahead_s` at the input's measured arrival rate, not at the rate the active last read at."""
+    now = [0.0]
+    sleep = lambda s: now.__setitem__(0, now[0] + s)  # noqa: E731
+    # 1,000 records arrived in the 1 s window; the active, working through a backlog, read 50,000/s.
+    ends = [{0: 1_000, 1: 1_000}, {0: 1_500, 1: 1_500}]
+    position = plan_ahead(lambda: active_batches(0, 1_000), lambda: ends.pop(0), 2, ahead_s=2.0, sleep=sleep,
+                          clock=lambda: now[0])
+    assert position == {0: 1_500 + 1_000, 1: 1_500 + 1_000}  # 2 s at 1,000/s, split over 2 partitions
+    idle = [{0: 1_500, 1: 1_500}, {0: 1_500, 1: 1_500}]
+    assert plan_ahead(lambda: active_batches(0, 1_000), lambda: idle.pop(0), 2, ahead_s=2.0, sleep=sleep,
+                      clock=lambda: now[0]) == {0: 1_500, 1: 1_500}
+
+
+def test_the_position_lies_further_ahead_than_the_active_s_slow_batches_span():
+    """Seen through Airflow at the seed's rate: the active's batches spanned ~2.5 s of input and a check
+    position 2 s ahead (the form's default) was read past within a batch, three times running."""
+    assert ahead_s_for(2.0, active_batches(0, 1_000, 2_000)) == 2.0  # 1 s batches: the form's value holds
+    assert ahead_s_for(2.0, active_batches(0, 1_000, 3_500, 6_000)) == 5.0  # 2.5 s batches: twice that
+    assert ahead_s_for(2.0, []) == 2.0
+    now = [0.0]
+    sleep = lambda s: now.__setitem__(0, now[0] + s)  # noqa: E731
+    ends = [{0: 1_000, 1: 1_000}, {0: 1_500, 1: 1_500}]  # 1,000 records/s arrive
+    slow = plan_ahead(lambda: active_batches(0, 2_500, 5_000), lambda: ends.pop(0), 2, ahead_s=2.0,
+                      sleep=sleep, clock=lambda: now[0])
+    assert slow == {0: 1_500 + 2_500, 1: 1_500 + 2_500}  # 5 s at 1,000/s

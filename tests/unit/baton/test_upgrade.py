@@ -2,11 +2,12 @@
 
 import pytest
 
-from baton.conditions import WAIT, Check
+from baton.conditions import Check
 from baton.control_plane import ControlPlane
 from baton.records import CommitMarker, Role, Slot, SlotState, StateDigest, StatusRecord
 from baton.upgrade import (
-    CORRECTION_GRACE_S, Policy, ask_state_check, compare, replay_verdict, restore_check, settle_check, states_agree,
+    CORRECTION_GRACE_S, Policy, ask_state_check, compare, missed_state_check, move_state_check, replay_verdict,
+    restore_check, settle_check, states_agree,
 )
 from tests.support.fakes import MemoryControlStore
 
@@ -48,7 +49,7 @@ def test_replay_verdict():
 
 def test_restore_check_waits_for_the_restore_digest_then_compares_it():
     left = digest("stop")
-    assert restore_check(left, [status(d=left, ts=500)], since_ms=1_000) is WAIT  # before the restart
+    assert restore_check(left, [status(d=left, ts=500)], since_ms=1_000).waiting  # before the restart
     assert restore_check(left, [status(d=digest("restore"), ts=1_500)], since_ms=1_000).met
     lost = restore_check(left, [status(d=digest("restore", batch=-1, rows=0, value="00"), ts=1_500)], 1_000)
     assert lost.failed and "restored 0 rows at batch -1" in lost.message and "left 10 rows" in lost.message
@@ -60,9 +61,9 @@ def test_restore_check_waits_for_the_restore_digest_then_compares_it():
 def test_states_agree_needs_both_digests_taken_at_the_asked_position():
     at = {0: 90, 1: 70}
     checked = [status(d=digest("check", position=at))]
-    assert states_agree(checked, [status(processed={0: 99, 1: 80})], at, Policy.EXACT) is WAIT
-    assert states_agree(checked, [status(d=digest("restore"))], at, Policy.EXACT) is WAIT
-    assert states_agree(checked, [status(d=digest("check", position={0: 1, 1: 1}))], at, Policy.EXACT) is WAIT  # stale
+    assert states_agree(checked, [status(processed={0: 99, 1: 80})], at, Policy.EXACT).waiting
+    assert states_agree(checked, [status(d=digest("restore"))], at, Policy.EXACT).waiting
+    assert states_agree(checked, [status(d=digest("check", position={0: 1, 1: 1}))], at, Policy.EXACT).waiting  # stale
     # Taken while the slots ran on: later batches carry the same digest, whatever they processed.
     assert states_agree(checked, [status(batch=9, d=digest("check", batch=5, position=at))], at, Policy.EXACT).met
     differ = states_agree(checked, [status(d=digest("check", value="bb", position=at))], at, Policy.EXACT)
@@ -76,7 +77,7 @@ def test_a_slot_that_read_past_the_check_position_fails_the_state_check_at_once(
     assert failed.failed and "active slot read past the check position" in failed.message
     assert states_agree([status(d=digest("check", position=at))], missed, at, Policy.EXACT).failed
     earlier = [status(d=digest("missed", batch=-1, position={0: 5, 1: 5}))]  # an earlier upgrade's position
-    assert states_agree(earlier, [status(d=digest("check", position=at))], at, Policy.EXACT) is WAIT
+    assert states_agree(earlier, [status(d=digest("check", position=at))], at, Policy.EXACT).waiting
 
 
 def test_asking_for_a_state_check_is_one_idempotent_write():
@@ -95,7 +96,7 @@ def test_settle_fails_fast_and_passes_after_the_period():
     ok = [status(batch=9, processed={0: 150, 1: 120}, ts=2_000)]
     marker = CommitMarker(app="a", generation=0, epoch=2, slot=Slot.GREEN, batch_id=9, emitted={0: 150, 1: 120})
     end = {0: 150, 1: 120}
-    assert settle(ok, marker, end, now=20_000) is WAIT
+    assert settle(ok, marker, end, now=20_000).waiting
     assert settle(ok, marker, end).met
     slow = settle([status(batch=9, batch_ms=5_000, ts=2_000)], now=3_000)
     assert slow.failed and "took 5000 ms (limit 2000 ms)" in slow.message
@@ -108,6 +109,17 @@ def test_settle_fails_fast_and_passes_after_the_period():
     assert settle([], None, None).met  # no input arrived past the fence: nothing to emit yet
 
 
+def test_settle_judges_the_new_active_by_its_own_progress_not_by_the_input():
+    """Seen through Airflow: input paused ~40 s during settle and resumed just before its end; the
+    input's end was past F, no batch had read it yet, and the settle check failed (then a rollback)."""
+    end = {0: 150, 1: 120}  # input arrived past F ...
+    quiet = [status(batch=9, processed=FENCE, ts=2_000)]  # ... but no batch of the new active read it yet
+    assert settle(quiet, None, end, lag=100).met
+    read_past = [status(batch=10, processed={0: 150, 1: 120}, ts=30_000)]
+    silent = settle(read_past, None, end)
+    assert silent.failed and "read past the fence" in silent.message and "batch 10" in silent.message
+
+
 def test_a_corrected_output_cutover_settles_once_its_correction_is_in():
     ok = [status(batch=9, processed={0: 150, 1: 120}, ts=2_000)]
     end = {0: 150, 1: 120}
@@ -118,6 +130,19 @@ def test_a_corrected_output_cutover_settles_once_its_correction_is_in():
         return settle_check(ok, marker, 2, FENCE, end, Check(met=True), now, 1_000, 30, 2_000, 1_000, correct=True)
 
     assert check(2, 40_000).met
-    assert check(1, 40_000) is WAIT  # an older correction (a previous reprocess's) does not count
+    assert check(1, 40_000).waiting  # an older correction (a previous reprocess's) does not count
     late = check(0, 1_000 + (30 + CORRECTION_GRACE_S) * 1000 + 1)
     assert late.failed and "corrected output of epoch 2 is not in" in late.message
+
+
+def test_a_passed_check_position_is_moved_only_while_it_is_the_one_asked_for():
+    plane = ControlPlane(MemoryControlStore(), writer="test")
+    plane.move_slot("a", Slot.BLUE, SlotState.STARTING, version="v1")
+    plane.update("a", ask_state_check({0: 50, 1: 50}))
+    moved = plane.update("a", move_state_check({0: 50, 1: 50}, {0: 90, 1: 90}))
+    assert moved.check_at == {0: 90, 1: 90}
+    # A second mover of the same passed position (a re-created trigger) keeps the newer one.
+    assert plane.update("a", move_state_check({0: 50, 1: 50}, {0: 70, 1: 70})).revision == moved.revision
+    missed = [status(d=digest("missed", batch=-1, position={0: 50, 1: 50}))]
+    assert "standby slot read past" in missed_state_check([], missed, {0: 50, 1: 50})
+    assert missed_state_check([], missed, {0: 90, 1: 90}) is None
