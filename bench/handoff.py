@@ -17,8 +17,9 @@ baton.handoff.fail_over: fence at blue's last emitted position, green is active 
 before it emits.
 Blue is not restarted here (the health DAG does that), so green runs alone afterwards.
 rolling_upgrade: v1 -> v2 of the click-count app (same state), the baton_rolling_upgrade DAG's steps
-run here directly: preflight replay of green's last batch with v2, green stopped and started on v2
-(restore check: it restored the digest it left), warm-up (within 5 s of input), state digests agree
+run here directly: green stopped and started on v2 (restore check: it restored the digest it left; its
+first batch on v2 checks the state schema), warm-up (the DAG's gate with the form's defaults: within
+50,000 records and 10 s of blue's output, beyond green's pace), state digests agree
 at a position P both end a batch at and read on from (the output flows meanwhile), fence, blue at F,
 cutover, 10 s settle, then blue upgraded the same way.
 
@@ -32,7 +33,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import sys
 import time
 from functools import partial
@@ -40,17 +40,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import REPO, RESULTS, bench, log, machine, start_slot, write_result  # noqa: E402
+from common import RESULTS, bench, log, machine, start_slot, write_result  # noqa: E402
 from throughput import parser, plot, run  # noqa: E402
 
-from baton.conditions import Check, lag_within  # noqa: E402
+from baton.conditions import Check, arrival_rate, following  # noqa: E402
 from baton.control_plane import ControlPlane, KafkaControlStore  # noqa: E402
 from baton.handoff import cut_over, fail_over, fence_reached, plan_fence, with_fence, without_fence  # noqa: E402
 from baton.kafka.tail import end_offsets  # noqa: E402
-from baton.records import Slot, StateDigest  # noqa: E402
-from baton.upgrade import (  # noqa: E402
-    Policy, ask_state_check, replay_verdict, restore_check, states_agree,
-)
+from baton.records import Slot  # noqa: E402
+from baton.upgrade import Policy, ask_state_check, restore_check, states_agree  # noqa: E402
 from spark_apps.runtime.kafka_sink import read_last_marker  # noqa: E402
 
 GAP_TARGET_S, RESUME_TARGET_S, P99_99_TARGET_MS = 2.0, 5.0, 5000
@@ -148,9 +146,9 @@ def failover(b, app, procs, watch) -> list[tuple[float, str]]:
     return marks
 
 
-def upgrade_slot(b, app, procs, watch, slot: Slot, definition: Path, conf) -> StateDigest:
+def upgrade_slot(b, app, procs, watch, slot: Slot, definition: Path, conf) -> int:
     """Stop `slot` at a batch boundary (it digests the state it leaves), start `definition` on its
-    checkpoint, wait for the restore check; returns the restored digest."""
+    checkpoint, wait for the restore check; returns when it was launched (ms)."""
     b.procs.stop(slot.value)
     left = next((r.state_digest for r in reversed(watch.of(slot))
                  if r.state_digest is not None and r.state_digest.at == "stop"), None)
@@ -163,14 +161,19 @@ def upgrade_slot(b, app, procs, watch, slot: Slot, definition: Path, conf) -> St
             raise RuntimeError(f"{slot.value}: {check.message}")
         return check.met
     wait(f"{slot.value}'s restore check", restored, 300)
-    return left
+    return launched_ms
 
 
-def warm(b, app, watch, slot: Slot, max_s: float) -> None:
+def warm(b, app, watch, slot: Slot, since_ms: int) -> None:
+    """The DAG's warm-up gate with the form's defaults (50,000 records, 10 s, the app's pace on top), a
+    batch of the new code since its start included (its state-schema check)."""
     def within() -> bool:
-        end = end_offsets(b.bootstrap, app.input.topic, range(app.input.partitions))
-        return lag_within(watch.of(slot), end, max_records=10**9, max_seconds=max_s).met
-    wait(f"{slot.value} within {max_s:.0f} s of the input", within, 600)
+        check = following(watch.of(slot), read_last_marker(b.bootstrap, app.commits_topic, app.name),
+                          arrival_rate(watch.of(slot.other)), 50_000, 10.0, app.standby_pace_ms / 1000, since_ms)
+        if check.failed:
+            raise RuntimeError(f"{slot.value}: {check.message}")
+        return check.met
+    wait(f"{slot.value} warm", within, 600)
 
 
 def rolling_upgrade(b, app, procs, watch, rate: float, ahead_s: float, conf, settle_s: float = 10.0):
@@ -189,18 +192,11 @@ def rolling_upgrade(b, app, procs, watch, rate: float, ahead_s: float, conf, set
 
 
 def _upgrade_both(b, app, procs, watch, rate, ahead_s, conf, settle_s, v2, marks) -> None:
-    checkpoint = b.tmp / "state" / "slots" / app.name / Slot.GREEN.value / "gen-0" / "checkpoint"
-    out = subprocess.run([sys.executable, "-m", "spark_apps.runtime.replay", "--app", str(v2), "--checkpoint",
-                          str(checkpoint), "--work", str(b.tmp / "replay"), "--bootstrap", b.bootstrap],
-                         capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(REPO)})
-    verdict = replay_verdict(json.loads(out.stdout.strip().splitlines()[-1]), Policy.EXACT)
-    if not verdict.met:
-        raise RuntimeError(f"preflight: {verdict.message}\n{out.stderr[-2000:]}")
     for slot in (Slot.GREEN, Slot.BLUE):
         marks.append((time.time(), f"stop {slot.value}"))
-        upgrade_slot(b, app, procs, watch, slot, v2, conf)
+        launched_ms = upgrade_slot(b, app, procs, watch, slot, v2, conf)
         marks.append((time.time(), f"{slot.value} v2 restored"))
-        warm(b, app, watch, slot, 5.0)
+        warm(b, app, watch, slot, launched_ms)
         marks.append((time.time(), f"{slot.value} warm"))
         if slot is Slot.GREEN:
             marks += check_states(b, app, watch, rate, ahead_s)

@@ -1,7 +1,7 @@
 """baton_rolling_upgrade end to end, through Airflow's REST API, with live load on the click-count app:
 
-- an upgrade to a version whose state schema differs is refused at preflight with Spark's reason,
-  before any slot is touched;
+- an upgrade to a version whose state schema differs is refused by the upgraded standby's first batch
+  with Spark's reason, before it could emit, and the standby is put back on the old version;
 - an upgrade to a version with the same state moves both slots under load: the standby restores its
   state (checked), warms up, the states agree at a position both passed, it takes over at a fence,
   settles, and the old active
@@ -45,21 +45,33 @@ def versions(record):
     return {slot: record.slots[slot].version for slot in Slot}
 
 
-def test_a_version_with_another_state_schema_is_refused_before_anything_changes(running):
+def test_a_version_with_another_state_schema_is_refused_and_the_standby_put_back(running):
+    """The new version's check against the stored state is the upgraded standby's first batch (no third
+    Spark application beside the slots): Spark refuses the schema before the standby could emit, and the
+    abort puts the standby back on v1 from the state it left."""
     platform, client, app, truth = running
     bootstrap = platform.broker.bootstrap
     part, _ = produce_clicks(bootstrap, app.input.topic, 3_000, users=300)
     truth.update(part)
     wait_until_emitted(bootstrap, app, 3_000, timeout_s=300)
     before = read_control(bootstrap, app.name)
-    run = run_dag(client, "baton_rolling_upgrade", {"app": app.name, "version": "v3"}, timeout_s=600)
+    with LiveLoad(bootstrap, app.input.topic, per_tick=100, start=3_000, truth=truth):  # the standby's next batch
+        run = run_dag(client, "baton_rolling_upgrade", {"app": app.name, "version": "v3"}, timeout_s=600)
     assert run["state"] == "failed"
-    reason = failure_reason(client, run, "preflight")
-    assert "STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE" in reason and "nothing was changed" in reason, reason
     states = {ti["task_id"]: ti["state"] for ti in client.task_instances("baton_rolling_upgrade", run["dag_run_id"])}
-    assert states["preflight"] == "failed" and states["upgrade_standby"] == "upstream_failed"
+    assert states["preflight"] == "success" and states["fence"] == "upstream_failed", states
+    failed = [t for t in ("upgrade_standby", "restore_check", "warm_up") if states[t] == "failed"]
+    assert failed, states
+    reason = failure_reason(client, run, failed[0])
+    assert "STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE" in reason, reason
     assert states["abort"] == "failed"  # it reports the reason as the run's failure
-    assert read_control(bootstrap, app.name) == before  # not one write
+    after = read_control(bootstrap, app.name)
+    assert (after.active, after.epoch, after.fence) == (before.active, before.epoch, None)  # the role never moved
+    assert versions(after) == versions(before) == {Slot.BLUE: "v1", Slot.GREEN: "v1"}
+    assert all(after.slots[s].desired is SlotState.RUNNING for s in Slot)
+    wait_until_emitted(bootstrap, app, sum(truth.values()), timeout_s=300)
+    verdict = verify(truth, read_output(bootstrap, app.output.topic, app.output.partitions))
+    assert verdict.ok, verdict.summary()
 
 
 def test_a_rolling_upgrade_under_load_is_exactly_once(running):

@@ -5,6 +5,7 @@ and paths of the Spark helper processes they run."""
 from __future__ import annotations
 
 import os
+import shutil
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, Sequence
@@ -91,3 +92,35 @@ def slot_checkpoint(spark: BatonSparkHook, app: str, slot: Slot, generation: int
     from spark_apps.runtime.harness import slot_paths
 
     return slot_paths(spark.state_dir, app, slot, generation).checkpoint
+
+
+# Beside a slot's checkpoint: a copy of it as the slot's previous version left it, taken while the slot
+# was stopped for an upgrade (the way back if the new version is refused before it took the role).
+WAY_BACK = "way-back"
+
+
+def keep_way_back(checkpoint: Path) -> Path | None:
+    """Copy the stopped slot's checkpoint beside it (replacing an older copy); None: no checkpoint yet."""
+    if not checkpoint.is_dir():
+        return None
+    copy = checkpoint.parent / WAY_BACK
+    if copy.exists():
+        shutil.rmtree(copy)
+    shutil.copytree(checkpoint, copy)
+    return copy
+
+
+def drop_way_back(checkpoint: Path) -> None:
+    """The copy keep_way_back made is of no more use (the new version took the role and settled)."""
+    shutil.rmtree(checkpoint.parent / WAY_BACK, ignore_errors=True)
+
+
+def take_way_back(checkpoint: Path) -> bool:
+    """Put the copy keep_way_back made in the checkpoint's place (the slot is stopped); False: there
+    is none. A retry after the move finds the checkpoint in place and no copy: done already."""
+    copy = checkpoint.parent / WAY_BACK
+    if not copy.is_dir():
+        return False
+    shutil.rmtree(checkpoint, ignore_errors=True)
+    copy.rename(checkpoint)
+    return True

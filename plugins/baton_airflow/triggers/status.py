@@ -133,11 +133,10 @@ class SlotStatusTrigger(BaseTrigger):
         from baton import upgrade
         from baton.apps import load_app
         from baton.kafka.tail import end_offsets
-        from baton.records import Slot, StateDigest
-        from baton_airflow.hooks.control import read_slot_status
+        from baton.records import StateDigest
         from spark_apps.runtime.kafka_sink import read_last_marker
 
-        fence = {int(p): int(o) for p, o in self.target.items()}  # "states": the check position
+        fence = {int(p): int(o) for p, o in self.target.items()}
         if self.condition == "restore":
             left = StateDigest.from_json(self.expected, "the digest the slot left")
             return upgrade.restore_check(left, history, self.since_ms)

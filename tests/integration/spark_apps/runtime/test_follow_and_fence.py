@@ -14,6 +14,7 @@ from baton.kafka.control_log import read_control, write_control
 from baton.records import CommitMarker, Slot, covers
 from baton.tools.verify import read_output, verify
 from baton.upgrade import Policy, states_agree
+from baton_airflow.triggers.status import SlotStatusTrigger
 from spark_apps.runtime.kafka_sink import read_last_marker
 from tests.support.slots import produce_clicks, read_status, read_topic, start_slot, stop_slot, wait_for
 
@@ -146,7 +147,7 @@ def test_a_fence_stops_both_slots_at_exactly_the_fence(bootstrap, both_slots_app
 
 
 def test_a_state_check_position_is_a_batch_boundary_both_slots_digest_and_read_on_from(
-        bootstrap, both_slots_app, tmp_path):
+        bootstrap, both_slots_app, tmp_path, monkeypatch):
     """The rolling upgrade's state check: asked for their state at a position P ahead of them, both
     slots end a batch exactly at P, digest the state there, and go on reading: no stop, no fence."""
     app, path = both_slots_app
@@ -178,6 +179,17 @@ def test_a_state_check_position_is_a_batch_boundary_both_slots_digest_and_read_o
                                                      read_status(bootstrap, app.name, "green"), inside,
                                                      Policy.EXACT)).failed and v, procs=(blue, green))
         assert "read past the check position" in missed.message
+        # The rolling upgrade's gate (the real trigger, on the real slots) asks again at once, further
+        # ahead of the input (no input arrives: at the end both slots stand at), and both digest there.
+        monkeypatch.setenv("BATON_APPS_DIR", str(tmp_path))
+        trigger = SlotStatusTrigger(app=app.name, slot="green", condition="states", bootstrap=bootstrap,
+                                    target={str(p): o for p, o in inside.items()}, ahead_s=1.0)
+        moved = trigger.check()
+        assert moved.waiting and "asked again" in moved.message, moved
+        assert read_control(bootstrap, app.name).check_at == done.emitted and trigger.moves == 1
+        agreed = wait_for("the digests at the position asked again",
+                          lambda: (c := trigger.check()).met and c, procs=(blue, green))
+        assert "schema and digest agree" in agreed.message
     finally:
         assert stop_slot(blue) == 0
         assert stop_slot(green) == 0
