@@ -221,9 +221,8 @@ class StateDigest:
     every (key, value) row, and the state's key/value schema. `at` says when it was taken:
     "restore" (what a started slot restored), "stop" (what a stopping slot leaves), "check" (asked
     for by ControlRecord.check_at: the batch ended at `position`), "missed" (asked for a check at
-    `position`, the slot had read past it within a batch: no state there, batch_id -1), "replay" (a
-    preflight's replay of a batch on a checkpoint copy); "fence" is read for records of older
-    versions. Compared by the rolling upgrade's restore and state checks."""
+    `position`, the slot had read past it within a batch: no state there, batch_id -1); "replay" (the
+    former preflight's replay) and "fence" are read for records of older versions. Compared by the rolling upgrade's restore and state checks."""
 
     at: str
     batch_id: int

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from typing import Any, Mapping, Sequence
+from typing import Sequence
 
 from baton.conditions import WAIT, Check
 from baton.records import CommitMarker, ControlRecord, Positions, SlotState, StateDigest, StatusRecord
@@ -40,18 +40,6 @@ def compare(old: StateDigest, new: StateDigest, policy: Policy, what: str) -> Ch
                                           "state (use 'compatible' for a version that changes results)")
     return Check(met=True, message=f"{what}: {new.rows} rows, schema and "
                                    f"{'digest' if policy is Policy.EXACT else 'key count'} agree")
-
-
-def replay_verdict(result: Mapping[str, Any], policy: Policy) -> Check:
-    """The preflight: spark_apps.runtime.replay's answer for the new version on the standby's state."""
-    if not result.get("ok"):
-        where = f"batch {result['batch']}" if result.get("batch") is not None else "the standby's state"
-        return Check(failed=True, message=f"the new version cannot run on {where}: {result.get('error', 'no reason given')}")
-    if result.get("batch") is None:
-        return Check(met=True, message="the standby has no committed state yet: nothing to restore")
-    old = StateDigest.from_json(result["before"], "replay 'before'")
-    new = StateDigest.from_json(result["after"], "replay 'after'")
-    return compare(old, new, policy, f"replay of batch {result['batch']} with the new version")
 
 
 def restore_check(left: StateDigest | None, history: Sequence[StatusRecord], since_ms: int) -> Check:

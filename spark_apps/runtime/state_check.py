@@ -1,5 +1,5 @@
 """What a slot's state holds, read back from its checkpoint: the digests behind the rolling upgrade's
-restore check and state check at the fence, and the copy a new version replays its last batch on.
+restore check and state check, and the copies a standby or a new generation starts from.
 
 A digest reads one committed state version through Spark's state data source (`statestore`), so it
 is what a restarted query would restore, not what an in-memory counter says. The hash is
@@ -101,12 +101,6 @@ def truncate_after(checkpoint: Path, batch_id: int) -> None:
     """Make `batch_id` the checkpoint's last batch: drop every later commit and offset log entry (a
     batch the source had planned but not committed when it was copied; re-planned on start)."""
     _drop_log_entries(checkpoint, lambda log, batch: batch > batch_id)
-
-
-def uncommit(checkpoint: Path, batch_id: int) -> None:
-    """Make a query started on `checkpoint` re-run `batch_id` (Spark re-runs a batch whose offsets are
-    logged but not committed): drop its commit and every later commit and offset log entry."""
-    _drop_log_entries(checkpoint, lambda log, batch: batch > batch_id or (log == "commits" and batch == batch_id))
 
 
 def _drop_log_entries(checkpoint: Path, drop) -> None:

@@ -83,7 +83,7 @@ def lift_own_fence(plane, rec: ControlRecord, epoch: int, run_id: str, log) -> C
 
 
 def subprocess_env() -> dict[str, str]:
-    """For Spark helper processes (replay, invariants): this checkout importable."""
+    """For Spark helper processes (the invariants check): this checkout importable."""
     path = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH", "")) if p)
     return {**os.environ, "PYTHONPATH": path}
 

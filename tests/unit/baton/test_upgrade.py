@@ -6,7 +6,7 @@ from baton.conditions import Check
 from baton.control_plane import ControlPlane
 from baton.records import CommitMarker, Role, Slot, SlotState, StateDigest, StatusRecord
 from baton.upgrade import (
-    CORRECTION_GRACE_S, Policy, ask_state_check, compare, missed_state_check, move_state_check, replay_verdict,
+    CORRECTION_GRACE_S, Policy, ask_state_check, compare, missed_state_check, move_state_check,
     restore_check, settle_check, states_agree,
 )
 from tests.support.fakes import MemoryControlStore
@@ -35,16 +35,6 @@ def status(batch=7, processed=None, d=None, ts=1_000, state=SlotState.RUNNING, b
 def test_compare_under_each_policy(new, policy, met, words):
     check = compare(digest(), new, policy, "x")
     assert (check.met, check.failed) == (met, not met) and words in check.message
-
-
-def test_replay_verdict():
-    refused = replay_verdict({"ok": False, "batch": 4, "error": "[STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE] no"}, Policy.EXACT)
-    assert refused.failed and "batch 4" in refused.message and "SCHEMA_NOT_COMPATIBLE" in refused.message
-    assert replay_verdict({"ok": True, "batch": None}, Policy.EXACT).met
-    same = {"ok": True, "batch": 4, "before": digest("replay").to_json(), "after": digest("replay").to_json()}
-    assert replay_verdict(same, Policy.EXACT).met
-    changed = {**same, "after": digest("replay", value="cc").to_json()}
-    assert replay_verdict(changed, Policy.EXACT).failed and replay_verdict(changed, Policy.COMPATIBLE).met
 
 
 def test_restore_check_waits_for_the_restore_digest_then_compares_it():

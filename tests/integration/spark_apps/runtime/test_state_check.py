@@ -1,15 +1,11 @@
-"""State digests from a real slot's checkpoint, and the rolling upgrade's preflight replay: a slot
-publishes what it leaves at a stop and what it restores at the next start (they agree); a new version
-with the same state replays the last batch to the same state, one with a different state schema is
-refused with Spark's reason; the slot's own checkpoint is never written by the replay."""
-
-import json
-import subprocess
-import sys
+"""State digests from a real slot's checkpoint, and the rolling upgrade's schema check: a slot publishes
+what it leaves at a stop and what it restores at the next start (they agree); a new version with the
+same state restores it on that checkpoint and runs on; one with a different state schema is refused by
+Spark at its first batch with the reason, as FAILED, before it could emit."""
 
 import pytest
 
-from tests.support.slots import REPO, produce_clicks, read_status, start_slot, stop_slot, wait_for, wait_until_emitted
+from tests.support.slots import produce_clicks, read_status, start_slot, stop_slot, wait_for, wait_until_emitted
 
 pytestmark = pytest.mark.integration
 
@@ -21,14 +17,6 @@ def last_digest(bootstrap, app, slot, at, since_ms=0):
     return None
 
 
-def replay(bootstrap, definition, checkpoint, work):
-    out = subprocess.run([sys.executable, "-m", "spark_apps.runtime.replay", "--app", str(definition),
-                          "--checkpoint", str(checkpoint), "--work", str(work), "--bootstrap", bootstrap],
-                         cwd=REPO, capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-2000:]
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
 def version_file(path, app, version, module):
     """versions/<app>/<version>.yaml beside the registry file `path`, same topics, another module."""
     target = path.parent / "versions" / app.name / f"{version}.yaml"
@@ -38,7 +26,8 @@ def version_file(path, app, version, module):
     return target
 
 
-def test_stop_and_restore_digests_agree_and_the_replay_checks_a_new_version(bootstrap, both_slots_app, tmp_path):
+def test_stop_and_restore_digests_agree_and_a_new_version_s_first_batch_checks_the_state(bootstrap, both_slots_app,
+                                                                                          tmp_path):
     app, path = both_slots_app
     truth, _ = produce_clicks(bootstrap, app.input.topic, 6_000, users=200)
     blue = start_slot(bootstrap, path, tmp_path, "blue")
@@ -60,16 +49,27 @@ def test_stop_and_restore_digests_agree_and_the_replay_checks_a_new_version(boot
     assert (restored.batch_id, restored.rows, restored.digest, restored.schema) == \
         (left.batch_id, left.rows, left.digest, left.schema)
 
-    checkpoint = tmp_path / "slots" / app.name / "blue" / "gen-0" / "checkpoint"
-    before = sorted((p.relative_to(checkpoint), p.stat().st_mtime_ns) for p in checkpoint.rglob("*"))
-    same_state = replay(bootstrap, version_file(path, app, "v2", "spark_apps.apps.click_counts_v2"),
-                        checkpoint, tmp_path / "replay-v2")
-    assert same_state["ok"], same_state
-    assert same_state["before"]["rows"] == len(truth)
-    assert same_state["after"]["digest"] == same_state["before"]["digest"]
-    refused = replay(bootstrap, version_file(path, app, "v3", "spark_apps.apps.click_counts_v3"),
-                     checkpoint, tmp_path / "replay-v3")
-    assert not refused["ok"]
-    assert "STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE" in refused["error"], refused
-    assert sorted((p.relative_to(checkpoint), p.stat().st_mtime_ns) for p in checkpoint.rglob("*")) == before
-    assert not (tmp_path / "replay-v2").exists() and not (tmp_path / "replay-v3").exists()
+    # The rolling upgrade's way: the new version starts on the slot's own checkpoint (the DAG kept a copy).
+    restarted_at = read_status(bootstrap, app.name, "blue")[-1].ts_ms + 1
+    v2 = start_slot(bootstrap, version_file(path, app, "v2", "spark_apps.apps.click_counts_v2"), tmp_path, "blue")
+    try:
+        same = wait_for("v2's restore digest", lambda: last_digest(bootstrap, app, "blue", "restore", restarted_at),
+                        procs=(v2,))
+        more, _ = produce_clicks(bootstrap, app.input.topic, 1_000, users=200, start=6_000)
+        wait_until_emitted(bootstrap, app, 7_000)
+    finally:
+        assert stop_slot(v2) == 0
+    assert (same.rows, same.digest) == (left.rows, left.digest)
+    stopped = last_digest(bootstrap, app, "blue", "stop")
+    assert stopped.rows == len(truth + more)
+
+    restarted_at = read_status(bootstrap, app.name, "blue")[-1].ts_ms + 1
+    produce_clicks(bootstrap, app.input.topic, 500, users=200, start=7_000)  # the new version's first batch
+    v3 = start_slot(bootstrap, version_file(path, app, "v3", "spark_apps.apps.click_counts_v3"), tmp_path, "blue")
+    failed = wait_for("v3's first batch to be refused",
+                      lambda: next((s for s in read_status(bootstrap, app.name, "blue")
+                                    if s.ts_ms >= restarted_at and s.state.value == "failed"), None))
+    assert v3.wait(120) != 0
+    assert "STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE" in failed.error, failed.error
+    assert all(s.batch_id < 0 or s.batch_id <= stopped.batch_id
+               for s in read_status(bootstrap, app.name, "blue") if s.ts_ms >= restarted_at)  # no batch of v3

@@ -42,11 +42,3 @@ def test_a_copy_for_a_standby_ends_at_its_last_commit(tmp_path):
     ck = make_checkpoint(tmp_path)
     truncate_after(ck, 4)
     assert logs(ck) == {"commits": [".3.crc", ".4.crc", "3", "4"], "offsets": [".3.crc", ".4.crc", "3", "4"]}
-
-
-def test_an_uncommitted_batch_is_run_again(tmp_path):
-    from spark_apps.runtime.state_check import uncommit
-
-    ck = make_checkpoint(tmp_path)
-    uncommit(ck, 4)
-    assert logs(ck) == {"commits": [".3.crc", "3"], "offsets": [".3.crc", ".4.crc", "3", "4"]}
