@@ -68,6 +68,11 @@ class AppDefinition:
     # running fewer, larger batches costs less of the machine the active runs on. A fence or a role
     # change reaches it at once. 0: after every batch of the active.
     standby_pace_ms: int = 2000
+    # What a slot does when its checkpoint's positions are not in the input any more (a topic recreated,
+    # a broker reset, retention): "fail" stops it with the reason (the way out: a reprocess into a new
+    # generation); "earliest" resumes at the earliest available offsets, keeping the state and skipping
+    # what was lost (spark_apps.runtime.input_check).
+    on_data_loss: str = "fail"
     state: StateSettings = field(default_factory=StateSettings)
     # Overrides of baton.health.HealthPolicy for this app (e.g. max_restarts, restart_window_s).
     health: dict[str, float] = field(default_factory=dict)
@@ -137,8 +142,16 @@ def _topic(d: dict[str, Any], key: str, path: Path) -> TopicRef:
 
 KNOWN_FIELDS = {
     "name", "module", "version", "input", "output", "trigger_ms", "max_records_per_trigger",
-    "batch_ms_budget", "max_lag_records", "standby_pace_ms", "state", "health",
+    "batch_ms_budget", "max_lag_records", "standby_pace_ms", "on_data_loss", "state", "health",
 }
+ON_DATA_LOSS = ("fail", "earliest")
+
+
+def _on_data_loss(data: dict[str, Any], path: Path) -> str:
+    value = _get(data, "on_data_loss", str, path, default="fail")
+    if value not in ON_DATA_LOSS:
+        raise AppDefinitionError(path, "on_data_loss", f"must be one of {', '.join(ON_DATA_LOSS)}, got {value!r}")
+    return value
 
 
 def _health(data: dict[str, Any], path: Path) -> dict[str, float]:
@@ -187,6 +200,7 @@ def parse_definition(data: Any, path: Path) -> AppDefinition:
         batch_ms_budget=_positive(_get(data, "batch_ms_budget", int, path, default=2000), path, "batch_ms_budget"),
         max_lag_records=_positive(_get(data, "max_lag_records", int, path, default=200_000), path, "max_lag_records"),
         standby_pace_ms=_not_negative(_get(data, "standby_pace_ms", int, path, default=2000), path, "standby_pace_ms"),
+        on_data_loss=_on_data_loss(data, path),
         state=state,
         health=_health(data, path),
         path=str(path),

@@ -18,6 +18,7 @@ import dataclasses
 import importlib
 import json
 import os
+import re
 import signal
 import socket
 import sys
@@ -50,6 +51,8 @@ IDLE_HEARTBEAT_S = 5.0
 # (kafka_source.BatchPacer), where a moved cap starts a batch on the next tick instead of at the
 # next multiple of trigger_ms (a handoff's critical path crossed two such waits).
 TRIGGER_TICK_MS = 100
+# Inside the checkpoint (a copy of it carries it): the id of the input topic its positions belong to.
+IDENTITY_FILE = "baton-input.json"
 
 
 @dataclass
@@ -245,7 +248,8 @@ class Harness:
         self.spark = session(f"baton-{self.app.name}-{self.slot.value}", self.app, self.spark_conf)
         self.mark("spark session")
         return build_frame(self.spark, self.app, self.bootstrap, self.starting_offsets, self.paths.cap_file,
-                           self.paths.spool, min_batch_interval_ms=self.app.trigger_ms)
+                           self.paths.spool, min_batch_interval_ms=self.app.trigger_ms,
+                           identity_file=self.paths.checkpoint / IDENTITY_FILE)
 
     # --- corrected output (spark_apps.runtime.correction) ---------------------------------------
     def correction_due(self, control) -> bool:
@@ -395,12 +399,13 @@ class Harness:
                     self.take_digest(self.restored_batch, "restore")
                 self.digest_at_check()
                 self.maybe_correct()
-            self.state = SlotState.STOPPING
-            self.publish()
-            self.stop_query()
-            # What this slot leaves for its next start (the restore check compares against it).
-            self.take_digest(last_committed_batch(self.paths.checkpoint), "stop")
-            self.state = SlotState.STOPPED
+            if self.query.isActive or self.query.exception() is None:  # a stop, not a failed query
+                self.state = SlotState.STOPPING
+                self.publish()
+                self.stop_query()
+                # What this slot leaves for its next start (the restore check compares against it).
+                self.take_digest(last_committed_batch(self.paths.checkpoint), "stop")
+                self.state = SlotState.STOPPED
         except Exception as exc:  # the query failed: report it, exit non-zero
             self.state = SlotState.FAILED
             self.publish(error=f"{type(exc).__name__}: {exc}"[:2000])
@@ -410,7 +415,9 @@ class Harness:
             # A batch refused while stopping ends the query with that error: a clean stop all the same.
             if exc is not None and not isinstance(exc, WriterFenced) and not self._refused_batch:
                 self.state, code = SlotState.FAILED, 1
-                self.publish(error=str(exc)[:2000])
+                reason = failure_reason(str(exc))
+                print(f"baton: the query failed: {reason}", file=sys.stderr, flush=True)
+                self.publish(error=reason)
             else:
                 self.publish()
             self.status_producer.flush(5)
@@ -420,10 +427,12 @@ class Harness:
 
 
 def build_frame(spark, app: AppDefinition, bootstrap: str, starting_offsets: str, cap_file: Path, spool: Path,
-                min_batch_interval_ms: int = 0):
+                min_batch_interval_ms: int = 0, identity_file: Path | None = None):
     """The streaming frame the sink sees. `cap_file` bounds how far the source reads
     (spark_apps.runtime.follower); `min_batch_interval_ms`, when above the tick, paces the batches in
-    the source (the query then runs on TRIGGER_TICK_MS).
+    the source (the query then runs on TRIGGER_TICK_MS). The app's on_data_loss says what a restart does
+    when its checkpoint's positions are not in the input any more (input_check.py); `identity_file`
+    (inside the checkpoint) records which topic they belong to.
 
     When every field of the app's VALUE_SCHEMA is of a type the source decodes (decode.TYPES), the
     source decodes the events and the frame is the app's output, (key, value); the dead letters go
@@ -444,7 +453,10 @@ def build_frame(spark, app: AppDefinition, bootstrap: str, starting_offsets: str
               .option("startingOffsets", starting_offsets)
               .option("maxRecordsPerTrigger", str(app.max_records_per_trigger))
               .option("capFile", str(cap_file))
+              .option("onDataLoss", app.on_data_loss)
               .option("readOn", "driver"))
+    if identity_file is not None:
+        reader = reader.option("identityFile", str(identity_file))
     if min_batch_interval_ms > TRIGGER_TICK_MS:
         reader = reader.option("minBatchIntervalMs", str(min_batch_interval_ms))
     fields = decodable_fields(mod.VALUE_SCHEMA)
@@ -486,6 +498,21 @@ def build_frame(spark, app: AppDefinition, bootstrap: str, starting_offsets: str
         F.col("partition").cast("int").alias("src_partition"), F.col("offset").cast("long").alias("src_offset"),
     )
     return out.unionByName(dead)
+
+
+def failure_reason(text: str, limit: int = 2000) -> str:
+    """The error a failed query reports in its status. Spark buries a Python error under its error class,
+    the traceback and the JVM's stack: the source's own message when it says why (input data loss: topic,
+    partitions, positions and the way out); else a Python error's own line first, then Spark's words
+    before its traceback; else Spark's text as it is."""
+    m = re.search(r"InputDataLoss: ([^\n]+)", text)
+    if m:
+        return m.group(1).strip()[:limit]
+    m = re.search(r"Traceback \(most recent call last\):\n(?:[ \t][^\n]*\n|\n)*(\S[^\n]*)", text)
+    if m:
+        head = " ".join(text[:m.start()].split())
+        return (f"{m.group(1).strip()} ({head})" if head else m.group(1).strip())[:limit]
+    return text[:limit]
 
 
 def decodable_fields(ddl: str) -> list[tuple[str, str]] | None:

@@ -22,11 +22,13 @@ exactly as readOn=executors reads), so it holds the same records.
 from __future__ import annotations
 
 import math
+import time
 from typing import Any, Iterator, Optional
 
 from pyspark.sql.datasource import SimpleDataSourceStreamReader
 from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 
+from spark_apps.runtime.input_check import WAY_OUT, InputDataLoss
 from spark_apps.runtime.kafka_source import (
     BatchPacer, KafkaInputPartition, KafkaStreamReader, SourceOptions, dead_columns, decode_records,
     decoded_record_batch, offsets_from_json, offsets_to_json, raw_columns, raw_record_batch, read_cap,
@@ -38,6 +40,15 @@ MAX_BUFFERED = 1_000_000
 # How long the first read after a start waits for the consumer to reach the partitions' ends (under
 # steady writes an end may never be seen: then the first batch takes what arrived meanwhile).
 FIRST_READ_WAIT_S = 1.0
+# Reads in a row that met an out-of-range position although the positions checked out (a broker answering
+# wrong, or one moving under the query): then the query fails with what the broker said.
+MAX_OUT_OF_RANGE = 3
+# How often a running reader asks for its topic's id (one DescribeTopics, never on a batch's path when the
+# broker answers): a topic recreated under a running query (a broker that restarted empty) is otherwise
+# silent on Tansu, whose fetch beyond the end answers nothing, and undetectable by offsets once the new
+# topic has grown past them.
+IDENTITY_EVERY_S = 10.0
+IDENTITY_TIMEOUT_S = 2.0
 
 
 class DriverStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -47,6 +58,9 @@ class DriverStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableN
         self._prefetch: Optional[Prefetcher] = None
         self._target: Optional[dict[int, int]] = None  # Trigger.AvailableNow bound
         self._pacer = BatchPacer(options.min_batch_interval_s, options.cap_file)
+        self._out_of_range = 0  # reads in a row that met an out-of-range position
+        self.identity_every_s = IDENTITY_EVERY_S
+        self._identity_at = time.monotonic()
 
     def __getstate__(self):  # shipped to executors for replays: never a client or a thread
         state = self.__dict__.copy()
@@ -67,6 +81,23 @@ class DriverStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableN
         if self._target is None and self._pacer.hold():
             return iter(()), start
         begin = offsets_from_json(start)
+        if self._prefetch is not None and (gone := self._prefetch.out_of_range()):
+            # The broker said a position is not in the log (Apache Kafka; librdkafka then fetches nothing
+            # more there): check again where the query stands, as at a restart, with a fresh consumer.
+            self._out_of_range += 1
+            self._prefetch.close()
+            self._prefetch, self.planner.verified = None, False
+            if self._out_of_range > MAX_OUT_OF_RANGE:
+                raise InputDataLoss(f"input data loss on topic {self.opts.topic!r}: the broker keeps answering "
+                                    f"offset out of range at {gone} (partition: offset) while the query stands at "
+                                    f"{begin}. {WAY_OUT}.")
+        if self._prefetch is not None and self._identity_due() and self.planner.identity_changed(IDENTITY_TIMEOUT_S):
+            self._prefetch.close()  # the topic was recreated under the query: check where it stands
+            self._prefetch, self.planner.verified = None, False
+        if not self.planner.verified and (jump := self.planner.resume_point(begin)) is not None:
+            return iter(()), offsets_to_json(jump)
+        if self.planner.cap_is_stale():
+            return iter(()), start
         parts = self.planner._partition_ids()
         for p in parts:
             if p not in begin:  # a partition added since the query started: read it from its start
@@ -90,6 +121,7 @@ class DriverStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableN
         end = {p: taken[p].end if p in taken else o for p, o in begin.items()}
         if end == begin:
             return iter(()), start
+        self._out_of_range = 0
         batches = []
         for p in sorted(taken):
             if taken[p].end > taken[p].start:
@@ -97,14 +129,21 @@ class DriverStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableN
         return iter(batches), offsets_to_json(end)
 
     def readBetweenOffsets(self, start: dict, end: dict) -> Iterator[Any]:
-        s, e = offsets_from_json(start), offsets_from_json(end)
+        """A batch Spark replays after a restart (in a task): checked first, since it was planned on input
+        that may be gone (KafkaStreamReader.replay_ranges), then read between its offsets."""
+        try:
+            ranges = self.planner.replay_ranges(offsets_from_json(start), offsets_from_json(end))
+        finally:
+            self.planner.stop()  # this task's copy: its probe consumer is not needed again
         batches = []
-        for p in sorted(e):
-            batches.extend(self.planner.read(KafkaInputPartition(self.opts.topic, p, s.get(p, e[p]), e[p])))
+        for p, (lo, hi) in sorted(ranges.items()):
+            batches.extend(self.planner.read(KafkaInputPartition(self.opts.topic, p, lo, hi)))
         return iter(batches)
 
     def commit(self, end: dict) -> None:
-        """Nothing to do: Spark's checkpoint is the record of positions, Kafka holds none."""
+        """Spark's checkpoint is the record of positions, Kafka holds none (a resume batch's commit records
+        the topic id the positions now belong to)."""
+        self.planner.committed(end)
 
     def stop(self) -> None:
         self.planner.stop()
@@ -113,6 +152,13 @@ class DriverStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableN
             pf.close()
 
     # -- reading
+    def _identity_due(self) -> bool:
+        now = time.monotonic()
+        if not self.opts.identity_file or now - self._identity_at < self.identity_every_s:
+            return False
+        self._identity_at = now
+        return True
+
     def _prefetcher(self, begin: dict[int, int]) -> Prefetcher:
         if self._prefetch is None:
             from confluent_kafka import Consumer

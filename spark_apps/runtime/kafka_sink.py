@@ -6,7 +6,9 @@ a slot takes the active role it initialises the producer, which makes Kafka fenc
 holder; a fenced producer cannot commit anything again (invariant 1).
 
 A micro-batch replayed after a crash is recognised by its end positions: if the last committed
-marker already covers them, the batch was emitted before the crash and is skipped.
+marker already covers them, the batch was emitted before the crash and is skipped. (A batch that moves
+positions back, the source's resume at the earliest offsets after a data loss, is emitted once the
+marker has moved back with it.)
 
 Order of `emit`, and why:
 1. begin the transaction;
@@ -96,8 +98,13 @@ class TransactionalEmitter:
     def holding(self) -> bool:
         return self._producer is not None
 
-    def already_emitted(self, end: Positions) -> bool:
-        return self.last is not None and covers(self.last.emitted, end)
+    def already_emitted(self, end: Positions, start: Positions | None = None) -> bool:
+        """The last marker covers the batch's end. A batch that moved a partition back (the source resumed
+        at the earliest offsets after a data loss, on_data_loss=earliest) is covered by the marker from
+        before it: it was emitted when the marker has moved back too (no longer covers its start)."""
+        if self.last is None or not covers(self.last.emitted, end):
+            return False
+        return not (start is not None and rewound(start, end) and covers(self.last.emitted, start))
 
     def emit(self, batch_id: int, start: Positions, end: Positions,
              output: Iterable[tuple[bytes | None, bytes | None]],
@@ -107,9 +114,9 @@ class TransactionalEmitter:
         (key, value, headers)."""
         if self._producer is None or self.epoch is None:
             raise WriterFenced(f"{self.app}/{self.slot.value} does not hold the writer role")
-        if self.already_emitted(end):
+        if self.already_emitted(end, start):
             return Emitted(self.last, skipped=True)
-        if self.last is not None and not covers(start, self.last.emitted):
+        if self.last is not None and not rewound(start, end) and not covers(start, self.last.emitted):
             raise ReplayConflict(
                 f"batch {batch_id} starts at {start} but output was already committed up to {self.last.emitted}"
             )
@@ -167,6 +174,11 @@ class TransactionalEmitter:
             raise
         self.last = marker
         return Emitted(marker, skipped=False)
+
+
+def rewound(start: Positions, end: Positions) -> bool:
+    """A batch that moves some partition back: the source's resume batch after a data loss."""
+    return any(o < start[p] for p, o in end.items() if p in start)
 
 
 def read_last_marker(bootstrap: str, commits_topic: str, app: str, timeout_s: float = 15.0) -> CommitMarker | None:

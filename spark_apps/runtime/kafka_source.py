@@ -44,6 +44,14 @@ Options (Spark lower-cases option keys; any case works):
                            "driver": Spark's driver-side source process reads every partition with one
                            long-lived consumer (kafka_driver_reader.py: no task per read, for the
                            latency of small batches).
+  onDataLoss               "fail" (default) | "earliest": what a restarted query does when its checkpoint's
+                           positions are not in the topic any more (beyond the end after a topic was
+                           recreated or a broker reset, before the start after retention): fail with
+                           InputDataLoss naming topic, partitions, positions and the way out, or resume
+                           at the earliest available offsets (input_check.py).
+  identityFile             path of a JSON file, kept inside the checkpoint, where the source records the
+                           id of the topic its positions belong to: a recreated topic is then found even
+                           when it has grown past the positions (input_check.py). Optional.
 
 Schema, raw (no valueFields): key binary, value binary, topic string, partition int, offset long,
 timestamp timestamp. Key and value are binary (like Spark's own Kafka source): no decoding and no
@@ -114,6 +122,11 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from spark_apps.runtime.input_check import (
+    BEFORE_START, FAIL, WAY_OUT, Decision, InputDataLoss, check_policy, decide, observe, read_identity, skipped,
+    topic_id, write_identity,
+)
+
 log = logging.getLogger(__name__)
 
 FORMAT = "baton-kafka"
@@ -149,13 +162,13 @@ class SourceOptions:
 
     __slots__ = ("bootstrap", "topic", "starting", "starting_timestamp", "max_records",
                  "cap_file", "poll_timeout_s", "kafka_conf", "value_fields", "required", "dead_letter_dir",
-                 "read_on", "min_batch_interval_s")
+                 "read_on", "min_batch_interval_s", "on_data_loss", "identity_file")
 
     def __init__(self, bootstrap: str, topic: str, starting: Any, starting_timestamp: Optional[int],
                  max_records: Optional[int], cap_file: Optional[str], poll_timeout_s: float,
                  kafka_conf: dict[str, str], value_fields: Optional[list[tuple[str, str]]] = None,
                  required: Sequence[str] = (), dead_letter_dir: Optional[str] = None, read_on: str = "executors",
-                 min_batch_interval_s: float = 0.0):
+                 min_batch_interval_s: float = 0.0, on_data_loss: str = "fail", identity_file: Optional[str] = None):
         self.bootstrap = bootstrap
         self.topic = topic
         self.starting = starting  # "earliest" | "latest" | {partition: offset or EARLIEST/LATEST}
@@ -169,6 +182,8 @@ class SourceOptions:
         self.dead_letter_dir = dead_letter_dir
         self.read_on = read_on
         self.min_batch_interval_s = min_batch_interval_s
+        self.on_data_loss = on_data_loss  # input_check.POLICIES
+        self.identity_file = identity_file
 
     def __getstate__(self):
         return {k: getattr(self, k) for k in self.__slots__}
@@ -267,6 +282,8 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
     read_on = str(opts.pop("readon", "executors")).strip().lower()
     if read_on not in ("executors", "driver"):
         raise ValueError(f"option 'readOn' must be 'executors' or 'driver', got {read_on!r}")
+    on_data_loss = check_policy(opts.pop("ondataloss", FAIL), "option 'onDataLoss'")
+    identity_file = opts.pop("identityfile", None) or None
 
     kafka_conf: dict[str, str] = {}
     for k in list(opts):
@@ -282,7 +299,7 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
             log.warning("baton-kafka: ignoring unknown option %r", k)
     return SourceOptions(bootstrap, topic, starting, starting_timestamp, max_records, cap_file,
                          poll_ms / 1000.0, kafka_conf, value_fields, required, dead_letter_dir, read_on,
-                         interval_ms / 1000.0)
+                         interval_ms / 1000.0, on_data_loss, identity_file)
 
 
 def _parse_decoding(opts: dict) -> tuple[Optional[list[tuple[str, str]]], list[str], Optional[str]]:
@@ -542,11 +559,16 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._lows: dict[int, int] = {}
         self._target: Optional[dict[int, int]] = None  # Trigger.AvailableNow bound
         self._pacer = BatchPacer(options.min_batch_interval_s, options.cap_file)
+        self._admin = None  # for the topic id (input_check.topic_id)
+        self.verified = False  # this process checked the query's positions against the input (resume_point)
+        self._jump: Optional[dict] = None  # the end of the resume batch planned (policy earliest), until committed
+        self._adopt: Optional[str] = None  # the topic id to record once that batch is committed
+        self._stale_cap: Optional[str] = None  # the cap file's text when a resume moved positions back
 
     # -- pickling: never ship a client
     def __getstate__(self):
         state = self.__dict__.copy()
-        state["_probe"] = None
+        state["_probe"] = state["_admin"] = None
         return state
 
     def __setstate__(self, state):
@@ -634,6 +656,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             from spark_apps.runtime.dead_letters import write_initial
 
             write_initial(o.dead_letter_dir, start)
+        write_identity(o.identity_file, o.topic, self._topic_id())
+        self.verified = True  # positions just read from the broker
         return offsets_to_json(start)
 
     def getDefaultReadLimit(self) -> ReadLimit:
@@ -647,17 +671,22 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         if self._target is None and self._pacer.hold():
             return start
+        begin = offsets_from_json(start)
+        if not self.verified and (jump := self.resume_point(begin)) is not None:
+            return offsets_to_json(jump)
+        if self.cap_is_stale():
+            return start
         parts = self._partition_ids()
         available = self.available_ends(parts)
         self._latest = available
-        begin = offsets_from_json(start)
+        if any(available[p] < begin[p] for p in available if p in begin):
+            # An end below the query's position (the ends are read to EOF: exact): the topic was recreated
+            # or truncated under the running query. Fail with the reason, or resume at the earliest.
+            if (jump := self.resume_point(begin)) is not None:
+                return offsets_to_json(jump)
         for p in parts:
             if p not in begin:  # a partition added since the query started: read it from its start
                 begin[p] = self._lows[p]
-        behind = {p: (begin[p], available[p]) for p in available if available[p] < begin[p]}
-        if behind:  # recreated or truncated topic: hold (never rewind), and say so
-            log.warning("baton-kafka: %s: end offsets below the query's positions {partition: (position, end)}"
-                        " %s; holding those partitions (topic recreated or truncated?)", self.opts.topic, behind)
         cap = read_cap(self.opts.cap_file, parts) if self.opts.cap_file else None
         max_records = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         end = plan_end(begin, available, cap=cap, max_records=max_records, target=self._target)
@@ -668,7 +697,13 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return offsets_to_json(self._latest) if self._latest is not None else None
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        if end == self._jump:
+            return []  # the resume batch: it only moves positions
         s, e = offsets_from_json(start), offsets_from_json(end)
+        if not self.verified:  # a batch replayed after a restart: planned on input that may be gone
+            self.verified = True
+            ranges = self.replay_ranges(s, e)
+            return [KafkaInputPartition(self.opts.topic, p, lo, hi) for p, (lo, hi) in sorted(ranges.items()) if hi > lo]
         missing = [p for p in e if p not in s]
         if missing:
             if any(p not in self._lows for p in missing):
@@ -678,12 +713,119 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return plan_partitions(self.opts.topic, s, e)
 
     def commit(self, end: dict) -> None:
-        """Nothing to do: Spark's checkpoint is the record of positions, Kafka holds none."""
+        """Spark's checkpoint is the record of positions, Kafka holds none: only a resume batch's commit
+        has something to record (the topic id its positions now belong to)."""
+        self.committed(end)
 
     def stop(self) -> None:
-        c, self._probe = self._probe, None
+        c, self._probe, self._admin = self._probe, None, None
         if c is not None:
             c.close()
+
+    # -- is the input still where the positions are? (input_check.py)
+    def verify(self, start: dict[int, int], end: Optional[dict[int, int]] = None) -> Decision:
+        """Check positions `start` (and, for a replayed batch, its `end`) against what the broker holds and
+        the topic's identity. Raises InputDataLoss under policy fail; under earliest returns the decision
+        (where lost partitions resume), after a warning naming what is skipped."""
+        o = self.opts
+        parts = self._partition_ids()
+        want = {p: max(s, (end or {}).get(p, s)) for p, s in start.items() if p in parts}
+        lows, ends = observe(self._consumer(), o.topic, parts, want, PROBE_TIMEOUT_S, METADATA_TIMEOUT_S)
+        self._lows.update(lows)
+        recorded, current = read_identity(o.identity_file), self._topic_id()
+        recreated = (recorded, current) if recorded and current and recorded != current else None
+        decision = decide(o.topic, start, lows, ends, o.on_data_loss, end=end, recreated=recreated)
+        if decision.ok:
+            if recorded is None:  # a checkpoint from before the identity file: the topic it reads now
+                write_identity(o.identity_file, o.topic, current)
+            return decision
+        if o.on_data_loss == FAIL:
+            raise InputDataLoss(decision.reason)
+        log.warning("baton-kafka: %s", skipped(o.topic, decision))
+        self._adopt = current if recorded != current else None  # recorded once the resume batch is committed
+        return decision
+
+    def resume_point(self, begin: dict[int, int]) -> Optional[dict[int, int]]:
+        """A query's first plan in this process (a restart, or a read that met an out-of-range position):
+        verify where it stands. None: read on from `begin`. Else (policy earliest, something lost) the end of
+        a batch that holds no records and moves each lost partition to its earliest offset."""
+        decision = self.verify(begin)
+        self.verified = True
+        if decision.ok:
+            return None
+        jump = {**begin, **decision.resume}
+        if jump == begin:  # at the earliest already (a resume batch committed before a restart)
+            self._adopt_identity()
+            return None
+        self._jump = offsets_to_json(jump)
+        if any(o < begin[p] for p, o in jump.items()):
+            # Moved back: a cap written before (a standby's: what the active emitted, in the old topic's
+            # offsets) means nothing for the new offsets. Hold until the cap is written again (the active's
+            # own resume emitted): a standby never runs ahead of the active (invariant 2).
+            self._stale_cap = cap_text(self.opts.cap_file)
+        if self.opts.dead_letter_dir:  # forward moves hold no dead letters either (dead_letters.collect)
+            from spark_apps.runtime.dead_letters import write_spool
+
+            for p, o in jump.items():
+                if o > begin[p]:
+                    write_spool(self.opts.dead_letter_dir, p, begin[p], o, *dead_columns([]))
+        return jump
+
+    def cap_is_stale(self) -> bool:
+        """After a resume that moved positions back, the cap file still says what it said then: hold."""
+        if self._stale_cap is None:
+            return False
+        if cap_text(self.opts.cap_file) == self._stale_cap:
+            return True
+        self._stale_cap = None
+        return False
+
+    def committed(self, end: dict) -> None:
+        """A batch ending at `end` is committed: once the resume batch is, the new topic is the one the
+        positions belong to."""
+        if self._jump is not None and end == self._jump:
+            self._jump = None
+            self._adopt_identity()
+
+    def replay_ranges(self, start: dict[int, int], end: dict[int, int]) -> dict[int, tuple[int, int]]:
+        """The ranges a batch Spark replays after a restart reads, per partition of `end`: [start, end),
+        checked first (it may have been planned on input that is gone). Under earliest a lost partition
+        reads what is left of its range past retention, and nothing of a range the topic no longer holds."""
+        s = {p: start[p] for p in end if p in start}
+        decision = self.verify(s, end)
+        lost = {x.partition: x for x in decision.losses}
+        out = {}
+        for p, e in end.items():
+            lo = s[p] if p in s else min(self._lows.get(p, e), e)  # a partition new in this batch: from its start
+            if p in lost:
+                if lost[p].kind != BEFORE_START:
+                    continue
+                lo = min(max(lo, lost[p].low), max(lo, e))
+            out[p] = (lo, e)
+        return out
+
+    def identity_changed(self, timeout_s: float) -> bool:
+        """The topic's id differs from the one its positions belong to (a recreated topic under a running
+        query). False when either is unknown, and while a resume batch waits for its commit."""
+        if not self.opts.identity_file or self._jump is not None:
+            return False
+        recorded = read_identity(self.opts.identity_file)
+        current = self._topic_id(timeout_s) if recorded else None
+        return bool(recorded and current and recorded != current)
+
+    def _adopt_identity(self) -> None:
+        if self._adopt is not None:
+            write_identity(self.opts.identity_file, self.opts.topic, self._adopt)
+            self._adopt = None
+
+    def _topic_id(self, timeout_s: float = METADATA_TIMEOUT_S) -> Optional[str]:
+        if not self.opts.identity_file:
+            return None
+        if self._admin is None:
+            from confluent_kafka.admin import AdminClient
+
+            self._admin = AdminClient({"bootstrap.servers": self.opts.bootstrap, **self.opts.kafka_conf})
+        return topic_id(self._admin, self.opts.topic, timeout_s)
 
     # -- executors: the hot path
     def read(self, partition: KafkaInputPartition) -> Iterator[Any]:
@@ -698,7 +840,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             "fetch.wait.max.ms": 100,
         }))
         try:
-            chunks = read_range(c, topic, p, start, end, self.opts.poll_timeout_s)
+            chunks = read_range(c, topic, p, start, end, self.opts.poll_timeout_s, self.opts.on_data_loss)
             if self.opts.value_fields is None:
                 yield from raw_batches(chunks, topic, p)
             else:
@@ -707,11 +849,16 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             c.close()
 
 
-def read_range(c, topic: str, p: int, start: int, end: int, timeout_s: float) -> Iterator[tuple[list, list[int]]]:
+def read_range(c, topic: str, p: int, start: int, end: int, timeout_s: float,
+               on_data_loss: str = FAIL) -> Iterator[tuple[list, list[int]]]:
     """The records of `topic`[p] in [start, end) as (messages, offsets) chunks of at most CHUNK, read
     by the assigned consumer `c`. Stops when the next offset reaches `end`, not after a count:
-    transaction markers and aborted records use offsets but are never delivered."""
+    transaction markers and aborted records use offsets but are never delivered. A position the broker
+    says is not in the log (retention or a recreated topic under the query) is InputDataLoss, or under
+    policy earliest: past retention the range reads on from the earliest offset, beyond the end it ends."""
     from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
+
+    from spark_apps.runtime.prefetch import OUT_OF_RANGE
 
     tp = TopicPartition(topic, p, start)
     c.assign([tp])
@@ -737,6 +884,18 @@ def read_range(c, topic: str, p: int, start: int, end: int, timeout_s: float) ->
                     elif err.code() == EOF:
                         if m.offset() >= end:
                             done = True
+                    elif err.code() in OUT_OF_RANGE:
+                        low, high = c.get_watermark_offsets(TopicPartition(topic, p), timeout=METADATA_TIMEOUT_S,
+                                                            cached=False)
+                        what = describe_out_of_range(topic, p, m.offset(), start, end, low, high)
+                        if on_data_loss == FAIL:
+                            raise InputDataLoss(f"{what} {WAY_OUT}.")
+                        log.warning("baton-kafka: on_data_loss=earliest: %s What is not in the log is skipped.", what)
+                        if m.offset() >= low or low >= end:  # beyond the end, or all of the range removed
+                            done = True
+                        else:  # past retention: read on from the earliest offset
+                            c.assign([TopicPartition(topic, p, low)])
+                            nxt, progress_at = low, time.monotonic()
                     elif _fatal(err):
                         raise KafkaException(err)
                 msgs = data
@@ -761,6 +920,14 @@ def read_range(c, topic: str, p: int, start: int, end: int, timeout_s: float) ->
             elif time.monotonic() - progress_at > timeout_s:
                 raise TimeoutError(
                     f"{topic}[{p}]: no progress at offset {nxt} (reading to {end}) for {timeout_s:.0f}s")
+
+
+def describe_out_of_range(topic: str, p: int, offset: int, start: int, end: int, low: int, high: int) -> str:
+    """One line for a read that met a position the broker does not hold (ListOffsets' figures: on Tansu
+    the end is a lower bound)."""
+    return (f"input data loss on topic {topic!r}, partition {p}: offset {offset} is not in the log (the broker holds "
+            f"[{low}, {high})) while reading [{start}, {end}): the topic was recreated or truncated, or retention "
+            f"removed records before they were read.")
 
 
 def raw_columns(msgs: list) -> list[list]:

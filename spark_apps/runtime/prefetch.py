@@ -22,9 +22,14 @@ from bisect import bisect_left
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
+from confluent_kafka import KafkaError
+
 from baton.kafka.tail import is_fatal as _fatal
 
 CONSUME_MAX = 10_000
+# librdkafka's answer to a fetch position the broker does not hold, with auto.offset.reset=error
+# (_AUTO_OFFSET_RESET, measured on Apache Kafka 3.8; OFFSET_OUT_OF_RANGE is the broker's own code).
+OUT_OF_RANGE = (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE)
 CONSUME_WAIT_S = 0.02
 
 
@@ -104,6 +109,7 @@ class Prefetcher:
         self._stop = threading.Event()
         self._error: Optional[BaseException] = None
         self._seeks: dict[int, int] = {}
+        self._out_of_range: dict[int, int] = {}  # partition -> the offset the broker said is not in the log
         self._paused: set[int] = set()
         self._assigned: set[int] = set(begin)
         self._consumer = make_consumer()
@@ -158,6 +164,14 @@ class Prefetcher:
                 return False
             time.sleep(0.005)
 
+    def out_of_range(self) -> dict[int, int]:
+        """Partitions whose fetch position the broker said is not in the log (Apache Kafka answers
+        OFFSET_OUT_OF_RANGE; librdkafka then fetches nothing more for them): the planner checks where the
+        query stands (input_check.py). Tansu answers such a fetch with nothing at all: that case is found by
+        the check at a query's start."""
+        with self._lock:
+            return dict(self._out_of_range)
+
     def close(self) -> None:
         self._stop.set()
         self._thread.join(10)
@@ -210,6 +224,9 @@ class Prefetcher:
             if err is not None:
                 if err.code() == KafkaError._PARTITION_EOF:
                     at_end.add(m.partition())
+                elif err.code() in OUT_OF_RANGE:
+                    with self._lock:
+                        self._out_of_range.setdefault(m.partition(), m.offset())
                 elif _fatal(err):
                     raise KafkaException(err)
                 continue

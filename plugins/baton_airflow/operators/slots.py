@@ -86,6 +86,8 @@ class EnsureSlotRunningOperator(_SlotOperator):
 
     def execute_complete(self, context: Any, event: dict[str, Any], launch: dict[str, Any]) -> dict[str, Any]:
         app, slot = resolve(self.app, self.slot)
+        if event.get("status") != "met":  # the reason, for the REST API and the UI (XCom "reason")
+            context["ti"].xcom_push(key="reason", value=event.get("message", ""))
         if event.get("status") == "failed":  # the slot itself failed: retrying the wait cannot help
             raise AirflowFailException(f"{event.get('message')}; driver log: {launch.get('log')}")
         if event.get("status") != "met":

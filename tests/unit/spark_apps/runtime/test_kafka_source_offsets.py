@@ -207,13 +207,18 @@ def test_partitions_skip_empty_ranges():
 
 
 class FakeConsumer:
-    """Stands in for the driver-side consumer: only what latestOffset touches."""
+    """Stands in for the driver-side consumer: only what latestOffset touches (ListOffsets for the
+    check of the query's positions at its first plan, input_check.observe)."""
 
-    def __init__(self):
+    def __init__(self, lows=None, available=None):
         self.closed = False
+        self.lows, self.available = lows or {}, available or {}
 
     def __reduce__(self):
         raise TypeError("a Kafka client must never be pickled")
+
+    def get_watermark_offsets(self, tp, timeout=None, cached=False):
+        return self.lows.get(tp.partition, 0), self.available[tp.partition]
 
     def close(self):
         self.closed = True
@@ -222,7 +227,7 @@ class FakeConsumer:
 def reader_with(available, lows=None, **options):
     r = KafkaStreamReader(opts(**options))
     parts = sorted(available)
-    r._probe = FakeConsumer()
+    r._probe = FakeConsumer(lows, available)
     r._partition_ids = lambda: parts
     r._lows = dict(lows or {p: 0 for p in parts})
     r.available_ends = lambda ps: {p: available[p] for p in ps}

@@ -146,3 +146,58 @@ def test_a_partition_stops_fetching_once_its_buffer_is_full():
         wait_ready(pf, {0: 0}, {0: 10})
     finally:
         pf.close()
+
+
+class FakeError:
+    def __init__(self, code):
+        self._code = code
+
+    def code(self):
+        return self._code
+
+    def fatal(self):
+        return False
+
+    def retriable(self):
+        return False
+
+
+class ErrorMessage(FakeMessage):
+    def __init__(self, p, o, code):
+        super().__init__(p, o)
+        self._err = FakeError(code)
+
+    def error(self):
+        return self._err
+
+
+class KafkaOutOfRange(FakeConsumer):
+    """Apache Kafka's answer to a position past a partition's end: one OFFSET_OUT_OF_RANGE error (via
+    librdkafka's auto.offset.reset=error), then nothing more for that partition."""
+
+    def consume(self, n, timeout):
+        from confluent_kafka import KafkaError
+
+        with self.lock:
+            self.__dict__.setdefault("told", set())
+            for p, at in self.pos.items():
+                if p not in self.told and at > (max(self.logs[p]) + 1 if self.logs[p] else 0):
+                    self.told.add(p)
+                    return [ErrorMessage(p, at, KafkaError._AUTO_OFFSET_RESET)]
+        return super().consume(n, timeout)
+
+
+def test_a_position_the_broker_does_not_hold_is_reported_not_fatal():
+    """The planner asks where the query stands (input_check.py) instead of the thread dying with a bare
+    librdkafka error; the other partitions read on."""
+    consumer = KafkaOutOfRange({0: list(range(10)), 1: list(range(5))})
+    pf = Prefetcher(lambda: consumer, "t", {0: 0, 1: 40}, 1, decode, max_buffered=1000)
+    try:
+        wait_ready(pf, {0: 0}, {0: 10})
+        deadline = time.monotonic() + 5
+        while not pf.out_of_range() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert pf.out_of_range() == {1: 40}
+        assert pf.take({0: 0, 1: 40}, {}, None)[0].offsets == list(range(10))  # no error raised
+    finally:
+        pf.close()
