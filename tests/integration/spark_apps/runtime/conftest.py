@@ -1,4 +1,4 @@
-"""An app with both slots desired RUNNING and blue active at epoch 1, its topics removed afterwards."""
+"""An app with blue active at epoch 1 (alone, or with both slots desired RUNNING), its topics removed afterwards."""
 
 import pytest
 
@@ -8,10 +8,19 @@ from baton.records import ControlRecord, Slot, SlotSpec, SlotState
 from tests.support.slots import make_app
 
 
-@pytest.fixture
-def both_slots_app(bootstrap, tmp_path):
+def app_with_slots(bootstrap, tmp_path, slots):
     app, path = make_app(bootstrap, tmp_path)
-    both = {s: SlotSpec(SlotState.RUNNING, "v1") for s in Slot}
-    write_control(bootstrap, ControlRecord(app=app.name, revision=1, epoch=1, active=Slot.BLUE, slots=both))
+    desired = {s: SlotSpec(SlotState.RUNNING, "v1") for s in slots}
+    write_control(bootstrap, ControlRecord(app=app.name, revision=1, epoch=1, active=Slot.BLUE, slots=desired))
     yield app, path
     delete_topics(bootstrap, [t.name for t in app.topics()])
+
+
+@pytest.fixture
+def both_slots_app(bootstrap, tmp_path):
+    yield from app_with_slots(bootstrap, tmp_path, Slot)
+
+
+@pytest.fixture
+def blue_app(bootstrap, tmp_path):
+    yield from app_with_slots(bootstrap, tmp_path, [Slot.BLUE])

@@ -14,14 +14,13 @@ import pytest
 
 from baton.apps import load_definition
 from baton.conditions import slot_running
-from baton.kafka.admin import TopicSpec, delete_topics
-from baton.kafka.control_log import write_control
+from baton.kafka.admin import TopicSpec
 from baton.kafka.tail import end_offsets
-from baton.records import ControlRecord, Slot, SlotSpec, SlotState
+from baton.records import Slot, SlotState
 from baton.tools.verify import read_output, verify
 from spark_apps.runtime.harness import IDENTITY_FILE, slot_paths
 from spark_apps.runtime.kafka_sink import read_last_marker
-from tests.support.slots import kill_group, make_app, produce_clicks, read_status, start_slot, stop_slot, wait_for
+from tests.support.slots import kill_group, produce_clicks, read_status, start_slot, stop_slot, wait_for
 from tests.support.topics import recreate_topic
 
 pytestmark = pytest.mark.integration
@@ -33,12 +32,8 @@ FAILS_WITHIN_S = 90
 
 
 @pytest.fixture
-def app(bootstrap, tmp_path):
-    app, path = make_app(bootstrap, tmp_path)
-    write_control(bootstrap, ControlRecord(app=app.name, revision=1, epoch=1, active=Slot.BLUE,
-                                           slots={Slot.BLUE: SlotSpec(SlotState.RUNNING, "v1")}))
-    yield app, path
-    delete_topics(bootstrap, [t.name for t in app.topics()])
+def app(blue_app):
+    return blue_app
 
 
 def run_then_lose_the_input(bootstrap, app, path, state, events: int, after: int):

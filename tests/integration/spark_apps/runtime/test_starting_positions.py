@@ -9,31 +9,25 @@ from collections import Counter
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from baton.kafka.admin import delete_topics
-from baton.kafka.control_log import write_control
 from baton.kafka.positions import offsets_for_timestamp
-from baton.records import ControlRecord, Slot, SlotSpec, SlotState
 from baton.tools.verify import read_output, verify
-from tests.support.slots import make_app, start_slot, stop_slot, wait_until_emitted
+from tests.support.slots import start_slot, stop_slot, wait_until_emitted
 
 pytestmark = pytest.mark.integration
 BASE = 1_700_000_000_000
 
 
 @pytest.fixture
-def app_with_input(bootstrap, tmp_path):
+def app_with_input(bootstrap, blue_app):
     """An app (blue active) whose input holds 3,000 clicks at 10 ms apart, keyed by user."""
-    app, path = make_app(bootstrap, tmp_path)
-    write_control(bootstrap, ControlRecord(app=app.name, revision=1, epoch=1, active=Slot.BLUE,
-                                           slots={Slot.BLUE: SlotSpec(SlotState.RUNNING, "v1")}))
+    app, path = blue_app
     p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
     for i in range(3_000):
         user = f"user{i % 120}"
         p.produce(app.input.topic, json.dumps({"user_id": user, "timestamp": i}).encode(), user.encode(),
                   timestamp=BASE + i * 10)
     p.flush()
-    yield app, path
-    delete_topics(bootstrap, [t.name for t in app.topics()])
+    return app, path
 
 
 def truth_from(bootstrap, topic, start, partitions):
