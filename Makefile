@@ -53,7 +53,10 @@ status:
 # read rate, the click-count app's throughput and latency at the seed's 20,085 events/s with its
 # standby beside it (about 5 min), restart to first batch with 100k and 1M keys of state, and the
 # windowed app's state, a cutover, a corrected-output cutover, a kill -9 failover and a rolling upgrade
-# v1 -> v2 under that load (about 60 min in all).
+# v1 -> v2 under that load, each run by its steps directly (component benchmarks); then the product
+# path: the embedded platform with Airflow, the app started and each handoff DAG triggered through
+# the REST API with the form's defaults under that load (rolling upgrade with steady and with bursty
+# input, cutover, reprocess; a DAG run is given 30 min). About 100 min in all on a quiet machine.
 # Run on a quiet machine: other load skews every figure.
 bench: install
 	$(BIN)/python bench/source_read.py --records 2000000
@@ -64,6 +67,10 @@ bench: install
 	$(BIN)/python bench/handoff.py --kind corrected_cutover
 	$(BIN)/python bench/handoff.py --kind failover
 	$(BIN)/python bench/handoff.py --kind rolling_upgrade
+	$(BIN)/python bench/dag_handoff.py --kind rolling_upgrade
+	$(BIN)/python bench/dag_handoff.py --kind rolling_upgrade_bursty
+	$(BIN)/python bench/dag_handoff.py --kind cutover
+	$(BIN)/python bench/dag_handoff.py --kind reprocess
 
 # Re-resolve requirements.in into the lock (needs the registry).
 lock: install

@@ -256,8 +256,9 @@ class CpuMeter:
     driver (the root), its JVM (java processes; its JIT compiler threads apart, as `jvm_jit`) and
     its Python workers (everything under the JVM).
     A process seen for the first time after `start()` counts from zero (it was born inside the
-    window); processes that exit between samples lose at most one interval, and CPU of children
-    their parent has reaped is added from the parent's children_* times.
+    window); the CPU of children their parent has reaped is taken from the parent's children_*
+    times, less what those children were already counted for when last sampled (a child that
+    lived through samples is counted once: its last sample for itself, the rest for its parent).
     """
 
     def __init__(self, interval_s: float = 1.0):
@@ -265,16 +266,23 @@ class CpuMeter:
 
         self._psutil = psutil
         self.interval_s = interval_s
-        self.roots: dict[str, tuple[int, bool]] = {}
+        self.roots: dict[str, tuple[int, bool, Callable | None]] = {}
         self._base: dict[object, float] = {}  # by pid, and (pid, "jit") for a JVM's compiler threads
         self._last: dict[object, tuple[str, float]] = {}
+        self._seen: dict[int, tuple[int, float]] = {}  # pid -> (parent pid, its CPU with children_*) when last sampled
+        self._reaped: dict[int, float] = {}  # pid -> CPU of its dead children already counted for them
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self.started = self.stopped = 0.0
 
-    def track(self, role: str, pid: int, slot: bool = False) -> None:
-        """Count the process tree of `pid` as `role`; a slot's tree is split into its parts."""
-        self.roots[role] = (pid, slot)
+    def track(self, role: str, pid: int, slot: bool = False,
+              label: Callable[[object], str] | None = None) -> None:
+        """Count the process tree of `pid` as `role`; a slot's tree is split into its parts.
+        `label(process)`, for a tree that is not a slot's, names each process's role instead (e.g.
+        Airflow's own processes apart from the Spark helpers its tasks start). Tracking a role
+        again moves it to another tree (a slot restarted); what its old tree used stays counted.
+        A process in two tracked trees counts once, for the role tracked first."""
+        self.roots[role] = (pid, slot, label)
 
     def _part(self, p, root: int, parents: dict[int, int], names: dict[int, str]) -> str:
         if p.pid == root:
@@ -288,7 +296,12 @@ class CpuMeter:
 
     def _sample(self, first: bool = False) -> None:
         ps = self._psutil
-        for role, (root, slot) in self.roots.items():
+        for pid, (ppid, seconds) in list(self._seen.items()):
+            if not ps.pid_exists(pid):  # gone, reaped: its parent's children_* times now hold it
+                self._reaped[ppid] = self._reaped.get(ppid, 0.0) + seconds
+                del self._seen[pid]
+        claimed: set[int] = set()
+        for role, (root, slot, label_of) in list(self.roots.items()):
             try:
                 top = ps.Process(root)
                 tree = [top] + top.children(recursive=True)
@@ -301,13 +314,20 @@ class CpuMeter:
                 except ps.Error:
                     pass
             for p in tree:
+                if p.pid in claimed:
+                    continue
+                claimed.add(p.pid)
                 try:
                     t = p.cpu_times()
+                    label = label_of(p) if label_of is not None and not slot else role
                 except ps.Error:
                     continue
                 cpu = t.user + t.system + t.children_user + t.children_system
+                self._seen[p.pid] = (parents.get(p.pid, 0), cpu)
+                cpu -= self._reaped.get(p.pid, 0.0)
                 part = self._part(p, root, parents, names) if slot else ""
-                label = f"{role}.{part}" if slot else role
+                if slot:
+                    label = f"{role}.{part}"
                 counted = [(p.pid, label, cpu)]
                 if part == "jvm":  # the JIT apart: a young JVM spends a third of its CPU compiling
                     jit = jit_cpu_s(p.pid)
