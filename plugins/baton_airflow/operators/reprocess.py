@@ -174,7 +174,7 @@ class InvariantsOperator(AppOperator):
     template_fields = ("app", "plan")
 
     def __init__(self, *, plan: Any, timeout_s: float = 600.0, **kwargs: Any):
-        kwargs.setdefault("retries", 1)
+        kwargs.setdefault("retries", 2)
         super().__init__(**kwargs)
         self.plan, self.timeout_s = plan, timeout_s
 
@@ -188,6 +188,8 @@ class InvariantsOperator(AppOperator):
         if out.returncode != 0 or not out.stdout.strip():
             raise AirflowException(f"the invariant check could not run (exit {out.returncode}): {out.stderr[-2000:]}")
         result = json.loads(out.stdout.strip().splitlines()[-1])
+        if result.get("unchecked"):  # the state could not be read (the running slot moved files): a retry
+            raise AirflowException(f"the invariant check could not read the state: {result.get('error')}")
         if not result["ok"]:
             detail = result.get("error") or f"{result['violations']} violation(s), e.g. {'; '.join(result['examples'])}"
             raise fail_with_reason(context, f"generation {self.plan['generation']} breaks the app's invariants: {detail}")
