@@ -60,26 +60,6 @@ def position_reached(history: Sequence[StatusRecord], target: Positions, since_m
     return WAIT
 
 
-def lag_within(history: Sequence[StatusRecord], end: Positions, max_records: int, since_ms: int = 0,
-               max_seconds: float | None = None) -> Check:
-    """Records left between the slot's processed position and `end` at most max_records, and (when
-    max_seconds is given) at most max_seconds of input at the rate the input arrives (KIP-441's
-    acceptable recovery lag, in both units)."""
-    recent = [r for r in history if r.ts_ms >= since_ms and r.batch_id >= 0]
-    if not recent:
-        return WAIT
-    last = recent[-1]
-    if last.state is SlotState.FAILED:
-        return Check(failed=True, message=f"slot failed: {last.error}")
-    lag = sum(max(0, o - last.processed.get(p, 0)) for p, o in end.items())
-    rate = max((r.input_rate for r in recent[-5:]), default=0.0)
-    seconds = 0.0 if lag == 0 else (lag / rate if rate > 0 else float("inf"))
-    if lag <= max_records and (max_seconds is None or seconds <= max_seconds):
-        extra = f", {seconds:.1f} s of input (limit {max_seconds:g} s)" if max_seconds is not None else ""
-        return Check(met=True, message=f"lag {lag} records (limit {max_records}){extra}")
-    return WAIT
-
-
 def arrival_rate(active: Sequence[StatusRecord], last: int = 5) -> float:
     """Records per second the input arrives at, as the active last read it (its batches' input rate,
     taken over the time between batch starts): the rate a standby's lag is converted to seconds at."""

@@ -1,6 +1,6 @@
 import dataclasses
 
-from baton.conditions import WAIT, following, lag_within, position_reached, slot_running
+from baton.conditions import following, position_reached, slot_running
 from baton.records import CommitMarker, Role, Slot, SlotState, StatusRecord
 
 
@@ -31,20 +31,6 @@ def test_running_can_require_the_launched_pid():
 def test_position_reached_on_every_partition():
     assert not position_reached([rec(1, processed={0: 10, 1: 4})], {0: 10, 1: 5}).met
     assert position_reached([rec(1, processed={0: 10, 1: 5})], {0: 10, 1: 5}).met
-
-
-def test_lag_within_counts_every_partition_and_ignores_a_short_end():
-    assert not lag_within([rec(1, processed={0: 10, 1: 0})], {0: 10, 1: 6}, max_records=5).met
-    assert lag_within([rec(1, processed={0: 12, 1: 1})], {0: 10, 1: 6}, max_records=5).met  # 0 + 5
-
-
-def test_lag_within_can_also_bound_the_seconds_of_input_behind():
-    behind = [dataclasses.replace(rec(1, processed={0: 0, 1: 0}), input_rate=1_000.0)]
-    assert lag_within(behind, {0: 1_500, 1: 1_500}, max_records=5_000, max_seconds=5).met  # 3 s
-    assert lag_within(behind, {0: 4_000, 1: 4_000}, max_records=10_000, max_seconds=5) is WAIT  # 8 s
-    idle = [rec(1, processed={0: 0, 1: 0})]  # no rate measured: any lag is too many seconds
-    assert lag_within(idle, {0: 1, 1: 0}, max_records=10, max_seconds=5) is WAIT
-    assert lag_within(idle, {0: 0, 1: 0}, max_records=10, max_seconds=5).met
 
 
 def standby_batch(ts, processed, batch=3, state=SlotState.RUNNING):
