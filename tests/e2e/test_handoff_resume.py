@@ -57,8 +57,8 @@ def task_runner(client, run_id: str, task_id: str, timeout_s: float = 300) -> tu
         title = f"airflow worker -- LocalExecutor: {ti['id']}"
         for proc in psutil.process_iter(["cmdline"]):
             if " ".join(proc.info["cmdline"] or []).strip() == title:
-                try:
-                    children = proc.children()
+                try:  # a previous try's runner, exited but not reaped yet (a zombie), is not this try's
+                    children = [c for c in proc.children() if c.status() != psutil.STATUS_ZOMBIE]
                 except psutil.NoSuchProcess:
                     continue
                 if children:
