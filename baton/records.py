@@ -280,6 +280,9 @@ class StatusRecord:
     # The last state digest this process took (carried on every later record, so a reader of the tail
     # finds it): see StateDigest.
     state_digest: StateDigest | None = None
+    # A standby asked for a state check digests the active's state too, from the active's checkpoint
+    # (at="check" or "missed", with the position): the active's batches keep every task slot.
+    active_digest: StateDigest | None = None
     error: str = ""
     pid: int = 0
     host: str = ""
@@ -298,6 +301,7 @@ class StatusRecord:
             processed=positions_to_json(self.processed),
             emitted=positions_to_json(self.emitted),
             state_digest=self.state_digest.to_json() if self.state_digest else None,
+            active_digest=self.active_digest.to_json() if self.active_digest else None,
         )
         return json.dumps(body, separators=(",", ":")).encode()
 
@@ -316,6 +320,7 @@ class StatusRecord:
                 processed=positions_from_json(d.get("processed", {}), f"{what} field 'processed'") or {},
                 emitted=positions_from_json(d.get("emitted"), f"{what} field 'emitted'"),
                 state_digest=StateDigest.from_json(d.get("state_digest"), f"{what} field 'state_digest'"),
+                active_digest=StateDigest.from_json(d.get("active_digest"), f"{what} field 'active_digest'"),
             )
             return cls(**kwargs)
         except (ValueError, TypeError) as exc:

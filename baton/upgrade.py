@@ -61,8 +61,9 @@ def restore_check(left: StateDigest | None, history: Sequence[StatusRecord], sin
 
 
 def ask_state_check(position: Positions):
-    """Change: every slot ends a batch at exactly `position` (ahead of the input when asked), digests
-    its state there and reads on (ControlRecord.check_at; spark_apps.runtime.follower.compute_cap)."""
+    """Change: every slot ends a batch at exactly `position` (ahead of the input when asked) and reads
+    on; the standby digests its state and the active's there (ControlRecord.check_at;
+    spark_apps.runtime.follower.compute_cap, spark_apps.runtime.harness.Harness.digest_at_check)."""
     def change(rec: ControlRecord) -> ControlRecord:
         if rec.check_at == dict(position):
             return rec
@@ -70,10 +71,21 @@ def ask_state_check(position: Positions):
     return change
 
 
-def _check_digest(history: Sequence[StatusRecord], position: Positions) -> StateDigest | None:
-    """The digest a slot took, asked to, of its state at `position` (or its word that it cannot)."""
-    return next((r.state_digest for r in reversed(history) if r.state_digest is not None
-                 and r.state_digest.at in ("check", "missed") and r.state_digest.position == dict(position)), None)
+def _check_digest(history: Sequence[StatusRecord], position: Positions, of_active: bool = False) -> StateDigest | None:
+    """The digest a slot took, asked to, of its state at `position` (or its word that it cannot);
+    `of_active`: the one a standby took of the active's state (StatusRecord.active_digest)."""
+    for r in reversed(history):
+        d = r.active_digest if of_active else r.state_digest
+        if d is not None and d.at in ("check", "missed") and d.position == dict(position):
+            return d
+    return None
+
+
+def _active_check_digest(active: Sequence[StatusRecord], standby: Sequence[StatusRecord],
+                         position: Positions) -> StateDigest | None:
+    """The active's state at `position`: digested by the standby from the active's checkpoint (so the
+    active's batches keep their task slots), or by the active itself (a slot of an earlier Baton)."""
+    return _check_digest(standby, position, of_active=True) or _check_digest(active, position)
 
 
 def move_state_check(passed: Positions, position: Positions):
@@ -91,8 +103,8 @@ def missed_state_check(active: Sequence[StatusRecord], standby: Sequence[StatusR
                        position: Positions) -> str | None:
     """Why no state check can happen at `position`: a slot read past it within a batch, so it has no
     state there (its "missed" digest). None while that is not known."""
-    for name, history in (("active", active), ("standby", standby)):
-        d = _check_digest(history, position)
+    for name, d in (("active", _active_check_digest(active, standby, position)),
+                    ("standby", _check_digest(standby, position))):
         if d is not None and d.at == "missed":
             return f"the {name} slot read past the check position {dict(position)} within a batch"
     return None
@@ -105,7 +117,7 @@ def states_agree(active: Sequence[StatusRecord], standby: Sequence[StatusRecord]
     the position (the caller may ask again further ahead: move_state_check)."""
     if (missed := missed_state_check(active, standby, position)) is not None:
         return Check(failed=True, message=f"{missed}: it has no state there to compare")
-    old, new = _check_digest(active, position), _check_digest(standby, position)
+    old, new = _active_check_digest(active, standby, position), _check_digest(standby, position)
     if old is None or new is None:
         waiting = [name for name, d in (("active", old), ("standby", new)) if d is None]
         return Check(message=f"no state digest at {dict(position)} yet from the {' and the '.join(waiting)}")

@@ -123,6 +123,7 @@ class Harness:
     def __init__(self, app: AppDefinition, slot: Slot, bootstrap: str, state_dir: Path, generation: int = 0,
                  spark_conf: dict[str, str] | None = None, starting_offsets: str = "earliest"):
         self.app, self.slot, self.bootstrap, self.generation = app, slot, bootstrap, generation
+        self.state_dir = state_dir
         self.paths = slot_paths(state_dir, app.name, slot, generation)
         self.paths.root.mkdir(parents=True, exist_ok=True)
         self.spark_conf = spark_conf or {}
@@ -143,10 +144,12 @@ class Harness:
         self.last_progress: dict | None = None  # the last batch's progress, repeated by idle heartbeats
         self.last_batch_ms: int | None = None  # when the last batch with input started (its input rate)
         self.last_publish = 0.0
-        self.digest: StateDigest | None = None  # the last state digest taken (restore, fence or stop)
+        self.digest: StateDigest | None = None  # the last state digest taken (restore, check or stop)
+        self.active_digest: StateDigest | None = None  # the active's state at a check, digested here
         self.restored_batch: int | None = None  # the last committed batch at start: what the query restores
         self.restore_digested = False
         self._checked: Positions | None = None  # the check_at position digested (or found passed) last
+        self._checked_active: Positions | None = None  # the same, for the active's state
         self.emitted_keys = EmittedKeys()  # while a correction is due
 
     # --- status -------------------------------------------------------------------------------
@@ -158,7 +161,8 @@ class Harness:
             app=self.app.name, slot=self.slot, state=self.state, role=role,
             epoch_seen=control.epoch if control else 0, version=self.app.version, generation=self.generation,
             emitted=dict(marker.emitted) if marker else None, dead_letters=self.counters.dead_letters,
-            restore_ms=self.counters.first_batch_ms, state_digest=self.digest, error=error, pid=os.getpid(),
+            restore_ms=self.counters.first_batch_ms, state_digest=self.digest, active_digest=self.active_digest,
+            error=error, pid=os.getpid(),
             host=socket.gethostname(), ts_ms=int(time.time() * 1000), **st,
         )
         self.status_producer.produce(STATUS_TOPIC, rec.to_bytes(), rec.key())
@@ -303,42 +307,76 @@ class Harness:
     def take_digest(self, batch_id: int | None, at: str, position: Positions | None = None) -> None:
         """Digest the committed state after `batch_id` and publish it; None = nothing committed yet
         (the empty state). A failure is logged, never fatal: the gates waiting for it time out."""
+        digest = self.digest_checkpoint(self.paths.checkpoint, batch_id, at, position)
+        if digest is not None:
+            self.digest = digest
+            self.publish(self.last_progress)
+
+    def digest_checkpoint(self, checkpoint: Path, batch_id: int | None, at: str,
+                          position: Positions | None = None) -> StateDigest | None:
+        """The digest of `checkpoint`'s committed state after `batch_id` (None: the empty state), or
+        None if it could not be taken (logged)."""
         started = time.monotonic()
         try:
             if batch_id is None:
-                self.digest = StateDigest(at=at, batch_id=-1, rows=0, digest="0" * 16, schema="",
-                                          ts_ms=int(time.time() * 1000))
+                digest = StateDigest(at=at, batch_id=-1, rows=0, digest="0" * 16, schema="",
+                                     ts_ms=int(time.time() * 1000))
             else:
                 with background_jobs(self.spark):  # behind the query's batches
-                    self.digest = digest_state(self.spark, self.paths.checkpoint, batch_id, at)
+                    digest = digest_state(self.spark, checkpoint, batch_id, at)
             if position is not None:
-                self.digest = dataclasses.replace(self.digest, position=dict(position))
+                digest = dataclasses.replace(digest, position=dict(position))
         except Exception as exc:  # noqa: BLE001 - a digest is evidence for a gate, not the slot's job
-            print(f"baton: state digest ({at}, batch {batch_id}) failed: {exc}", file=sys.stderr, flush=True)
-            return
-        print(f"baton: state digest ({at}, batch {batch_id}): {self.digest.rows} rows in "
+            print(f"baton: state digest ({at}, batch {batch_id} of {checkpoint}) failed: {exc}", file=sys.stderr, flush=True)
+            return None
+        print(f"baton: state digest ({at}, batch {batch_id} of {checkpoint}): {digest.rows} rows in "
               f"{time.monotonic() - started:.1f}s", file=sys.stderr, flush=True)
-        self.publish(self.last_progress)
+        return digest
 
     def digest_at_check(self) -> None:
-        """Asked for a state check at a position (ControlRecord.check_at): digest, once, the state
-        after the committed batch that ended exactly there, while the query runs on (the output does
-        not wait for it). A slot not there yet looks again; one that passed it within a batch never
-        can: it says so in its status (a "missed" digest), and the gate waiting for it fails at once."""
+        """Asked for a state check at a position (ControlRecord.check_at), the standby digests, once
+        each, its own state and the active's after the committed batch that ended exactly there, while
+        both queries run on (the output does not wait for it). The active digests nothing: the digest's
+        Spark job would hold one of its two task slots for seconds (5.8 s at 100k keys in the rolling
+        upgrade bench, its batches on one slot meanwhile: a 4 s output gap); the standby reads the
+        active's checkpoint instead (committed files, written whole), where the active itself would
+        restore from. A slot not there yet looks again; one that passed it within a batch never can: a
+        "missed" digest says so in the status, and the gate waiting for it fails at once."""
         control, _ = self.follower.snapshot()
-        if control is None or control.check_at is None or self._checked == control.check_at:
+        if control is None or control.check_at is None or control.active is self.slot:
             return
         target = dict(control.check_at)
-        batch, passed = batch_ending_at(self.paths.checkpoint, target)
+        if self._checked != target:
+            reached, digest = self.check_digest(self.paths.checkpoint, target)
+            if not reached:
+                return  # the active's digest comes after this slot's own
+            self._checked = target
+            if digest is not None:
+                self.digest = digest
+                self.publish(self.last_progress)
+        spec = control.slots.get(control.active)
+        if self._checked_active != target and spec is not None:
+            active = slot_paths(self.state_dir, self.app.name, control.active, spec.generation).checkpoint
+            reached, digest = self.check_digest(active, target)
+            if reached:
+                self._checked_active = target
+            if digest is not None:
+                self.active_digest = digest
+                self.publish(self.last_progress)
+
+    def check_digest(self, checkpoint: Path, target: Positions) -> tuple[bool, StateDigest | None]:
+        """(whether `checkpoint`'s query reached the check position `target`, the digest of its state
+        there: "check", or "missed" when it read past it within a batch). Not reached: look again. A
+        digest that failed is None (logged; the gate waiting for it times out and a retry asks anew)."""
+        batch, passed = batch_ending_at(checkpoint, target)
         if batch is not None:
-            self._checked = target
-            self.take_digest(batch, "check", position=target)
-        elif passed:
-            self._checked = target
-            print(f"baton: no committed batch ends at {target}: no state digest there", file=sys.stderr, flush=True)
-            self.digest = StateDigest(at="missed", batch_id=-1, rows=0, digest="", schema="",
-                                      ts_ms=int(time.time() * 1000), position=target)
-            self.publish(self.last_progress)
+            return True, self.digest_checkpoint(checkpoint, batch, "check", position=target)
+        if passed:
+            print(f"baton: no committed batch of {checkpoint} ends at {target}: no state digest there",
+                  file=sys.stderr, flush=True)
+            return True, StateDigest(at="missed", batch_id=-1, rows=0, digest="", schema="",
+                                     ts_ms=int(time.time() * 1000), position=target)
+        return False, None
 
     def request_stop(self, *_args) -> None:
         self._stop.set()
@@ -367,7 +405,7 @@ class Harness:
             # A check asked before this start is not this process's to answer (its gate asked the
             # slots running then; a retry asks again): no digest job at every later restart.
             control, _ = self.follower.snapshot()
-            self._checked = control.check_at if control is not None else None
+            self._checked = self._checked_active = control.check_at if control is not None else None
             self.follower.start()
             writer = self.build_query()
             self.mark("query built")

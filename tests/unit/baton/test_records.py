@@ -1,5 +1,6 @@
 """Round trips and clear errors for the control-plane record formats."""
 
+import dataclasses
 import json
 
 import pytest
@@ -32,8 +33,9 @@ def test_status_record_round_trip():
 def test_status_record_carries_a_state_digest():
     digest = StateDigest(at="check", batch_id=9, rows=100, digest="-42", schema="k|v", ts_ms=3, position={0: 5})
     st = StatusRecord(app="a", slot=Slot.BLUE, state=SlotState.RUNNING, role=Role.STANDBY, epoch_seen=4,
-                      state_digest=digest)
+                      state_digest=digest, active_digest=dataclasses.replace(digest, batch_id=11))
     assert StatusRecord.from_bytes(st.to_bytes()).state_digest == digest
+    assert StatusRecord.from_bytes(st.to_bytes()).active_digest.batch_id == 11
     body = json.loads(st.to_bytes())
     body["state_digest"]["at"] = "whenever"
     with pytest.raises(RecordError, match="'at' must be one of"):

@@ -1,5 +1,7 @@
 """The rolling upgrade's gates on reported digests and statuses."""
 
+import dataclasses
+
 import pytest
 
 from baton.conditions import Check
@@ -58,6 +60,19 @@ def test_states_agree_needs_both_digests_taken_at_the_asked_position():
     assert states_agree(checked, [status(batch=9, d=digest("check", batch=5, position=at))], at, Policy.EXACT).met
     differ = states_agree(checked, [status(d=digest("check", value="bb", position=at))], at, Policy.EXACT)
     assert differ.failed and "different values" in differ.message
+
+
+def test_the_standbys_digest_of_the_actives_state_stands_for_the_active():
+    at = {0: 90, 1: 70}
+    both = [status(d=digest("check", position=at)), dataclasses.replace(
+        status(d=digest("check", position=at)), active_digest=digest("check", batch=12, position=at))]
+    assert states_agree([], both, at, Policy.EXACT).met  # the active published nothing
+    assert states_agree([], both[:1], at, Policy.EXACT).waiting
+    differ = [dataclasses.replace(both[1], active_digest=digest("check", value="bb", position=at))]
+    assert states_agree([], differ, at, Policy.EXACT).failed
+    passed = [dataclasses.replace(both[1], active_digest=digest("missed", batch=-1, position=at))]
+    assert states_agree([], passed, at, Policy.EXACT).failed
+    assert "the active slot read past" in missed_state_check([], passed, at)
 
 
 def test_a_slot_that_read_past_the_check_position_fails_the_state_check_at_once():

@@ -122,16 +122,20 @@ def test_a_fence_stops_both_slots_at_exactly_the_fence(bootstrap, both_slots_app
         assert read_last_marker(bootstrap, app.commits_topic, app.name).emitted == fence
         assert last_processed(bootstrap, app, "blue").processed == fence
         assert last_processed(bootstrap, app, "green").processed == fence
-        # Asked for a state check at a position both passed (here F), each slot digests its state after
-        # its batch that ended there: same input, same state, whatever the batch boundaries were (the
-        # rolling upgrade's state check).
+        # Asked for a state check at a position both passed (here F), the standby digests its state and
+        # the active's (from the active's checkpoint) after each one's batch that ended there: same
+        # input, same state, whatever the batch boundaries were (the rolling upgrade's state check).
         current = read_control(bootstrap, app.name)
         write_control(bootstrap, dataclasses.replace(current, revision=current.revision + 1, check_at=fence))
-        at_fence = {slot: wait_for(f"{slot}'s state digest at {fence}",
-                                   lambda slot=slot: (s := last_processed(bootstrap, app, slot)) and s.state_digest
-                                   and s.state_digest.at == "check" and s.state_digest.position == fence
-                                   and s.state_digest, procs=(blue, green))
-                    for slot in ("blue", "green")}
+        at_fence = {"green": wait_for(f"green's state digest at {fence}",
+                                      lambda: (s := last_processed(bootstrap, app, "green")) and s.state_digest
+                                      and s.state_digest.at == "check" and s.state_digest.position == fence
+                                      and s.state_digest, procs=(blue, green)),
+                    "blue": wait_for(f"green's digest of blue's state at {fence}",
+                                     lambda: (s := last_processed(bootstrap, app, "green")) and s.active_digest
+                                     and s.active_digest.at == "check" and s.active_digest.position == fence
+                                     and s.active_digest, procs=(blue, green))}
+        assert at_fence["blue"].batch_id == last_processed(bootstrap, app, "blue").batch_id  # blue's own batch
     finally:
         assert stop_slot(blue) == 0
         assert stop_slot(green) == 0
@@ -142,6 +146,8 @@ def test_a_fence_stops_both_slots_at_exactly_the_fence(bootstrap, both_slots_app
     assert last_processed(bootstrap, app, "blue").state_rows == len(truth)
     assert at_fence["blue"].rows == at_fence["green"].rows == len(truth)
     assert at_fence["blue"].digest == at_fence["green"].digest
+    # The active took no digest of its own: its batches kept both task slots.
+    assert not [s for s in read_status(bootstrap, app.name, "blue") if s.state_digest and s.state_digest.at == "check"]
     verdict = verify(truth, read_output(bootstrap, app.output.topic, app.output.partitions))
     assert verdict.ok, verdict.summary()
 
@@ -156,12 +162,16 @@ def test_a_state_check_position_is_a_batch_boundary_both_slots_digest_and_read_o
         check = ahead_of_both(bootstrap, app, (blue, green))
         current = read_control(bootstrap, app.name)
         write_control(bootstrap, dataclasses.replace(current, revision=current.revision + 1, check_at=check))
-        digests = {slot: wait_for(f"{slot}'s state digest at {check}",
-                                  lambda slot=slot: next((s.state_digest for s in read_status(bootstrap, app.name, slot)
-                                                          if s.state_digest is not None and s.state_digest.at == "check"
-                                                          and s.state_digest.position == check), None),
-                                  procs=(blue, green))
-                   for slot in ("blue", "green")}
+        checked = wait_for(f"the standby's digests of both states at {check}",
+                           lambda: (v := states_agree(read_status(bootstrap, app.name, "blue"),
+                                                      read_status(bootstrap, app.name, "green"), check,
+                                                      Policy.EXACT)).met and v, procs=(blue, green))
+        assert "schema and digest agree" in checked.message
+        green_status = read_status(bootstrap, app.name, "green")
+        digests = {"green": next(s.state_digest for s in green_status if s.state_digest is not None
+                                 and s.state_digest.at == "check" and s.state_digest.position == check),
+                   "blue": next(s.active_digest for s in green_status if s.active_digest is not None
+                                and s.active_digest.at == "check" and s.active_digest.position == check)}
         # Past P both read on: the active emits all the input, the standby follows it to the end.
         done = wait_for("the active to emit all input",
                         lambda: (m := read_last_marker(bootstrap, app.commits_topic, app.name))
@@ -169,8 +179,8 @@ def test_a_state_check_position_is_a_batch_boundary_both_slots_digest_and_read_o
         wait_for("the standby to follow to the end",
                  lambda: (s := last_processed(bootstrap, app, "green")) and s.processed == done.emitted,
                  procs=(blue, green))
-        # A position both read past within a batch (one before P on every partition): each says so,
-        # and the state check fails at once with the reason instead of waiting for its timeout.
+        # A position both read past within a batch (one before P on every partition): the standby says
+        # so of both, and the state check fails at once with the reason instead of waiting for its timeout.
         inside = {p: o - 1 for p, o in check.items()}
         current = read_control(bootstrap, app.name)
         write_control(bootstrap, dataclasses.replace(current, revision=current.revision + 1, check_at=inside))
