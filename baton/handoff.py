@@ -74,21 +74,31 @@ def ahead_s_for(floor_s: float, active: Sequence[StatusRecord], last: int = 10) 
 
 def plan_ahead(read_active: Callable[[], Sequence[StatusRecord]], input_end: Callable[[], Mapping[int, int]],
                partitions: int, ahead_s: float, window_s: float = ARRIVAL_WINDOW_S, sleep=time.sleep,
-               clock=time.monotonic) -> Positions:
+               clock=time.monotonic, read_standby: Callable[[], Sequence[StatusRecord]] | None = None) -> Positions:
     """A position ahead of the input's end that the active has not read when it learns of it (a fence,
     or a state check position): ahead by what arrives in ahead_s_for(ahead_s, ...) at the input's
     arrival rate measured at its end over `window_s`, not at the active's reported rate: that is the rate
     it read at, and while it works through a backlog (after a restart, a slow batch) it reads many times
     faster than input arrives. Seen in CI: a fence planned with a catching-up active's rate lay ~100 s
-    of input ahead, and the handoff waited for that input to arrive."""
+    of input ahead, and the handoff waited for that input to arrive.
+
+    `read_standby` (a fence): the slot taking over must reach the fence too before its output can
+    resume, from further back (a paced standby's batches span a few seconds of input, and it follows
+    the active's output): at least AHEAD_BATCHES of its slowest recent batch interval as well, so it
+    stands at F about when the active does. Seen in the product-path bench: a fence 2.8 s ahead of the
+    active and ~7 s of input ahead of the standby, whose catch-up after the active stood at F made
+    the cutover's output gap 2.7 s."""
     history = [s for s in read_active() if s.batch_id >= 0]
+    ahead_s = ahead_s_for(ahead_s, history)
+    if read_standby is not None:
+        ahead_s = max(ahead_s, ahead_s_for(ahead_s, [s for s in read_standby() if s.batch_id >= 0]))
     processed = history[-1].processed if history else {}
     first, t0 = input_end(), clock()
     sleep(window_s)
     end = input_end()
     arrived = sum(max(0, o - first.get(p, 0)) for p, o in end.items())
     rate = arrived / max(clock() - t0, 1e-3)
-    return plan_fence(end, processed, rate, ahead_s_for(ahead_s, history), partitions)
+    return plan_fence(end, processed, rate, ahead_s, partitions)
 
 
 def other(slot: Slot) -> Slot:

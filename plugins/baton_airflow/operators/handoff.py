@@ -21,17 +21,20 @@ from baton_airflow.operators.slots import resolve
 from baton_airflow.triggers.status import SlotStatusTrigger, met_or_raise
 
 
-def plan_ahead(control: BatonControlHook, app: AppDefinition, rec: ControlRecord, ahead_s: float) -> dict[int, int]:
-    """A position ahead of the input the active has not read yet (baton.handoff.plan_ahead)."""
+def plan_ahead(control: BatonControlHook, app: AppDefinition, rec: ControlRecord, ahead_s: float,
+               fence: bool = False) -> dict[int, int]:
+    """A position ahead of the input the active has not read yet (baton.handoff.plan_ahead); `fence`:
+    one the other slot must reach as well before it takes over."""
+    read_standby = (lambda: control.status(app.name, other(rec.active))) if fence else None
     return handoff.plan_ahead(lambda: control.status(app.name, rec.active), lambda: control.input_end(app),
-                              app.input.partitions, ahead_s)
+                              app.input.partitions, ahead_s, read_standby=read_standby)
 
 
 def set_fence(control: BatonControlHook, app: AppDefinition, rec: ControlRecord, ahead_s: float,
               hold_s: float = 600.0, by: str = "") -> ControlRecord:
     """Set F `ahead_s` of arrivals beyond the input's end (plan_ahead), at rec's epoch. After `hold_s`
     the health DAG lifts it if the handoff has not finished (its run died)."""
-    fence = plan_ahead(control, app, rec, ahead_s)
+    fence = plan_ahead(control, app, rec, ahead_s, fence=True)
     return control.plane().update(app.name, with_fence(fence, rec.epoch, int((time.time() + hold_s) * 1000), by))
 
 

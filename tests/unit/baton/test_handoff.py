@@ -227,3 +227,19 @@ def test_the_position_lies_further_ahead_than_the_active_s_slow_batches_span():
     slow = plan_ahead(lambda: active_batches(0, 2_500, 5_000), lambda: ends.pop(0), 2, ahead_s=2.0,
                       sleep=sleep, clock=lambda: now[0])
     assert slow == {0: 1_500 + 2_500, 1: 1_500 + 2_500}  # 5 s at 1,000/s
+
+
+def test_a_fence_lies_far_enough_ahead_for_the_slower_standby_too():
+    """Seen in the product-path bench: a fence planned by the active's 1.4 s batches alone lay ~7 s of
+    input ahead of the paced standby, whose catch-up after the active stood at F was the output gap."""
+    now = [0.0]
+    sleep = lambda s: now.__setitem__(0, now[0] + s)  # noqa: E731
+
+    def plan(standby):
+        ends = [{0: 1_000, 1: 1_000}, {0: 1_500, 1: 1_500}]  # 1,000 records/s arrive
+        return plan_ahead(lambda: active_batches(0, 1_000, 2_000), lambda: ends.pop(0), 2, ahead_s=2.0,
+                          sleep=sleep, clock=lambda: now[0], read_standby=standby)
+
+    assert plan(None) == {0: 1_500 + 1_000, 1: 1_500 + 1_000}  # the active's 1 s batches: the form's 2 s
+    assert plan(lambda: active_batches(0, 3_000, 6_000)) == {0: 1_500 + 3_000, 1: 1_500 + 3_000}  # 3 s: 6 s
+    assert plan(lambda: []) == {0: 1_500 + 1_000, 1: 1_500 + 1_000}  # a standby with no batch yet

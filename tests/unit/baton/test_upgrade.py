@@ -103,8 +103,10 @@ def test_settle_fails_fast_and_passes_after_the_period():
     end = {0: 150, 1: 120}
     assert settle(ok, marker, end, now=20_000).waiting
     assert settle(ok, marker, end).met
-    slow = settle([status(batch=9, batch_ms=5_000, ts=2_000)], now=3_000)
+    slow = settle([status(batch=9, processed={0: 101, 1: 80}, batch_ms=5_000, ts=2_000)], now=3_000)
     assert slow.failed and "took 5000 ms (limit 2000 ms)" in slow.message
+    # The standby's last batch up to the fence, reported after the cutover: not the new active's.
+    assert settle([status(batch=8, processed=FENCE, batch_ms=5_000, ts=2_000)] + ok, marker, end).met
     dead = settle(ok, health=Check(failed=True, message="dead: no status"), now=3_000)
     assert dead.failed and "dead" in dead.message
     silent = settle(ok, CommitMarker(app="a", generation=0, epoch=1, slot=Slot.BLUE, batch_id=3, emitted=FENCE), end)
