@@ -43,7 +43,8 @@ def compare(old: StateDigest, new: StateDigest, policy: Policy, what: str) -> Ch
 
 
 def restore_check(left: StateDigest | None, history: Sequence[StatusRecord], since_ms: int) -> Check:
-    """The restarted slot (records since `since_ms`) restored exactly the state it left at its stop."""
+    """The restarted slot (records since `since_ms`) restored exactly the state it left at its stop: the
+    same batch, rows and digest, or (a stop that took no digest) the rows its query counted there."""
     recent = [r for r in history if r.ts_ms >= since_ms]
     if recent and recent[-1].state is SlotState.FAILED:
         return Check(failed=True, message=f"the restarted slot failed: {recent[-1].error or 'no error reported'}")
@@ -53,6 +54,12 @@ def restore_check(left: StateDigest | None, history: Sequence[StatusRecord], sin
         return WAIT
     if left is None:
         return Check(failed=True, message="no digest of the state before the restart to compare with")
+    if not left.digest:  # the stopped query's own row count at its last batch (Harness.note_left)
+        if (restored.batch_id, restored.rows) != (left.batch_id, left.rows):
+            return Check(failed=True, message=f"restored {restored.rows} rows at batch {restored.batch_id}; the "
+                                              f"slot's query held {left.rows} rows at its last batch {left.batch_id}")
+        return Check(met=True, message=f"restored the {left.rows} state rows of batch {left.batch_id} its query "
+                                       f"held at the stop (digest {restored.digest})")
     if (restored.batch_id, restored.rows, restored.digest) != (left.batch_id, left.rows, left.digest):
         return Check(failed=True, message=f"restored {restored.rows} rows at batch {restored.batch_id} (digest "
                                           f"{restored.digest}); the slot left {left.rows} rows at batch "

@@ -147,7 +147,7 @@ def failover(b, app, procs, watch) -> list[tuple[float, str]]:
 
 
 def upgrade_slot(b, app, procs, watch, slot: Slot, definition: Path, conf) -> int:
-    """Stop `slot` at a batch boundary (it digests the state it leaves), start `definition` on its
+    """Stop `slot` at a batch boundary (it reports the state it leaves), start `definition` on its
     checkpoint, wait for the restore check; returns when it was launched (ms)."""
     b.procs.stop(slot.value)
     left = next((r.state_digest for r in reversed(watch.of(slot))

@@ -50,6 +50,14 @@ def test_restore_check_waits_for_the_restore_digest_then_compares_it():
     assert restore_check(None, [status(d=digest("restore"), ts=1_500)], 1_000).failed
 
 
+def test_a_stop_without_a_digest_is_compared_by_the_rows_its_query_held():
+    counted = digest("stop", value="", schema="")  # Harness.note_left: batch 7, 10 rows, no digest job
+    assert restore_check(counted, [status(d=digest("restore"), ts=1_500)], 1_000).met
+    fewer = restore_check(counted, [status(d=digest("restore", rows=9), ts=1_500)], 1_000)
+    assert fewer.failed and "restored 9 rows at batch 7" in fewer.message and "held 10 rows" in fewer.message
+    assert restore_check(counted, [status(d=digest("restore", batch=6), ts=1_500)], 1_000).failed
+
+
 def test_states_agree_needs_both_digests_taken_at_the_asked_position():
     at = {0: 90, 1: 70}
     checked = [status(d=digest("check", position=at))]

@@ -1,10 +1,12 @@
 """State digests from a real slot's checkpoint, and the rolling upgrade's schema check: a slot publishes
-what it leaves at a stop and what it restores at the next start (they agree); a new version with the
+what it leaves at a stop (its query's row count at its last batch) and what it restores at the next
+start (a digest of that batch: they agree); a new version with the
 same state restores it on that checkpoint and runs on; one with a different state schema is refused by
 Spark at its first batch with the reason, as FAILED, before it could emit."""
 
 import pytest
 
+from baton.upgrade import restore_check
 from tests.support.slots import produce_clicks, read_status, start_slot, stop_slot, wait_for, wait_until_emitted
 
 pytestmark = pytest.mark.integration
@@ -35,9 +37,9 @@ def test_stop_and_restore_digests_agree_and_a_new_version_s_first_batch_checks_t
         wait_until_emitted(bootstrap, app, 6_000)
     finally:
         assert stop_slot(blue) == 0
+    # What the slot left: its query's own row count at its last committed batch (no digest job at the stop).
     left = last_digest(bootstrap, app, "blue", "stop")
-    assert left is not None and left.rows == len(truth) and left.batch_id >= 0
-    assert "user_id" in left.schema and "count" in left.schema
+    assert left is not None and left.rows == len(truth) and left.batch_id >= 0 and left.digest == ""
 
     restarted_at = read_status(bootstrap, app.name, "blue")[-1].ts_ms + 1
     blue = start_slot(bootstrap, path, tmp_path, "blue")
@@ -46,8 +48,9 @@ def test_stop_and_restore_digests_agree_and_a_new_version_s_first_batch_checks_t
                             lambda: last_digest(bootstrap, app, "blue", "restore", restarted_at), procs=(blue,))
     finally:
         assert stop_slot(blue) == 0
-    assert (restored.batch_id, restored.rows, restored.digest, restored.schema) == \
-        (left.batch_id, left.rows, left.digest, left.schema)
+    assert (restored.batch_id, restored.rows) == (left.batch_id, left.rows)
+    assert "user_id" in restored.schema and "count" in restored.schema
+    assert restore_check(left, read_status(bootstrap, app.name, "blue"), restarted_at).met
 
     # The rolling upgrade's way: the new version starts on the slot's own checkpoint (the DAG kept a copy).
     restarted_at = read_status(bootstrap, app.name, "blue")[-1].ts_ms + 1
@@ -59,7 +62,7 @@ def test_stop_and_restore_digests_agree_and_a_new_version_s_first_batch_checks_t
         wait_until_emitted(bootstrap, app, 7_000)
     finally:
         assert stop_slot(v2) == 0
-    assert (same.rows, same.digest) == (left.rows, left.digest)
+    assert (same.batch_id, same.rows, same.digest) == (restored.batch_id, restored.rows, restored.digest)
     stopped = last_digest(bootstrap, app, "blue", "stop")
     assert stopped.rows == len(truth + more)
 
