@@ -5,7 +5,7 @@ stays hot until the new one has settled.
 
 REST: POST /api/v2/dags/baton_rolling_upgrade/dagRuns {"conf": {"app": "click_counts", "version": "v2"}}.
 
-    preflight ─▶ upgrade_standby ─▶ (restore_check ‖ warm_up) ─▶ check_position ─▶ state_check ─▶ fence
+    preflight ─▶ upgrade_standby ─▶ (restore_check ‖ warm_up ‖ check_position ─▶ state_check) ─▶ fence
       ─▶ cutover (waits at the fence) ─▶ settle ─▶ upgrade_old_active ─▶ (restore_check_old ‖ warm_up_old)
     any gate up to the cutover fails ─▶ abort (fence lifted, the active untouched, the reason reported)
     settle fails ─▶ rollback (the role flips back to the old version, still hot, at a fence)
@@ -73,7 +73,7 @@ with DAG(
                               wait_timeout_s=900)
     check_position = StateCheckPositionOperator(task_id="check_position", app=app, ahead_s="{{ params.ahead_s }}")
     state_check = StatesAgreeSensor(task_id="state_check", app=app, check=check_position.output,
-                                    policy="{{ params.policy }}", wait_timeout_s=180)
+                                    policy="{{ params.policy }}", wait_timeout_s=900)  # as long as the warm-up
     fence = FenceOperator(task_id="fence", app=app, ahead_s="{{ params.ahead_s }}",
                           # past this the health DAG lifts the fence: the run died
                           hold_s="{{ 4 * (params.fence_timeout_s + 10) + 3 * 190 + 120 }}")
@@ -94,10 +94,13 @@ with DAG(
     rollback = RollbackOperator(task_id="rollback", app=app, plan=PLAN, cutover=cutover.output,
                                 ahead_s="{{ params.ahead_s }}", fence_timeout_s="{{ params.fence_timeout_s }}")
 
-    # A restarted slot's restore check (a digest of what it restored) and its warm-up (catching up the
-    # input that arrived while it restarted) wait side by side: neither needs the other, and one after
-    # the other they added the restore digest's ~7-8 s to the upgrade twice.
-    preflight >> upgrade_standby >> [restore_check, warm_up] >> check_position >> state_check >> fence >> cutover
-    cutover >> settle >> upgrade_old >> [restore_check_old, warm_up_old]
+    # A restarted slot's restore check (a digest of what it restored), its warm-up (catching up the
+    # input that arrived while it restarted) and the state check (both states at a position ahead of
+    # the active, which the catching-up standby ends a batch at on its way) wait side by side: none
+    # needs another. One after the other they added the restore digest (~8 s) and the state check
+    # (~20 s: the paced standby reaching the position, then two digests) to the upgrade.
+    preflight >> upgrade_standby >> [restore_check, warm_up, check_position]
+    check_position >> state_check
+    [restore_check, warm_up, state_check] >> fence >> cutover >> settle >> upgrade_old >> [restore_check_old, warm_up_old]
     before_cutover >> abort
     settle >> rollback

@@ -364,7 +364,7 @@ class Harness:
 
     def digest_at_check(self) -> None:
         """Asked for a state check at a position (ControlRecord.check_at), the standby digests, once
-        each, its own state and the active's after the committed batch that ended exactly there, while
+        each, the active's state and its own after the committed batch that ended exactly there, while
         both queries run on (the output does not wait for it). The active digests nothing: the digest's
         Spark job would hold one of its two task slots for seconds (5.8 s at 100k keys in the rolling
         upgrade bench, its batches on one slot meanwhile: a 4 s output gap); the standby reads the
@@ -375,14 +375,9 @@ class Harness:
         if control is None or control.check_at is None or control.active is self.slot:
             return
         target = dict(control.check_at)
-        if self._checked != target:
-            reached, digest = self.check_digest(self.paths.checkpoint, target)
-            if not reached:
-                return  # the active's digest comes after this slot's own
-            self._checked = target
-            if digest is not None:
-                self.digest = digest
-                self.publish(self.last_progress)
+        # The active's first: it reaches the position within seconds of being asked, while this slot
+        # may still be catching up (a restarted standby), and its checkpoint keeps a batch's files
+        # only for min_batches_to_retain batches.
         spec = control.slots.get(control.active)
         if self._checked_active != target and spec is not None:
             active = slot_paths(self.state_dir, self.app.name, control.active, spec.generation).checkpoint
@@ -391,6 +386,13 @@ class Harness:
                 self._checked_active = target
             if digest is not None:
                 self.active_digest = digest
+                self.publish(self.last_progress)
+        if self._checked != target:
+            reached, digest = self.check_digest(self.paths.checkpoint, target)
+            if reached:
+                self._checked = target
+            if digest is not None:
+                self.digest = digest
                 self.publish(self.last_progress)
 
     def check_digest(self, checkpoint: Path, target: Positions) -> tuple[bool, StateDigest | None]:

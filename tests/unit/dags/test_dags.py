@@ -68,16 +68,20 @@ def test_cutover_form_rejects_bad_conf_naming_the_field(dagbag, conf, field):
 def test_rolling_upgrade_gates_come_before_the_cutover_and_fail_into_abort_or_rollback(dagbag):
     dag = dagbag.dags["baton_rolling_upgrade"]
     assert dag.max_active_runs == 1
-    order = ["preflight", "upgrade_standby", {"restore_check", "warm_up"}, "check_position", "state_check", "fence",
+    order = ["preflight", "upgrade_standby", {"restore_check", "warm_up", "check_position"}, "fence",
              "cutover", "settle", "upgrade_old_active", {"restore_check_old", "warm_up_old"}]
     steps = [step if isinstance(step, set) else {step} for step in order]
     for before, after in zip(steps, steps[1:]):
-        for task in after:  # every step waits for every task of the step before it
-            assert before <= dag.get_task(task).upstream_task_ids, (before, task)
-    assert not {"restore_check", "warm_up"} & dag.get_task("warm_up").upstream_task_ids - {"upgrade_standby"}
+        for task in after:  # every step waits for every task of the step before it (state_check: below)
+            assert before - {"check_position"} <= dag.get_task(task).upstream_task_ids, (before, task)
+    # The restarted standby's checks wait side by side; the state check follows its position.
+    for task in ("restore_check", "warm_up", "check_position"):
+        assert dag.get_task(task).upstream_task_ids == {"upgrade_standby"}, task
+    assert dag.get_task("state_check").upstream_task_ids == {"check_position"}
+    assert dag.get_task("fence").upstream_task_ids == {"restore_check", "warm_up", "state_check"}
     abort, rollback = dag.get_task("abort"), dag.get_task("rollback")
     assert abort.trigger_rule == rollback.trigger_rule == "one_failed"
-    assert abort.upstream_task_ids == set().union(*steps[:7])  # every step up to the cutover; none after
+    assert abort.upstream_task_ids == set().union(*steps[:5], {"state_check"})  # every step up to the cutover
     assert rollback.upstream_task_ids == {"cutover", "settle"}  # cutover: its XCom; a failed cutover is skipped
 
 
