@@ -64,12 +64,14 @@ AHEAD_BATCHES = 2.0
 ARRIVAL_WINDOW_S = 1.0
 
 
-def ahead_s_for(floor_s: float, active: Sequence[StatusRecord], last: int = 10) -> float:
+def ahead_s_for(floor_s: float, active: Sequence[StatusRecord], last: int = 10, typical: bool = False) -> float:
     """How far ahead (in seconds of input) to plan: the form's value as a floor, else AHEAD_BATCHES of
-    the active's slowest recent batch interval (the time between its last batches' ends)."""
+    the active's slowest recent batch interval (the time between its last batches' ends); `typical`:
+    of the median one (a standby just warmed up: its catch-up batches are not what it does now)."""
     ts = [r.ts_ms for r in active if r.batch_id >= 0][-(last + 1):]
-    interval_s = max((b - a for a, b in zip(ts, ts[1:])), default=0) / 1000
-    return max(floor_s, AHEAD_BATCHES * interval_s)
+    intervals = sorted(b - a for a, b in zip(ts, ts[1:]))
+    pick = intervals[len(intervals) // 2] if typical and intervals else max(intervals, default=0)
+    return max(floor_s, AHEAD_BATCHES * pick / 1000)
 
 
 def plan_ahead(read_active: Callable[[], Sequence[StatusRecord]], input_end: Callable[[], Mapping[int, int]],
@@ -84,14 +86,16 @@ def plan_ahead(read_active: Callable[[], Sequence[StatusRecord]], input_end: Cal
 
     `read_standby` (a fence): the slot taking over must reach the fence too before its output can
     resume, from further back (a paced standby's batches span a few seconds of input, and it follows
-    the active's output): at least AHEAD_BATCHES of its slowest recent batch interval as well, so it
-    stands at F about when the active does. Seen in the product-path bench: a fence 2.8 s ahead of the
+    the active's output): at least AHEAD_BATCHES of its median recent batch interval as well, so it
+    stands at F about when the active does (the median: a standby just warmed up still has catch-up
+    batches of 5-15 s among its last ones; planned by its slowest, a fence lay ~30 s ahead). Seen in the product-path bench: a fence 2.8 s ahead of the
     active and ~7 s of input ahead of the standby, whose catch-up after the active stood at F made
     the cutover's output gap 2.7 s."""
     history = [s for s in read_active() if s.batch_id >= 0]
     ahead_s = ahead_s_for(ahead_s, history)
     if read_standby is not None:
-        ahead_s = max(ahead_s, ahead_s_for(ahead_s, [s for s in read_standby() if s.batch_id >= 0]))
+        ahead_s = max(ahead_s, ahead_s_for(ahead_s, [s for s in read_standby() if s.batch_id >= 0], last=5,
+                                           typical=True))
     processed = history[-1].processed if history else {}
     first, t0 = input_end(), clock()
     sleep(window_s)

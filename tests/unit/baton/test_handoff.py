@@ -243,3 +243,6 @@ def test_a_fence_lies_far_enough_ahead_for_the_slower_standby_too():
     assert plan(None) == {0: 1_500 + 1_000, 1: 1_500 + 1_000}  # the active's 1 s batches: the form's 2 s
     assert plan(lambda: active_batches(0, 3_000, 6_000)) == {0: 1_500 + 3_000, 1: 1_500 + 3_000}  # 3 s: 6 s
     assert plan(lambda: []) == {0: 1_500 + 1_000, 1: 1_500 + 1_000}  # a standby with no batch yet
+    # Just warmed up: one 15 s catch-up batch among its last ones, then 3 s paced ones: 6 s, not 30 s.
+    warmed = plan(lambda: active_batches(0, 15_000, 18_000, 21_000, 24_000))
+    assert warmed == {0: 1_500 + 3_000, 1: 1_500 + 3_000}

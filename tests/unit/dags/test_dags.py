@@ -180,3 +180,12 @@ def test_every_cutover_defers_to_the_trigger_that_writes_it_with_the_standby_all
         assert (trigger.condition, trigger.slot, trigger.target, trigger.epoch) == ("cutover", "green", {"0": 10}, 1)
         assert (trigger.trail_records, trigger.correct, trigger.timeout_s) == (budget, correct is not False, 60.0)
         assert deferred.value.method_name == "execute_complete"
+
+
+def test_the_old_actives_warm_up_is_judged_by_the_apps_lag_budget(dagbag):
+    """The warm-up before the cutover uses the form's tighter bound; the old active's, with no cutover
+    after it, the app's max_lag_records (LagWithinSensor's default), as the health DAG judges a standby."""
+    dag = dagbag.dags["baton_rolling_upgrade"]
+    assert dag.get_task("warm_up").max_lag == "{{ params.max_lag_records }}"
+    old = dag.get_task("warm_up_old")
+    assert old.max_lag is None and old.max_lag_s is None
