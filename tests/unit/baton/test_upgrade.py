@@ -111,8 +111,15 @@ def test_settle_fails_fast_and_passes_after_the_period():
     end = {0: 150, 1: 120}
     assert settle(ok, marker, end, now=20_000).waiting
     assert settle(ok, marker, end).met
-    slow = settle([status(batch=9, processed={0: 101, 1: 80}, batch_ms=5_000, ts=2_000)], now=3_000)
-    assert slow.failed and "took 5000 ms (limit 2000 ms)" in slow.message
+    past = {0: 101, 1: 80}
+    slow = settle([status(batch=9, processed=past, batch_ms=7_000, ts=2_000)], now=3_000)
+    assert slow.failed and "took 7000 ms (limit 2000 ms, 3x at most once)" in slow.message
+    assert settle([status(batch=9, processed=past, batch_ms=2_100, ts=2_000)], now=3_000).waiting  # one a little over
+    strikes = [status(batch=b, processed=past, batch_ms=ms, ts=2_000) for b, ms in
+               ((9, 2_500), (10, 900), (11, 2_100), (12, 2_200), (13, 2_300))]
+    assert settle(strikes[:4], now=3_000).waiting
+    three = settle(strikes, now=3_000)
+    assert three.failed and "batches 11-13 took 2100, 2200, 2300 ms (limit 2000 ms, 3 in a row)" in three.message
     # The standby's last batch up to the fence, reported after the cutover: not the new active's.
     assert settle([status(batch=8, processed=FENCE, batch_ms=5_000, ts=2_000)] + ok, marker, end).met
     dead = settle(ok, health=Check(failed=True, message="dead: no status"), now=3_000)
