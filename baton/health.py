@@ -315,6 +315,11 @@ def _recent(restarts: Sequence[int], now_ms: int, policy: HealthPolicy) -> list[
     return sorted(t for t in restarts if t > now_ms - policy.restart_window_s * 1000)
 
 
+# How the reason of a slot whose checkpoint cannot resume on its input begins (lost input data:
+# spark_apps.runtime.input_check.WAY_OUT): a restart fails the same way, so the guard gives up at once.
+CANNOT_RESUME = "The slot cannot resume from its checkpoint."
+
+
 def decide_restart(restarts_ms: Sequence[int], now_ms: int, policy: HealthPolicy,
                    last_error: str = "") -> RestartDecision:
     """What to do with a DEAD slot, given the times of its earlier restarts (persisted by the caller).
@@ -322,6 +327,8 @@ def decide_restart(restarts_ms: Sequence[int], now_ms: int, policy: HealthPolicy
     On RESTART the caller restarts the slot and appends now_ms to the list. On GIVE_UP it marks the
     slot FAILED with the reason. On WAIT it does nothing, and the next run asks again.
     """
+    if CANNOT_RESUME in last_error:  # its input lost what its checkpoint stands on: no restart helps
+        return RestartDecision(RestartAction.GIVE_UP, now_ms, f"not restarted: {last_error}")
     recent = _recent(restarts_ms, now_ms, policy)
     window = f"{policy.restart_window_s:g} s"
     if len(recent) >= policy.max_restarts:

@@ -4,8 +4,8 @@ import pytest
 
 from baton.apps import APPS_DIR, AppDefinition, StateSettings, TopicRef, load_definition
 from baton.health import (
-    Finding, HealthPolicy, RestartAction, Severity, SlotHealth, Verdict, assess, decide_restart, prune_restarts,
-    summarize,
+    CANNOT_RESUME, Finding, HealthPolicy, RestartAction, Severity, SlotHealth, Verdict, assess, decide_restart,
+    prune_restarts, summarize,
 )
 from baton.records import Role, Slot, SlotSpec, SlotState, StatusRecord
 
@@ -417,3 +417,15 @@ def test_the_healthy_gate_needs_a_fresh_record_and_fails_on_death(verdict, age_m
                         ts_ms=100_000 - age_ms)
     check = healthy_check(SlotHealth("app", Slot.BLUE, verdict, last=last), 100_000, HealthPolicy())
     assert (check.met, check.failed) == (met, failed)
+
+
+def test_a_slot_whose_input_lost_its_data_is_not_restarted():
+    """Its restart fails the same way (in ~20-35 s): the guard gives up at once, with the slot's reason and
+    its way out, instead of restarting it up to its limit."""
+    from spark_apps.runtime.input_check import WAY_OUT
+
+    assert WAY_OUT.startswith(CANNOT_RESUME)
+    reason = f"clicks partitions [0, 1]: the checkpoint stands at {{0: 900}} but the topic ends at {{0: 0}}. {WAY_OUT}."
+    d = decide_restart([], NOW, POLICY, last_error=reason)
+    assert d.action is RestartAction.GIVE_UP and d.reason == f"not restarted: {reason}"
+    assert decide_restart([], NOW, POLICY, last_error="ValueError: boom").action is RestartAction.RESTART
