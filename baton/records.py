@@ -283,6 +283,9 @@ class StatusRecord:
     # A standby asked for a state check digests the active's state too, from the active's checkpoint
     # (at="check" or "missed", with the position): the active's batches keep every task slot.
     active_digest: StateDigest | None = None
+    # The newest epoch whose corrected output is in the output, as this slot's last commit marker says
+    # (CommitMarker.corrected_epoch): the settle of a corrected-output cutover judges from there.
+    corrected_epoch: int = 0
     error: str = ""
     pid: int = 0
     host: str = ""

@@ -167,6 +167,7 @@ class Harness:
             epoch_seen=control.epoch if control else 0, version=self.app.version, generation=self.generation,
             emitted=dict(marker.emitted) if marker else None, dead_letters=self.counters.dead_letters,
             restore_ms=self.counters.first_batch_ms, state_digest=self.digest, active_digest=self.active_digest,
+            corrected_epoch=self.emitter.last.corrected_epoch if self.emitter.last is not None else 0,
             error=error, pid=os.getpid(),
             host=socket.gethostname(), ts_ms=int(time.time() * 1000), **st,
         )

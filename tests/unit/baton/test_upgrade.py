@@ -143,7 +143,7 @@ def test_settle_judges_the_new_active_by_its_own_progress_not_by_the_input():
 
 
 def test_a_corrected_output_cutover_settles_once_its_correction_is_in():
-    ok = [status(batch=9, processed={0: 150, 1: 120}, ts=2_000)]
+    ok = [dataclasses.replace(status(batch=9, processed={0: 150, 1: 120}, ts=2_000), corrected_epoch=2)]
     end = {0: 150, 1: 120}
 
     def check(corrected_epoch, now):
@@ -155,6 +155,37 @@ def test_a_corrected_output_cutover_settles_once_its_correction_is_in():
     assert check(1, 40_000).waiting  # an older correction (a previous reprocess's) does not count
     late = check(0, 1_000 + (30 + CORRECTION_GRACE_S) * 1000 + 1)
     assert late.failed and "corrected output of epoch 2 is not in" in late.message
+
+
+def test_settle_excuses_the_correction_and_the_catch_up_after_it_but_not_a_slow_version():
+    """Seen in the reprocess bench: the new active's corrected-output publish (12 s of one task slot)
+    made its batches take up to 6.8 s, then 2-3 s for ~20 s while it worked off what arrived meanwhile;
+    the settle failed a healthy generation and rolled the reprocess back."""
+    end = {0: 100 + 20_000, 1: 80 + 20_000}  # 40,000 records arrived in the 40 s since the cutover: 1,000/s
+
+    def batches(*rows, corrected_from=0):
+        out, at, ts = [], dict(FENCE), 2_000
+        for i, (ms, read) in enumerate(rows):
+            at = {p: o + read // 2 for p, o in at.items()}
+            ts += max(ms, 1_000)
+            out.append(dataclasses.replace(status(batch=20 + i, processed=at, batch_ms=ms, ts=ts),
+                                           corrected_epoch=2 if i >= corrected_from else 0))
+        return out
+
+    marker = CommitMarker(app="a", generation=1, epoch=2, slot=Slot.GREEN, batch_id=30, emitted=end, corrected_epoch=2)
+
+    def check(history):
+        return settle_check(history, marker, 2, FENCE, end, Check(met=True), 40_000, 1_000, 30, 2_000, 50_000,
+                            correct=True)
+
+    # While the correction is published (not yet in): 6.8 s, 5.5 s; then catching up at ~2.5x arrival.
+    healed = batches((1_000, 1_000), (6_800, 4_000), (5_500, 6_000), (2_900, 7_000), (2_700, 6_500),
+                     (2_600, 6_000), (900, 1_000), corrected_from=3)
+    assert check(healed).met, check(healed)
+    # Slow batches that do not outpace the input: a slow version, whatever the correction.
+    slow = batches((1_000, 1_000), (2_500, 2_500), (2_600, 2_600), (2_700, 2_700), corrected_from=0)
+    failed = check(slow)
+    assert failed.failed and "3 in a row" in failed.message
 
 
 def test_a_passed_check_position_is_moved_only_while_it_is_the_one_asked_for():
