@@ -88,21 +88,20 @@ def plan_ahead(read_active: Callable[[], Sequence[StatusRecord]], input_end: Cal
     resume, from further back (a paced standby's batches span a few seconds of input, and it follows
     the active's output): at least AHEAD_BATCHES of its median recent batch interval as well, so it
     stands at F about when the active does (the median: a standby just warmed up still has catch-up
-    batches of 5-15 s among its last ones; planned by its slowest, a fence lay ~30 s ahead). Seen in the product-path bench: a fence 2.8 s ahead of the
-    active and ~7 s of input ahead of the standby, whose catch-up after the active stood at F made
-    the cutover's output gap 2.7 s."""
+    batches of 5-15 s among its last ones; planned by its slowest, a fence lay ~30 s ahead). Seen in
+    the product-path bench: a fence 2.8 s ahead of the active and ~7 s of input ahead of the standby,
+    whose catch-up after the active stood at F made the cutover's output gap 2.7 s."""
     history = [s for s in read_active() if s.batch_id >= 0]
-    ahead_s = ahead_s_for(ahead_s, history)
+    planned_s = ahead_s_for(ahead_s, history)
     if read_standby is not None:
-        ahead_s = max(ahead_s, ahead_s_for(ahead_s, [s for s in read_standby() if s.batch_id >= 0], last=5,
-                                           typical=True))
+        planned_s = max(planned_s, ahead_s_for(ahead_s, read_standby(), last=5, typical=True))
     processed = history[-1].processed if history else {}
     first, t0 = input_end(), clock()
     sleep(window_s)
     end = input_end()
     arrived = sum(max(0, o - first.get(p, 0)) for p, o in end.items())
     rate = arrived / max(clock() - t0, 1e-3)
-    return plan_fence(end, processed, rate, ahead_s, partitions)
+    return plan_fence(end, processed, rate, planned_s, partitions)
 
 
 def other(slot: Slot) -> Slot:
