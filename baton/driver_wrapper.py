@@ -30,6 +30,9 @@ import traceback
 from pathlib import Path
 
 LAUNCH_ID_ENV = "BATON_LAUNCH_ID"
+# What a staged driver is told (baton.launcher.stage, spark_apps.runtime.run): hold until this record
+# names its launch, at most this long.
+HOLD_ARG, HOLD_TIMEOUT_ARG = "--hold-until-recorded", "--hold-timeout-s"
 
 
 def write_json(path: Path, body: dict) -> None:

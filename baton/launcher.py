@@ -12,7 +12,8 @@ slot must neither die with it nor be started twice (invariant 4). Per app and sl
 - `driver.pid`    written by the wrapper itself, so a retry can complete the identity of a launch whose
                   launcher died between spawning it and recording it;
 - `driver.log`    the driver's output (appended; a header line per launch);
-- `driver.exit.json`  how the last launch ended (exit code), written by the wrapper.
+- `driver.exit.json`  how the last launch ended (exit code), written by the wrapper;
+- `driver.next.json`, `driver.next.lock`, `driver.next.pid`  the same for a staged next launch (below).
 
 So "is the slot running?" is answered by the lock, not by a pid: a retried start after a kill -9 of
 its launcher at any point either finds the launch alive (and reattaches) or provably dead. Signals
@@ -29,6 +30,15 @@ Both launched backends run `python -m spark_apps.runtime.run ... --conf spark.ma
 rather than spark-submit: the Python driver is then the wrapper's direct child and a stop's SIGTERM
 reaches the harness, which stops at a batch boundary (spark-submit would start a JVM with the
 Python driver as its child, and the SIGTERM would reach the JVM instead).
+
+Restarting without the JVM's start-up in the downtime (`stage`): the next launch of a running slot
+(a new version, the same checkpoint) can be spawned beside the current one. It starts its interpreter,
+JVM and Spark session, then holds: it touches neither the checkpoint nor any topic until
+`driver.json` names its launch (spark_apps.runtime.hold). Once the current launch is gone, the next
+`ensure_started` of the same launch promotes it instead of spawning: its lock file becomes
+`driver.lock` (an flock belongs to the file, so the rename keeps it held by the launch), then
+`driver.json` becomes its record, which releases the hold. A staged launch that is never promoted ends
+by itself after its hold timeout; a different launch asked for the slot discards it first.
 
 Stopping: the caller writes the control-topic stop request (desired STOPPED) BEFORE calling `stop`,
 so the slot finishes its batch and exits by itself; `stop` backs that up with SIGTERM (also a
@@ -58,12 +68,13 @@ from urllib.parse import urlparse
 import psutil
 
 from baton.apps import AppDefinition, definition_path, load_app
-from baton.driver_wrapper import LAUNCH_ID_ENV
+from baton.driver_wrapper import HOLD_ARG, HOLD_TIMEOUT_ARG, LAUNCH_ID_ENV
 from baton.local.procs import tail
 from baton.records import Slot
 from baton.settings import REPO_ROOT
 
 RECORD_VERSION = 1
+STAGED_RECORD, STAGED_LOCK, STAGED_PID = "driver.next.json", "driver.next.lock", "driver.next.pid"
 _LOCAL_MASTER = re.compile(r"^local(\[(\d+|\*)(,\d+)?\])?$")
 _HOST_PORT = re.compile(r"^[A-Za-z0-9._\-\[\]:]+:\d{1,5}$")
 _LOOPBACK = {"127.0.0.1", "localhost", "::1"}
@@ -276,9 +287,9 @@ class Launcher:
                 fcntl.flock(fh, fcntl.LOCK_UN)
 
     # --- liveness -------------------------------------------------------------------------------
-    def _held(self, app: str, slot: Slot) -> bool:
-        """True while a launch's wrapper or driver lives (they hold driver.lock open)."""
-        path = self.slot_dir(app, slot) / "driver.lock"
+    def _held(self, app: str, slot: Slot, lock: str = "driver.lock") -> bool:
+        """True while a launch's wrapper or driver lives (they hold its lock file open)."""
+        path = self.slot_dir(app, slot) / lock
         if not path.exists():
             return False
         with open(path, "a+") as fh:
@@ -293,11 +304,11 @@ class Launcher:
                               f"this is {self.host!r}: start/stop it there, or remove "
                               f"{self.record_file(rec.app, rec.slot)} once that driver is known to be gone")
 
-    def _completed(self, rec: SlotProcess, wait_s: float = 0.0) -> SlotProcess:
+    def _completed(self, rec: SlotProcess, wait_s: float = 0.0, pid_name: str = "driver.pid") -> SlotProcess:
         """rec with its pid, taken from the wrapper's pid file if the launcher did not record it."""
         deadline = time.monotonic() + wait_s
         while rec.pid is None:
-            pid_file = self.slot_dir(rec.app, rec.slot) / "driver.pid"
+            pid_file = self.slot_dir(rec.app, rec.slot) / pid_name
             try:
                 raw = json.loads(pid_file.read_text())
             except (FileNotFoundError, ValueError):
@@ -339,6 +350,7 @@ class Launcher:
         app = spec.definition()
         state_dir = spec.state_dir or self.state_dir
         with self._locked(app.name, spec.slot):
+            self._finish_promotion(app.name, spec.slot)
             recorded = self.read_record(app.name, spec.slot)
             if recorded is not None:
                 self._check_host(recorded)
@@ -348,6 +360,11 @@ class Launcher:
                         self._write_record(current)
                     self._check_same_launch(current, spec, app)
                     return current
+            staged = self._staged(app.name, spec.slot)
+            if staged is not None:
+                if not self._launch_differs(staged, spec, app):
+                    return self._promote(staged)
+                self._discard(staged)
             argv = self.argv_builder(spec, app, state_dir, self.python)
             slot_dir = self.slot_dir(app.name, spec.slot)
             intent = SlotProcess(
@@ -367,16 +384,20 @@ class Launcher:
             self._write_record(rec)
             return rec
 
-    def _check_same_launch(self, rec: SlotProcess, spec: LaunchSpec, app: AppDefinition) -> None:
+    @staticmethod
+    def _launch_differs(rec: SlotProcess, spec: LaunchSpec, app: AppDefinition) -> dict[str, tuple]:
         wanted = {"generation": spec.generation, "version": app.version, "definition": str(spec.definition_path),
                   "master": spec.master}
-        differs = {k: (getattr(rec, k), v) for k, v in wanted.items() if getattr(rec, k) != v}
+        return {k: (getattr(rec, k), v) for k, v in wanted.items() if getattr(rec, k) != v}
+
+    def _check_same_launch(self, rec: SlotProcess, spec: LaunchSpec, app: AppDefinition) -> None:
+        differs = self._launch_differs(rec, spec, app)
         if differs:
             what = ", ".join(f"{k} {have!r} (asked {want!r})" for k, (have, want) in differs.items())
             raise SlotBusy(f"{rec.app}/{rec.slot.value} already runs pid {rec.pid} with {what}; "
                            "stop it before starting a different launch in this slot")
 
-    def _spawn(self, rec: SlotProcess) -> None:
+    def _spawn(self, rec: SlotProcess, lock_name: str = "driver.lock", pid_name: str = "driver.pid") -> None:
         env = {
             **os.environ,
             "PYTHONPATH": os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH", "")) if p),
@@ -387,8 +408,9 @@ class Launcher:
         if executors_on_this_host(rec.master):
             env["PYSPARK_PYTHON"] = self.python  # else the environment's (e.g. the cluster image's python3)
         slot_dir = Path(rec.log_path).parent
-        with open(rec.log_path, "ab") as log, open(slot_dir / "driver.lock", "a+") as lock:
-            log.write(f"[baton] launch {rec.launch_id} of {rec.app}/{rec.slot.value} generation {rec.generation} "
+        staged = " (staged: held until it is the slot's recorded launch)" if lock_name != "driver.lock" else ""
+        with open(rec.log_path, "ab") as log, open(slot_dir / lock_name, "a+") as lock:
+            log.write(f"[baton] launch {rec.launch_id}{staged} of {rec.app}/{rec.slot.value} generation {rec.generation} "
                       f"on {rec.master} at {time.strftime('%Y-%m-%dT%H:%M:%S%z')}\n".encode())
             log.flush()
             deadline = time.monotonic() + 2  # a concurrent find() may be probing the lock
@@ -396,10 +418,10 @@ class Launcher:
                 if time.monotonic() < deadline:
                     time.sleep(0.05)
                     continue
-                raise LaunchError(f"{slot_dir / 'driver.lock'} is held: a launch of {rec.app}/{rec.slot.value} "
+                raise LaunchError(f"{slot_dir / lock_name} is held: a launch of {rec.app}/{rec.slot.value} "
                                   "is alive although its identity record says otherwise")
             wrapper = [self.python, "-m", "baton.driver_wrapper", "--log", rec.log_path,
-                       "--pid-file", str(slot_dir / "driver.pid"), "--exit-file", rec.exit_file,
+                       "--pid-file", str(slot_dir / pid_name), "--exit-file", rec.exit_file,
                        "--lock-fd", str(lock.fileno()), "--", *rec.argv]
             # The lock's file description goes to the wrapper; closing our copy (never unlocking:
             # that would release it for the wrapper too) leaves it held by the launch alone.
@@ -414,6 +436,103 @@ class Launcher:
             raise LaunchError(f"{rec.app}/{rec.slot.value}: the driver's wrapper failed (exit {proc.returncode}); "
                               f"see {rec.log_path}:\n{tail(Path(rec.log_path))}")
 
+    # --- staged next launch -------------------------------------------------------------------
+    def stage(self, spec: LaunchSpec, hold_timeout_s: float = 600.0) -> SlotProcess | None:
+        """Spawn the slot's next launch beside its running one: it starts its JVM and Spark session, then
+        holds until promoted (the module's doc). Returns it (an existing staged copy of the same launch
+        is returned, a different one discarded), or None when the slot runs nothing: then there is no
+        start-up to overlap and ensure_started spawns as usual."""
+        app = spec.definition()
+        state_dir = spec.state_dir or self.state_dir
+        with self._locked(app.name, spec.slot):
+            self._finish_promotion(app.name, spec.slot)
+            current = self.read_record(app.name, spec.slot)
+            if current is None or not self._held(app.name, spec.slot):
+                return None
+            self._check_host(current)
+            staged = self._staged(app.name, spec.slot)
+            if staged is not None:
+                if not self._launch_differs(staged, spec, app):
+                    return staged
+                self._discard(staged)
+            slot_dir = self.slot_dir(app.name, spec.slot)
+            argv = [*self.argv_builder(spec, app, state_dir, self.python),
+                    HOLD_ARG, str(self.record_file(app.name, spec.slot)), HOLD_TIMEOUT_ARG, f"{hold_timeout_s:g}"]
+            intent = SlotProcess(
+                app=app.name, slot=spec.slot, generation=spec.generation, version=app.version,
+                definition=str(spec.definition_path), master=spec.master, launch_id=uuid.uuid4().hex,
+                argv=argv, log_path=str(slot_dir / "driver.log"), exit_file=str(slot_dir / "driver.exit.json"),
+                host=self.host, launched_at=time.time(),
+            )
+            (slot_dir / STAGED_PID).unlink(missing_ok=True)
+            write_json_text(slot_dir / STAGED_RECORD, intent.to_json())  # intent first, as for a launch
+            self._spawn(intent, lock_name=STAGED_LOCK, pid_name=STAGED_PID)
+            rec = self._completed(intent, wait_s=self.spawn_timeout_s, pid_name=STAGED_PID)
+            if rec.pid is None:
+                raise LaunchError(f"{app.name}/{spec.slot.value}: the staged driver's wrapper did not report its "
+                                  f"pid within {self.spawn_timeout_s:.0f}s; see {intent.log_path}")
+            write_json_text(slot_dir / STAGED_RECORD, rec.to_json())
+            return rec
+
+    def discard_staged(self, app: str, slot: Slot | str) -> bool:
+        """End the slot's staged launch, if any (a restart that will not happen); True if there was one."""
+        slot = Slot(slot)
+        with self._locked(app, slot):
+            self._finish_promotion(app, slot)
+            staged = self._staged(app, slot)
+            if staged is None:
+                return False
+            self._discard(staged)
+            return True
+
+    def _staged(self, app: str, slot: Slot) -> SlotProcess | None:
+        """The slot's live staged launch; the record of a dead one is removed."""
+        path = self.slot_dir(app, slot) / STAGED_RECORD
+        try:
+            rec = SlotProcess.from_json(path.read_text(), str(path))
+        except FileNotFoundError:
+            return None
+        rec = self._completed(rec, pid_name=STAGED_PID)
+        if self._held(app, slot, STAGED_LOCK) or self._leftovers(rec):
+            return rec
+        path.unlink(missing_ok=True)
+        return None
+
+    def _promote(self, staged: SlotProcess) -> SlotProcess:
+        """The staged launch becomes the slot's launch (the current one is gone): its lock first, then the
+        record, which releases its hold. _finish_promotion completes this after a crash in between.
+
+        Its launched_at becomes the promotion's time: what callers count the slot's statuses from
+        (the previous launch published until it was gone, after the staged one was spawned)."""
+        slot_dir = self.slot_dir(staged.app, staged.slot)
+        promoted = replace(staged, launched_at=time.time())
+        write_json_text(slot_dir / STAGED_RECORD, promoted.to_json())
+        os.replace(slot_dir / STAGED_LOCK, slot_dir / "driver.lock")
+        self._write_record(promoted)
+        (slot_dir / STAGED_RECORD).unlink(missing_ok=True)
+        return promoted
+
+    def _finish_promotion(self, app: str, slot: Slot) -> None:
+        """A staged record whose lock was already renamed: the promotion stopped before the record."""
+        slot_dir = self.slot_dir(app, slot)
+        path = slot_dir / STAGED_RECORD
+        if path.exists() and not (slot_dir / STAGED_LOCK).exists():
+            self._write_record(SlotProcess.from_json(path.read_text(), str(path)))
+            path.unlink()
+
+    def _discard(self, staged: SlotProcess, grace_s: float = 15.0) -> None:
+        """SIGTERM (a held launch exits at once), SIGKILL what is left after grace_s; forget it."""
+        live = self._leftovers(staged)
+        for pid in [staged.pid] if staged.pid in live else live:
+            _signal(pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        while (self._held(staged.app, staged.slot, STAGED_LOCK) or self._leftovers(staged)) \
+                and time.monotonic() < deadline:
+            time.sleep(0.2)
+        for pid in self._leftovers(staged):
+            _signal(pid, signal.SIGKILL)
+        (self.slot_dir(staged.app, staged.slot) / STAGED_RECORD).unlink(missing_ok=True)
+
     # --- stop -----------------------------------------------------------------------------------
     def exit_info(self, rec: SlotProcess) -> ExitInfo | None:
         """How the launch `rec` ended, if its wrapper (or a stop) recorded it."""
@@ -426,9 +545,11 @@ class Launcher:
         return ExitInfo(code=raw.get("code"), ended_at=raw.get("ended_at"),
                         killed_by_stop=bool(raw.get("killed_by_stop")))
 
-    def stop(self, app: str, slot: Slot | str, grace_s: float = 60.0, self_stop_s: float = 0.0) -> StopResult:
+    def stop(self, app: str, slot: Slot | str, grace_s: float = 60.0, self_stop_s: float = 0.0,
+             keep_staged: bool = False) -> StopResult:
         """Stop the slot: wait up to self_stop_s for it to end by itself, then SIGTERM (a graceful stop
-        at a batch boundary), then SIGKILL whatever is left after grace_s.
+        at a batch boundary), then SIGKILL whatever is left after grace_s. A staged next launch is
+        discarded too, unless keep_staged (the restart that staged it stops the slot to promote it).
 
         Write the control-topic stop request (desired STOPPED) BEFORE calling this, with self_stop_s
         long enough for a batch to finish: the harness then ends by itself and SIGTERM only backs it
@@ -436,6 +557,9 @@ class Launcher:
         (was_running=False)."""
         slot = Slot(slot)
         with self._locked(app, slot):
+            self._finish_promotion(app, slot)
+            if not keep_staged and (staged := self._staged(app, slot)) is not None:
+                self._discard(staged)
             recorded = self.read_record(app, slot)
             if recorded is None:
                 return StopResult(False, True, None, None)

@@ -40,6 +40,7 @@ from spark_apps.runtime.correction import EmittedKeys, leave_out
 from spark_apps.runtime.dead_letters import collect, purge, read_initial
 from spark_apps.runtime.decode import INVALID_PREFIX, NOT_AN_OBJECT, supported
 from spark_apps.runtime.follower import Follower
+from spark_apps.runtime.hold import Hold
 from spark_apps.runtime.kafka_sink import TransactionalEmitter, WriterFenced
 from spark_apps.runtime.spark import background_jobs
 from spark_apps.runtime.state_check import (
@@ -126,11 +127,12 @@ class SlotStopping(RuntimeError):
 
 class Harness:
     def __init__(self, app: AppDefinition, slot: Slot, bootstrap: str, state_dir: Path, generation: int = 0,
-                 spark_conf: dict[str, str] | None = None, starting_offsets: str = "earliest"):
+                 spark_conf: dict[str, str] | None = None, starting_offsets: str = "earliest",
+                 hold: Hold | None = None):
         self.app, self.slot, self.bootstrap, self.generation = app, slot, bootstrap, generation
+        self.hold = hold  # a staged launch: start up, then wait to be the slot's launch (runtime.hold)
         self.state_dir = state_dir
         self.paths = slot_paths(state_dir, app.name, slot, generation)
-        self.paths.root.mkdir(parents=True, exist_ok=True)
         self.spark_conf = spark_conf or {}
         self.starting_offsets = starting_offsets
         self.follower = Follower(bootstrap, app.name, slot, app.commits_topic, app.input.partitions, self.paths.cap_file,
@@ -245,8 +247,8 @@ class Harness:
         return out, dead
 
     # --- the query ----------------------------------------------------------------------------
-    def build_query(self):
-        return (self.build_frame().writeStream.outputMode("update")
+    def build_query(self, frame=None):
+        return ((frame if frame is not None else self.build_frame()).writeStream.outputMode("update")
                 .foreachBatch(self.on_batch)
                 .option("checkpointLocation", str(self.paths.checkpoint))
                 .trigger(processingTime=f"{min(self.app.trigger_ms, TRIGGER_TICK_MS)} milliseconds"))
@@ -422,9 +424,28 @@ class Harness:
             self._stopping = True
         self.query.stop()
 
+    def start_up_staged(self):
+        """A staged launch's start-up beside the running slot: the Spark session and the frame (neither
+        reads the checkpoint or a topic). Returns the frame, or None after an error: the launch still
+        holds, then builds it again as its own and reports the error as the slot's (FAILED)."""
+        try:
+            return self.build_frame()
+        except Exception as exc:
+            print(f"baton: staged start-up failed ({type(exc).__name__}: {exc}); it is reported once this "
+                  "launch is the slot's", file=sys.stderr, flush=True)
+            return None
+
     def run(self) -> int:
         """Run until stopped; returns a process exit code."""
         signal.signal(signal.SIGTERM, self.request_stop)
+        frame = None
+        if self.hold is not None:
+            frame = self.start_up_staged()
+            if not self.hold.wait(self._stop):
+                self.follower.stop()
+                return 0 if self._stop.is_set() else 3
+            self.mark("promoted")
+        self.paths.root.mkdir(parents=True, exist_ok=True)  # after a hold: a restart may archive or copy it
         self.publish()
         try:
             # Where the restored query stands: a state check position it passed before this start
@@ -439,7 +460,7 @@ class Harness:
             control, _ = self.follower.snapshot()
             self._checked = self._checked_active = control.check_at if control is not None else None
             self.follower.start()
-            writer = self.build_query()
+            writer = self.build_query(frame)
             self.mark("query built")
             add_progress_listener(self.spark, self)
             self.state = SlotState.RESTORING

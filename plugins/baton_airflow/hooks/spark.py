@@ -89,13 +89,28 @@ class BatonSparkHook(BaseHook):
                       rec.master, rec.launch_id, rec.log_path)
         return rec
 
+    def stage(self, app: str, slot: Slot | str, bootstrap: str, generation: int = 0,
+              conf: Mapping[str, str] | None = None, starting_offsets: str = "earliest") -> SlotProcess | None:
+        """Start the slot's next launch beside its running one, held until a later ensure_started of the
+        same launch promotes it (baton.launcher.stage); None when the slot runs nothing."""
+        rec = self.launcher().stage(self.spec(app, slot, bootstrap, generation, conf, starting_offsets))
+        if rec is not None:
+            self.log.info("slot %s/%s: next launch staged, pid %s (launch %s): it starts up beside the running one",
+                          rec.app, rec.slot.value, rec.pid, rec.launch_id)
+        return rec
+
+    def discard_staged(self, app: str, slot: Slot | str) -> bool:
+        return self.launcher().discard_staged(app, slot)
+
     def find(self, app: str, slot: Slot | str) -> SlotProcess | None:
         return self.launcher().find(app, slot)
 
-    def stop(self, app: str, slot: Slot | str, grace_s: float = 60.0, self_stop_s: float = 0.0) -> StopResult:
+    def stop(self, app: str, slot: Slot | str, grace_s: float = 60.0, self_stop_s: float = 0.0,
+             keep_staged: bool = False) -> StopResult:
         """Stop the slot: wait self_stop_s for it to end by itself (write the control-topic stop
-        request first), then SIGTERM, then SIGKILL after grace_s."""
-        return self.launcher().stop(app, slot, grace_s, self_stop_s)
+        request first), then SIGTERM, then SIGKILL after grace_s; a staged next launch goes too unless
+        keep_staged."""
+        return self.launcher().stop(app, slot, grace_s, self_stop_s, keep_staged=keep_staged)
 
     def wait_gone(self, app: str, slot: Slot | str, timeout_s: float) -> ExitInfo | None:
         return self.launcher().wait_gone(app, slot, timeout_s)

@@ -81,9 +81,9 @@ class PreflightOperator(AppOperator):
 
 
 class UpgradeSlotOperator(AppOperator):
-    """Move one slot to the plan's version on its own checkpoint: stop it at a batch boundary (it
-    digests the state it leaves), start the new version (it digests what it restores), wait until it
-    runs. `plan` is the PreflightOperator's XCom; `role` picks the slot: "standby" or "active" (the
+    """Move one slot to the plan's version on its own checkpoint: stage the new version's launch (its
+    JVM and session start up beside the old one), stop the old one at a batch boundary (it reports the
+    state it leaves), promote the new one (it digests what it restores), wait until it runs. `plan` is the PreflightOperator's XCom; `role` picks the slot: "standby" or "active" (the
     old active, upgraded after the cutover). Returns what the restore check compares."""
 
     template_fields = ("app", "plan")
@@ -105,9 +105,12 @@ class UpgradeSlotOperator(AppOperator):
         try:
             if spec.version != version:
                 if spec.desired is not SlotState.STOPPED:  # else a retry: stopped already
+                    # The new version's JVM and session start up while the old one still runs and
+                    # stops: ensure_started below promotes it, the restart's downtime without them.
+                    spark.stage(definition, slot, control.bootstrap, generation=spec.generation)
                     # Intent first: the slot stops by itself at a batch boundary on STOPPING.
                     plane.move_slot(app.name, slot, SlotState.STOPPING, reason=why)
-                    result = spark.stop(app.name, slot, grace_s=60, self_stop_s=60)
+                    result = spark.stop(app.name, slot, grace_s=60, self_stop_s=60, keep_staged=True)
                     self.log.info("%s/%s stopped (graceful: %s)", app.name, slot.value, result.graceful)
                     plane.move_slot(app.name, slot, SlotState.STOPPED, reason=why)
                 if self.role == "standby":  # the way back, should the new version be refused before the cutover
@@ -122,6 +125,7 @@ class UpgradeSlotOperator(AppOperator):
             elif spec.desired is not SlotState.RUNNING:
                 spec = plane.move_slot(app.name, slot, SlotState.STARTING, reason=why).slots[slot]
         except IllegalTransition as exc:
+            spark.discard_staged(app.name, slot)
             raise fail_with_reason(context, f"{app.name}/{slot.value}: {exc}") from None
         proc = spark.ensure_started(definition, slot, control.bootstrap, generation=spec.generation)
         left = _left_digest(control, app.name, slot, int(proc.launched_at * 1000))
