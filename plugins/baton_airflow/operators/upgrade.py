@@ -107,6 +107,8 @@ class UpgradeSlotOperator(AppOperator):
                 if spec.desired is not SlotState.STOPPED:  # else a retry: stopped already
                     # The new version's JVM and session start up while the old one still runs and
                     # stops: ensure_started below promotes it, the restart's downtime without them.
+                    # Not waiting for them to be up before the stop: beside both busy slots the start-up
+                    # took twice as long (13-15 s), and the whole upgrade 191 s against 163 s.
                     spark.stage(definition, slot, control.bootstrap, generation=spec.generation)
                     # Intent first: the slot stops by itself at a batch boundary on STOPPING.
                     plane.move_slot(app.name, slot, SlotState.STOPPING, reason=why)
