@@ -297,18 +297,22 @@ class Harness:
             module = importlib.import_module(self.app.module)
             with background_jobs(self.spark):
                 rows = state_output(self.spark, self.paths.checkpoint, batch, module) if batch is not None else []
+            read_s = time.monotonic() - started
             with self._batch_lock:
                 now, _ = self.follower.snapshot()
                 if self._stopping or now is None or now.epoch != control.epoch or not self.correction_due(now):
                     return
                 published = leave_out(rows, self.emitted_keys.after(batch))
+                locked = time.monotonic()
                 self.emitter.emit_correction(published)
                 self.emitted_keys.clear()
+                publish_s = time.monotonic() - locked
         except WriterFenced as exc:  # the role moved on meanwhile: the new writer's to do
             print(f"baton: corrected output not published: {exc}", file=sys.stderr, flush=True)
             return
         print(f"baton: published the state at batch {batch} as corrected output at epoch {control.epoch}: "
-              f"{len(published)} of {len(rows)} keys (the rest emitted since) in {time.monotonic() - started:.1f}s",
+              f"{len(published)} of {len(rows)} keys (the rest emitted since) in {time.monotonic() - started:.1f}s "
+              f"(state read {read_s:.1f}s, published under the batch lock in {publish_s:.1f}s)",
               file=sys.stderr, flush=True)
 
     # --- state digests (spark_apps.runtime.state_check) -----------------------------------------
