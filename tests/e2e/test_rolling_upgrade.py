@@ -16,6 +16,7 @@ import json
 import time
 import uuid
 from collections import Counter
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, TopicPartition
@@ -101,6 +102,13 @@ def test_a_rolling_upgrade_under_load_is_exactly_once(running):
     assert "restored the" in restore and "state rows" in restore
     agreed = client.xcom("baton_rolling_upgrade", run["dag_run_id"], "state_check")
     assert "schema and digest agree" in agreed
+    # Each restart started the new launch beside the old one and promoted it once the old one was gone
+    # (baton.launcher.stage): the launch that runs is the staged one, not a second spawn.
+    for task in ("upgrade_standby", "upgrade_old_active"):
+        launch = client.xcom("baton_rolling_upgrade", run["dag_run_id"], task)["launch"]
+        log = Path(launch["log"]).read_text()
+        assert f"launch {launch['launch_id']} (staged" in log, log[-3000:]
+        assert f"staged launch {launch['launch_id']} promoted" in log, log[-3000:]
 
     wait_until_emitted(bootstrap, app, sum(truth.values()), timeout_s=300)
     verdict = verify(truth, read_output(bootstrap, app.output.topic, app.output.partitions))
