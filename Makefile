@@ -51,7 +51,8 @@ status:
 
 # Benchmarks, each on its own broker, results as JSON + PNG in bench/results/: the Kafka source's
 # read rate, the click-count app's throughput and latency at the seed's 20,085 events/s with its
-# standby beside it (about 5 min), restart to first batch with 100k and 1M keys of state, and the
+# standby beside it (about 5 min), the highest rate it holds so (input stepped up +5k/s a minute),
+# restart to first batch with 100k and 1M keys of state, and the
 # windowed app's state, a cutover, a corrected-output cutover, a kill -9 failover and a rolling upgrade
 # v1 -> v2 under that load, each run by its steps directly (component benchmarks); then the product
 # path: the embedded platform with Airflow, the app started and each handoff DAG triggered through
@@ -61,6 +62,7 @@ status:
 bench: install
 	$(BIN)/python bench/source_read.py --records 2000000
 	$(BIN)/python bench/throughput.py
+	$(BIN)/python bench/max_rate.py
 	$(BIN)/python bench/restart.py
 	$(BIN)/python bench/window_state.py
 	$(BIN)/python bench/handoff.py --kind cutover

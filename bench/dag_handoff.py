@@ -106,6 +106,9 @@ def load_worker(argv: list[str]) -> int:
     ap.add_argument("--chunk-s", type=float, default=CHUNK_S)
     ap.add_argument("--on-s", type=float, default=0.0, help="bursty: seconds of load per burst (0: steady)")
     ap.add_argument("--off-s", type=float, default=0.0)
+    ap.add_argument("--step", type=float, default=0.0, help="stepped: events/s more every --step-s (bench/max_rate.py)")
+    ap.add_argument("--step-s", type=float, default=60.0)
+    ap.add_argument("--warm-s", type=float, default=0.0, help="stepped: --rate this long before the first step")
     ns = ap.parse_args(argv)
     stop, bursts = threading.Event(), threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -129,7 +132,8 @@ def load_worker(argv: list[str]) -> int:
     while not stop.is_set():
         bursty = ns.on_s > 0 and bursts.is_set()
         seconds = ns.on_s if bursty else ns.chunk_s
-        spec = LoadSpec.for_duration(ns.rate, seconds, keys=ns.keys, malformed=ns.malformed, seed=ns.seed + i)
+        rate = ns.rate + ns.step * int(max(0.0, i * ns.chunk_s - ns.warm_s) // ns.step_s)  # stepped: its step
+        spec = LoadSpec.for_duration(rate, seconds, keys=ns.keys, malformed=ns.malformed, seed=ns.seed + i)
         sent = produce(spec, ns.bootstrap, ns.topic, make_producer=lambda _config: Piece)
         sent.meta["burst"] = bursty
         sent.save(ns.out_dir / f"sends-{i:04d}.npz")
