@@ -97,20 +97,38 @@ def wait_until_emitted(bootstrap: str, app: AppDefinition, total: int, timeout_s
     raise AssertionError(f"output did not reach {total} input records in {timeout_s}s")
 
 
-def read_topic(bootstrap: str, topic: str, keep) -> list:
-    """keep(message) -> item or None for every record of a one-partition topic, read to its end."""
+def read_topic(bootstrap: str, topic: str, keep, timeout_s: float = 120.0) -> list:
+    """keep(message) -> item or None for every record of a one-partition topic, read to its end as the
+    read began (or an EOF, or 5 s without a record).
+
+    Bounded by the end offset taken first: Tansu's end is the last batch's base + 1, so with slots
+    publishing status all the time an EOF may never come and a read to the live end never ended (a
+    600 s hang in CI)."""
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": uuid.uuid4().hex, "isolation.level": "read_committed",
                   "enable.partition.eof": True})
-    c.assign([TopicPartition(topic, 0, 0)])
-    out = []
-    while True:
-        m = c.poll(5)
-        if m is None or (m.error() and m.error().code() == KafkaError._PARTITION_EOF):
-            break
-        if not m.error() and (item := keep(m)) is not None:
-            out.append(item)
-    c.close()
-    return out
+    try:
+        tp = TopicPartition(topic, 0, 0)
+        end = c.get_watermark_offsets(tp, timeout=10, cached=False)[1]
+        c.assign([tp])
+        out = []
+        deadline = time.monotonic() + timeout_s
+        while end > 0:
+            m = c.poll(5)
+            if m is None or (m.error() and m.error().code() == KafkaError._PARTITION_EOF):
+                break
+            if not m.error() and (item := keep(m)) is not None:
+                out.append(item)
+            if c.position([tp])[0].offset >= end:
+                for m in c.consume(100_000, 0.2):  # the rest of the batch holding it (Tansu's end is its base)
+                    if not m.error() and (item := keep(m)) is not None:
+                        out.append(item)
+                break
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{topic} not read to offset {end} within {timeout_s:.0f} s "
+                                   f"(at {c.position([tp])[0].offset})")
+        return out
+    finally:
+        c.close()
 
 
 def read_status(bootstrap: str, app_name: str, slot: str = "blue") -> list[StatusRecord]:
