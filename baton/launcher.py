@@ -367,12 +367,7 @@ class Launcher:
                 self._discard(staged)
             argv = self.argv_builder(spec, app, state_dir, self.python)
             slot_dir = self.slot_dir(app.name, spec.slot)
-            intent = SlotProcess(
-                app=app.name, slot=spec.slot, generation=spec.generation, version=app.version,
-                definition=str(spec.definition_path), master=spec.master, launch_id=uuid.uuid4().hex,
-                argv=argv, log_path=str(slot_dir / "driver.log"), exit_file=str(slot_dir / "driver.exit.json"),
-                host=self.host, launched_at=time.time(),
-            )
+            intent = self._intent(spec, app, argv)
             for stale in ("driver.pid", "driver.exit.json"):
                 (slot_dir / stale).unlink(missing_ok=True)
             self._write_record(intent)  # intent first: a retry after a crash below finds the launch
@@ -383,6 +378,16 @@ class Launcher:
                                   f"within {self.spawn_timeout_s:.0f}s; see {intent.log_path}:\n{tail(Path(intent.log_path))}")
             self._write_record(rec)
             return rec
+
+    def _intent(self, spec: LaunchSpec, app: AppDefinition, argv: list[str]) -> SlotProcess:
+        """A new launch's identity before it is spawned (no pid yet)."""
+        slot_dir = self.slot_dir(app.name, spec.slot)
+        return SlotProcess(
+            app=app.name, slot=spec.slot, generation=spec.generation, version=app.version,
+            definition=str(spec.definition_path), master=spec.master, launch_id=uuid.uuid4().hex,
+            argv=argv, log_path=str(slot_dir / "driver.log"), exit_file=str(slot_dir / "driver.exit.json"),
+            host=self.host, launched_at=time.time(),
+        )
 
     @staticmethod
     def _launch_differs(rec: SlotProcess, spec: LaunchSpec, app: AppDefinition) -> dict[str, tuple]:
@@ -458,12 +463,7 @@ class Launcher:
             slot_dir = self.slot_dir(app.name, spec.slot)
             argv = [*self.argv_builder(spec, app, state_dir, self.python),
                     HOLD_ARG, str(self.record_file(app.name, spec.slot)), HOLD_TIMEOUT_ARG, f"{hold_timeout_s:g}"]
-            intent = SlotProcess(
-                app=app.name, slot=spec.slot, generation=spec.generation, version=app.version,
-                definition=str(spec.definition_path), master=spec.master, launch_id=uuid.uuid4().hex,
-                argv=argv, log_path=str(slot_dir / "driver.log"), exit_file=str(slot_dir / "driver.exit.json"),
-                host=self.host, launched_at=time.time(),
-            )
+            intent = self._intent(spec, app, argv)
             (slot_dir / STAGED_PID).unlink(missing_ok=True)
             write_json_text(slot_dir / STAGED_RECORD, intent.to_json())  # intent first, as for a launch
             self._spawn(intent, lock_name=STAGED_LOCK, pid_name=STAGED_PID)

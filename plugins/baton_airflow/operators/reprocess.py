@@ -94,9 +94,9 @@ def _none(value: Any) -> Any:
 class NewGenerationOperator(AppOperator):
     """Start the plan's new generation in the standby slot: stage it (its start-up beside the old one),
     stop the old one, keep its checkpoint (archived: a note beside it says when and why), start the new
-    version with fresh state from the start offsets, wait until it runs. Follow mode keeps it at or behind what the active emitted. Subclasses change
-    which slot (`slot_key` in the plan), what is done between stop and start (`prepare`) and where
-    the slot starts reading (`starting_offsets`)."""
+    version with fresh state from the start offsets, wait until it runs. Follow mode keeps it at or
+    behind what the active emitted. Subclasses change which slot (`slot_key` in the plan), what is
+    done between stop and start (`prepare`) and where the slot starts reading (`starting_offsets`)."""
 
     template_fields = ("app", "plan")
     slot_key = "standby"

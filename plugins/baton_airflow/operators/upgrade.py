@@ -83,8 +83,9 @@ class PreflightOperator(AppOperator):
 class UpgradeSlotOperator(AppOperator):
     """Move one slot to the plan's version on its own checkpoint: stage the new version's launch (its
     JVM and session start up beside the old one), stop the old one at a batch boundary (it reports the
-    state it leaves), promote the new one (it digests what it restores), wait until it runs. `plan` is the PreflightOperator's XCom; `role` picks the slot: "standby" or "active" (the
-    old active, upgraded after the cutover). Returns what the restore check compares."""
+    state it leaves), promote the new one (it digests what it restores), wait until it runs. `plan` is
+    the PreflightOperator's XCom; `role` picks the slot: "standby" or "active" (the old active,
+    upgraded after the cutover). Returns what the restore check compares."""
 
     template_fields = ("app", "plan")
 
