@@ -73,6 +73,10 @@ class AppDefinition:
     # generation); "earliest" resumes at the earliest available offsets, keeping the state and skipping
     # what was lost (spark_apps.runtime.input_check).
     on_data_loss: str = "fail"
+    # Liveness (baton.leases): every running slot renews a lease this often; the standby takes over once
+    # the active's has not been renewed for lease_ttl_ms (the same host: at once when its process is gone).
+    lease_interval_ms: int = 1000
+    lease_ttl_ms: int = 4000
     state: StateSettings = field(default_factory=StateSettings)
     # Overrides of baton.health.HealthPolicy for this app (e.g. max_restarts, restart_window_s).
     health: dict[str, float] = field(default_factory=dict)
@@ -142,7 +146,8 @@ def _topic(d: dict[str, Any], key: str, path: Path) -> TopicRef:
 
 KNOWN_FIELDS = {
     "name", "module", "version", "input", "output", "trigger_ms", "max_records_per_trigger",
-    "batch_ms_budget", "max_lag_records", "standby_pace_ms", "on_data_loss", "state", "health",
+    "batch_ms_budget", "max_lag_records", "standby_pace_ms", "on_data_loss", "lease_interval_ms", "lease_ttl_ms",
+    "state", "health",
 }
 ON_DATA_LOSS = ("fail", "earliest")
 
@@ -201,10 +206,17 @@ def parse_definition(data: Any, path: Path) -> AppDefinition:
         max_lag_records=_positive(_get(data, "max_lag_records", int, path, default=200_000), path, "max_lag_records"),
         standby_pace_ms=_not_negative(_get(data, "standby_pace_ms", int, path, default=2000), path, "standby_pace_ms"),
         on_data_loss=_on_data_loss(data, path),
+        lease_interval_ms=_positive(_get(data, "lease_interval_ms", int, path, default=1000), path, "lease_interval_ms"),
+        lease_ttl_ms=_positive(_get(data, "lease_ttl_ms", int, path, default=4000), path, "lease_ttl_ms"),
         state=state,
         health=_health(data, path),
         path=str(path),
     )
+    if app.lease_ttl_ms < 3 * app.lease_interval_ms:
+        # The standby judges expiry by its own renewals since the active's last: fewer than three
+        # intervals and one late renewal (a busy host) would read as a death.
+        raise AppDefinitionError(path, "lease_ttl_ms", f"must be at least 3 x lease_interval_ms "
+                                                       f"({3 * app.lease_interval_ms}), got {app.lease_ttl_ms}")
     if app.input.topic == app.output.topic:
         raise AppDefinitionError(path, "output.topic", "must differ from input.topic")
     return app

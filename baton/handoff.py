@@ -35,7 +35,7 @@ from typing import Callable, Mapping, Sequence
 from baton.conditions import Check, WAIT
 from baton.records import CommitMarker, ControlRecord, Handoff, Positions, Slot, SlotState, StatusRecord
 
-FAILOVER = "failover"  # the handoff id of the health DAG's failovers
+FAILOVER = "failover"  # the handoff id of failovers (the standby's own, or the health DAG's)
 
 # A standby the cutover may go to before it stands at F: its last status is this recent and RUNNING
 # (a slot that died or hangs is not handed the role; the handoff waits, and aborts at its timeout).
@@ -125,14 +125,14 @@ def with_fence(fence: Positions, epoch: int, expires_ms: int = 0, by: str = ""):
     return change
 
 
-def failover_fence(fence: Positions, epoch: int, expires_ms: int = 0):
-    """Change: the fence of a failover, at what the dead active emitted. It replaces a fence a handoff
-    had set further ahead (the dead active will never reach that one)."""
+def failover_fence(fence: Positions, epoch: int, expires_ms: int = 0, reason: str = "", now_ms: int = 0):
+    """Change: the fence of a failover, at what the dead active emitted, and why. It replaces a fence a
+    handoff had set further ahead (the dead active will never reach that one)."""
     def change(rec: ControlRecord) -> ControlRecord:
         if rec.epoch != epoch:
             raise HandoffError(f"{rec.app}: epoch is {rec.epoch}, the failover was planned at epoch {epoch}")
         return dataclasses.replace(rec, fence=dict(fence), fence_expires_ms=expires_ms,
-                                   handoff=Handoff(FAILOVER, epoch, dict(fence), other(rec.active)))
+                                   handoff=Handoff(FAILOVER, epoch, dict(fence), other(rec.active), reason, now_ms))
     return change
 
 
@@ -263,7 +263,7 @@ def saw_epoch(history: Sequence[StatusRecord], epoch: int, since_ms: int = 0) ->
 
 
 def fail_over(plane, app: str, partitions: int, dead: Slot, epoch: int, emitted: Mapping[int, int],
-              standby: Sequence[StatusRecord]) -> tuple[bool, str]:
+              standby: Sequence[StatusRecord], reason: str = "") -> tuple[bool, str]:
     """The active `dead` is gone: fence at what it emitted (it cannot pass that any more) and cut over
     to the standby at once: capped at that fence already, it reaches it as the new active and emits
     from there (taken_over_at). (done, what happened). The caller makes sure the dead slot's process
@@ -276,8 +276,26 @@ def fail_over(plane, app: str, partitions: int, dead: Slot, epoch: int, emitted:
     if (past := _passed(processed, fence)):  # never expected: a standby never passes the active's output
         return False, (f"no failover to {to.value}: it processed past what {dead.value} emitted {past}; "
                        "its state holds input nobody emitted")
-    plane.update(app, failover_fence(fence, epoch, int((time.time() + 180) * 1000)))
+    now = time.time()
+    plane.update(app, failover_fence(fence, epoch, int((now + 180) * 1000), reason, int(now * 1000)))
     plane.update(app, cut_over(to, epoch))
     short = sum(f - processed.get(p, 0) for p, f in fence.items())
     return True, (f"active {dead.value} died: failed over to {to.value} at {fence} (epoch {epoch + 1}; "
                   f"it was {short} records short of it)")
+
+
+def take_over(to: Slot, epoch: int, fence: Positions, reason: str, now_ms: int):
+    """Change: the standby `to` takes the active role from the active that died at `epoch`, in one
+    write (spark_apps.runtime.lease, once it has fenced the writer): epoch + 1, any fence lifted, the
+    handoff names the failover fence F (what the dead active emitted: `to` reads up to exactly F first,
+    taken_over_at), why and when. Done already (a retry) = no-op."""
+    def change(rec: ControlRecord) -> ControlRecord:
+        if rec.active is to and rec.epoch == epoch + 1 and rec.handoff is not None and rec.handoff.id == FAILOVER:
+            return rec
+        if rec.epoch != epoch:
+            raise HandoffError(f"{rec.app}: epoch is {rec.epoch}, the takeover was decided at epoch {epoch}")
+        if rec.active is to:
+            raise HandoffError(f"{rec.app}: {to.value} is already active at epoch {rec.epoch}")
+        return dataclasses.replace(rec, active=to, epoch=epoch + 1, fence=None, fence_expires_ms=0, check_at=None,
+                                   handoff=Handoff(FAILOVER, epoch, dict(fence), to, reason, now_ms))
+    return change

@@ -25,7 +25,9 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from baton.apps import AppDefinition
-from baton.records import Positions, Role, Slot, SlotSpec, SlotState, StatusRecord
+from baton.handoff import FAILOVER
+from baton.leases import Lease
+from baton.records import ControlRecord, Positions, Role, Slot, SlotSpec, SlotState, StatusRecord
 
 RUNNABLE = (SlotState.STARTING, SlotState.RESTORING, SlotState.RUNNING)
 
@@ -132,6 +134,34 @@ class SlotHealth:
         order = [Severity.CRITICAL, Severity.WARN, Severity.INFO]
         worst = sorted(self.findings, key=lambda f: order.index(f.severity))
         return worst[0].message if worst else ""
+
+
+def lease_finding(spec: SlotSpec | None, lease: Lease | None, now_ms: int, policy: HealthPolicy) -> Finding | None:
+    """A slot desired running whose lease (renewed by a launch since its start) has not been renewed for
+    its ttl, plus the clock skew tolerance (the renewer's clock is not ours): it is dead, whatever its
+    last status says (a hung query stops renewing; a slot on another host has no process to look at)."""
+    if spec is None or spec.desired not in RUNNABLE or lease is None or lease.released:
+        return None
+    tolerance_ms = policy.clock_skew_tolerance_s * 1000
+    if spec.started_ms and lease.ts_ms < spec.started_ms - tolerance_ms:
+        return None  # the lease of the launch before the slot's restart
+    age = now_ms - lease.ts_ms
+    if age <= lease.ttl_ms + tolerance_ms:
+        return None
+    return Finding("lease", Severity.CRITICAL, f"lease not renewed for {_s(age)} (ttl {lease.ttl_ms / 1000:g} s; "
+                                               f"launch {lease.launch[:8]}, pid {lease.pid} on {lease.host}, "
+                                               f"last {lease.state.value})")
+
+
+def failover_finding(record: ControlRecord, slot: Slot, now_ms: int) -> Finding | None:
+    """The slot holds the active role through a failover (the standby's own, or the health DAG's): who
+    took over from whom, when and why, until the next handoff."""
+    h = record.handoff
+    if h is None or h.id != FAILOVER or record.active is not slot or record.epoch != h.epoch + 1:
+        return None
+    when = f", {_s(now_ms - h.ts_ms)} ago" if h.ts_ms else ""
+    return Finding("failover", Severity.INFO, f"took over from {slot.other.value} at epoch {record.epoch}{when}, "
+                                              f"at {dict(h.fence)}: {h.reason or 'no reason recorded'}")
 
 
 def _s(ms: float) -> str:

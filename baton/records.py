@@ -108,9 +108,14 @@ class Handoff:
     epoch: int
     fence: Positions
     to: "Slot"
+    # A failover's cause and when it was decided (ms): kept on the record until the next handoff, for
+    # the health DAG's findings and the UI. Empty for a cutover.
+    reason: str = ""
+    ts_ms: int = 0
 
     def to_json(self) -> dict[str, Any]:
-        return {"id": self.id, "epoch": self.epoch, "fence": positions_to_json(self.fence), "to": self.to.value}
+        return {"id": self.id, "epoch": self.epoch, "fence": positions_to_json(self.fence), "to": self.to.value,
+                "reason": self.reason, "ts_ms": self.ts_ms}
 
     @classmethod
     def from_json(cls, raw: Any) -> "Handoff | None":
@@ -121,7 +126,8 @@ class Handoff:
             raise RecordError(f"{what}: expected an object")
         return cls(id=_req(raw, "id", str, what), epoch=_req(raw, "epoch", int, what),
                    fence=positions_from_json(_req(raw, "fence", dict, what), what) or {},
-                   to=Slot(_req(raw, "to", str, what)))
+                   to=Slot(_req(raw, "to", str, what)), reason=str(raw.get("reason", "")),
+                   ts_ms=int(raw.get("ts_ms", 0)))
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,9 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 # Topics of the control plane, shared by every app.
 CONTROL_TOPIC = "baton.control"
 STATUS_TOPIC = "baton.status"
+# Every running slot's lease, renewed every second (baton.leases); compaction keeps the newest per slot.
+LEASES_TOPIC = "baton.leases"
+LEASES_TOPIC_CONFIG = {"cleanup.policy": "compact", "segment.ms": "3600000"}
 
 
 def _env_int(name: str, default: int) -> int:

@@ -8,7 +8,7 @@ from baton.apps import load_registry
 from baton.kafka.admin import TopicSpec, ensure_topics
 from baton.local.airflow import ADMIN_USER, Airflow
 from baton.local.broker import Broker
-from baton.settings import CONTROL_TOPIC, STATUS_TOPIC, Settings
+from baton.settings import CONTROL_TOPIC, LEASES_TOPIC, LEASES_TOPIC_CONFIG, STATUS_TOPIC, Settings
 
 
 def platform_topics() -> list[TopicSpec]:
@@ -17,6 +17,7 @@ def platform_topics() -> list[TopicSpec]:
         # Latest desired state per app; compaction keeps the newest record per key.
         TopicSpec(CONTROL_TOPIC, 1, {"cleanup.policy": "compact"}),
         TopicSpec(STATUS_TOPIC, 1),
+        TopicSpec(LEASES_TOPIC, 1, LEASES_TOPIC_CONFIG),
     ]
     for app in load_registry().values():
         specs.extend(app.topics())

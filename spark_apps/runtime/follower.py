@@ -229,6 +229,13 @@ class Follower:
         if lift:
             self._publish_cap()
 
+    def apply_control(self, record: ControlRecord) -> None:
+        """A control record this slot wrote itself (a takeover, runtime.lease): applied and its cap
+        written now, not once the consumer reads it back (the read-back repeats its revision: ignored)."""
+        with self._lock:
+            self.control = apply_records(self.control, [record])
+        self._publish_cap()
+
     def role(self) -> Role:
         with self._lock:
             return self.control.role_of(self.slot) if self.control is not None else Role.STANDBY

@@ -34,6 +34,7 @@ from confluent_kafka import Producer
 from baton.apps import AppDefinition
 from baton.generations import slot_root
 from baton.handoff import taken_over_at
+from baton.health import HealthPolicy
 from baton.records import Positions, Role, Slot, SlotState, StateDigest, StatusRecord, covers
 from baton.settings import STATUS_TOPIC
 from spark_apps.runtime.correction import EmittedKeys, leave_out
@@ -42,6 +43,7 @@ from spark_apps.runtime.decode import INVALID_PREFIX, NOT_AN_OBJECT, supported
 from spark_apps.runtime.follower import Follower
 from spark_apps.runtime.hold import Hold
 from spark_apps.runtime.kafka_sink import TransactionalEmitter, WriterFenced
+from spark_apps.runtime.lease import LeaseKeeper
 from spark_apps.runtime.spark import background_jobs
 from spark_apps.runtime.state_check import (
     committed_batches, digest_state, last_committed_batch, state_operators, state_output,
@@ -158,6 +160,10 @@ class Harness:
         self._checked: Positions | None = None  # the check_at position digested (or found passed) last
         self._checked_active: Positions | None = None  # the same, for the active's state
         self.emitted_keys = EmittedKeys()  # while a correction is due
+        self.lease: LeaseKeeper | None = None  # renews this slot's lease; the standby's failover (runtime.lease)
+        self.last_event = time.monotonic()  # the query's last progress or idle event
+        # A query silent this long (no batch, no idle event) is hung: the lease is no longer renewed.
+        self.stall_s = HealthPolicy.from_app(app).heartbeat_max_age_s
 
     # --- status -------------------------------------------------------------------------------
     def publish(self, progress: dict | None = None, error: str = "") -> None:
@@ -176,6 +182,10 @@ class Harness:
         self.status_producer.produce(STATUS_TOPIC, rec.to_bytes(), rec.key())
         self.status_producer.poll(0)
         self.last_publish = time.monotonic()
+
+    def alive(self) -> bool:
+        """Starting up, or the query reported a batch or idleness within stall_s (its lease holds)."""
+        return self.state in (SlotState.STARTING, SlotState.RESTORING) or time.monotonic() - self.last_event < self.stall_s
 
     def mark(self, phase: str) -> None:
         """A start-up phase ended (until the first batch is done; the log line says where time went)."""
@@ -464,6 +474,8 @@ class Harness:
             control, _ = self.follower.snapshot()
             self._checked = self._checked_active = control.check_at if control is not None else None
             self.follower.start()
+            self.lease = LeaseKeeper(self.app, self.slot, self.bootstrap, self.follower, lambda: self.state, self.alive)
+            self.lease.start()
             writer = self.build_query(frame)
             self.mark("query built")
             add_progress_listener(self.spark, self)
@@ -476,12 +488,20 @@ class Harness:
             self.state = SlotState.FAILED
             self.publish(error=f"{type(exc).__name__}: {exc}"[:2000])
             self.status_producer.flush(5)
+            if self.lease is not None:
+                self.lease.stop()
             self.follower.stop()
             raise
         code = 0
         try:
             while not self._stop.is_set():
-                if self.query.awaitTermination(0.5):
+                try:
+                    ended = self.query.awaitTermination(0.5)
+                except Exception:  # it failed: said below, unless this slot was fenced and goes on as the standby
+                    ended = True
+                if ended:
+                    if self.rejoin_as_standby(writer):
+                        continue
                     break  # the query ended by itself: an error, reported below
                 control, _ = self.follower.snapshot()
                 spec = control.slots.get(self.slot) if control else None
@@ -515,9 +535,29 @@ class Harness:
             else:
                 self.publish()
             self.status_producer.flush(5)
+            if self.lease is not None:
+                self.lease.stop()  # its last renewal carries the final state: a stop releases the lease
             self.follower.stop()
             self.emitter.release()
         return code
+
+    def rejoin_as_standby(self, writer, wait_s: float = 10.0) -> bool:
+        """The query failed because another slot fenced this one's writer: it took the active role while
+        this slot was stalled (runtime.lease). Restart the query from the checkpoint as the standby, in
+        this process: the failed batch was not committed, so it runs again, capped as a standby batch."""
+        exc = self.query.exception()
+        if exc is None or WriterFenced.__name__ not in str(exc):
+            return False
+        deadline = time.monotonic() + wait_s  # the follower reads the record that moved the role
+        while self.follower.role() is Role.ACTIVE and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if self.follower.role() is Role.ACTIVE:
+            return False
+        self.emitter.release()
+        print("baton: this slot's writer was fenced (another slot took the active role): rejoining as the standby",
+              file=sys.stderr, flush=True)
+        self.query = writer.start()
+        return True
 
 
 def build_frame(spark, app: AppDefinition, bootstrap: str, starting_offsets: str, cap_file: Path, spool: Path,
@@ -679,6 +719,7 @@ class _ProgressBridge:
     def onQueryProgress(self, jevent):
         h = self.harness
         c = h.counters
+        h.last_event = time.monotonic()
         progress = json.loads(jevent.progress().json())
         h.last_progress = with_input_rate(progress, h.last_batch_ms)
         if int(progress.get("numInputRows", 0)) > 0:
@@ -694,6 +735,7 @@ class _ProgressBridge:
         # No new input (or the cap holds this slot back): the query is up and polling. Say so,
         # at most every IDLE_HEARTBEAT_S, so an idle slot is RUNNING and visibly alive.
         h = self.harness
+        h.last_event = time.monotonic()
         if h.state is SlotState.RESTORING or time.monotonic() - h.last_publish >= IDLE_HEARTBEAT_S:
             h.state = SlotState.RUNNING
             h.publish(h.last_progress)

@@ -8,6 +8,7 @@ staged launch never promoted (spark_apps.runtime.hold).
 from __future__ import annotations
 
 import argparse
+import logging
 import signal
 import sys
 from pathlib import Path
@@ -20,6 +21,8 @@ from baton.settings import Settings
 
 def main(argv: list[str] | None = None) -> int:
     settings = Settings.load()
+    # The runtime's own warnings (a takeover, a lease not renewed) go to the slot's log with a time.
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     ap = argparse.ArgumentParser(prog="spark_apps.runtime.run")
     ap.add_argument("--app", required=True, help="app name (include/apps/<name>.yaml) or a path to a definition")
     ap.add_argument("--slot", required=True, choices=[s.value for s in Slot])

@@ -4,8 +4,9 @@ triggered through the REST API.
 - baton_lifecycle refuses a bad conf (400 naming the field) and starts nothing;
 - it starts both slots of the click-count app; baton_health sees them RUNNING;
 - a re-run (cleared) start task reattaches to the running launches instead of starting second copies;
-- kill -9 of the active's driver is detected by baton_health: the standby takes over at what the dead
-  active emitted, the dead slot is restarted as the standby; output stays exactly once;
+- kill -9 of the active's driver, with every Airflow process stopped (SIGSTOP): the standby takes over by
+  itself at what the dead active emitted (its lease watch); once Airflow runs again, baton_health reports
+  the failover and restarts the dead slot as the standby; output stays exactly once;
 - an app with bad code is restarted up to its limit, then marked FAILED with the reason;
 - stop ends both slots gracefully;
 - baton_cutover hands the active role to the standby under live load, exactly once.
@@ -15,9 +16,11 @@ import os
 import signal
 import time
 
+import psutil
 import pytest
 
 from baton.airflow_api import AirflowAPIError
+from baton.handoff import FAILOVER
 from baton.kafka.control_log import read_control
 from baton.launcher import Launcher
 from baton.local.procs import pid_alive
@@ -71,12 +74,25 @@ def test_start_health_restart_after_kill_9_and_stop(stack):
         again = launcher.find(app.name, slot)
         assert again is not None and again.launch_id == launches[slot].launch_id
 
-    # kill -9 of the active's Python driver (the pid its status records carry).
+    # kill -9 of the active's Python driver (the pid its status records carry) while no Airflow process
+    # runs: the failover is the data plane's own (invariant 7).
     wait_until_emitted(bootstrap, app, 20_000)
     driver_pid = read_status(bootstrap, app.name, "blue")[-1].pid
-    os.kill(driver_pid, signal.SIGKILL)
+    airflow = psutil.Process(platform.airflow.proc.pid())
+    paused = [p for p in (airflow, *airflow.children(recursive=True)) if "airflow" in " ".join(p.cmdline())]
+    for proc in paused:
+        proc.send_signal(signal.SIGSTOP)
+    try:
+        os.kill(driver_pid, signal.SIGKILL)
+        more, _ = produce_clicks(bootstrap, app.input.topic, 10_000, users=400, start=20_000)
+        took = wait_for("green to take over", lambda: (r := read_control(bootstrap, app.name)).epoch == 2 and r, 60)
+        assert took.active is Slot.GREEN and took.writer == "green (lease)", took
+        assert took.handoff.id == FAILOVER and "is gone" in took.handoff.reason, took.handoff
+        wait_until_emitted(bootstrap, app, 30_000, timeout_s=120)  # green emits on, Airflow still stopped
+    finally:
+        for proc in paused:
+            proc.send_signal(signal.SIGCONT)
     wait_for("the launch to be seen gone", lambda: launcher.find(app.name, Slot.BLUE) is None, 60, every_s=1)
-    more, _ = produce_clicks(bootstrap, app.input.topic, 10_000, users=400, start=20_000)
     wait_for("baton_health to restart blue",
              lambda: run_dag(client, "baton_health")["state"] == "success"
              and (d := desired(platform, app.name, Slot.BLUE)) and len(d.restarts) >= 1, 300, every_s=1)
@@ -85,6 +101,8 @@ def test_start_health_restart_after_kill_9_and_stop(stack):
     # Blue was the active: green took over at what blue had emitted, blue came back as the standby.
     record = read_control(bootstrap, app.name)
     assert (record.active, record.epoch, record.fence) == (Slot.GREEN, 2, None)
+    findings = client.xcom("baton_health", run_dag(client, "baton_health")["dag_run_id"], "check")["slots"]
+    assert any(f.startswith("failover: took over from blue at epoch 2") for f in findings[f"{app.name}/green"]["findings"])
     wait_until_emitted(bootstrap, app, 30_000, timeout_s=300)
     verdict = verify(truth + more, read_output(bootstrap, app.output.topic, app.output.partitions))
     assert verdict.ok, verdict.summary()

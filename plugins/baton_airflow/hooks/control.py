@@ -11,8 +11,9 @@ from airflow.sdk import BaseHook
 from baton.apps import AppDefinition
 from baton.control_plane import ControlPlane, KafkaControlStore
 from baton.kafka.tail import end_offsets, read_tail
+from baton.leases import Lease, decode_lease
 from baton.records import CommitMarker, RecordError, Slot, StatusRecord
-from baton.settings import STATUS_TOPIC
+from baton.settings import LEASES_TOPIC, STATUS_TOPIC
 from baton_airflow.hooks.kafka import BatonKafkaHook
 
 
@@ -39,6 +40,18 @@ def read_last_commit(bootstrap: str, app: AppDefinition) -> CommitMarker | None:
     return read_last_marker(bootstrap, app.commits_topic, app.name)
 
 
+def read_leases(bootstrap: str, app: str, last_n: int = 2000) -> dict[Slot, Lease]:
+    """The newest lease of each of `app`'s slots among the last `last_n` renewals of every app (one
+    per slot and second: the last few seconds are what liveness needs). A missing topic: none yet."""
+    from confluent_kafka import KafkaException
+
+    try:
+        leases = read_tail(bootstrap, LEASES_TOPIC, lambda m: decode_lease(app, m.key(), m.value()), last_n=last_n)
+    except KafkaException:
+        return {}
+    return {lease.slot: lease for lease in leases}
+
+
 class BatonControlHook(BaseHook):
     hook_name = "Baton control plane"
 
@@ -56,6 +69,9 @@ class BatonControlHook(BaseHook):
 
     def status(self, app: str, slot: Slot | str | None = None, last_n: int = 5000) -> list[StatusRecord]:
         return read_slot_status(self.bootstrap, app, slot, last_n)
+
+    def leases(self, app: str) -> dict[Slot, Lease]:
+        return read_leases(self.bootstrap, app)
 
     def last_commit(self, app: AppDefinition) -> CommitMarker | None:
         return read_last_commit(self.bootstrap, app)

@@ -22,7 +22,7 @@ from baton.apps import AppDefinition, load_registry, version_path
 from baton.handoff import HandoffError, fail_over, other, stale_fence, without_fence
 from baton.local.procs import tail
 from baton.health import (Finding, HealthPolicy, RestartAction, Severity, SlotHealth, Verdict, assess, decide_restart,
-                          prune_restarts, summarize)
+                          failover_finding, lease_finding, prune_restarts, summarize)
 from baton.records import ControlRecord, Slot, SlotState
 from baton_airflow.hooks.control import BatonControlHook
 from baton_airflow.hooks.kafka import BatonKafkaHook
@@ -74,7 +74,8 @@ class HealthCheckOperator(BaseOperator):
                     continue
                 if health.verdict is Verdict.DEAD and slot is record.active and self.can_fail_over(
                         record, other(slot), by_slot.get(other(slot))):
-                    actions.append(f"{app.name}/{slot.value}: {self.fail_over(app, slot, record, control, spark)}")
+                    done = self.fail_over(app, slot, record, control, spark, health.reason)
+                    actions.append(f"{app.name}/{slot.value}: {done}")
                 action = self.act_on(app, slot, health, record, control, spark)
                 if action:
                     actions.append(f"{app.name}/{slot.value}: {action}")
@@ -106,6 +107,7 @@ class HealthCheckOperator(BaseOperator):
         statuses = control.status(app.name)
         marker = control.last_commit(app)
         end = control.input_end(app)
+        leases = control.leases(app.name)
         out = []
         for slot in Slot:
             spec = record.slots.get(slot)
@@ -116,6 +118,9 @@ class HealthCheckOperator(BaseOperator):
                             now_ms, policy, cap=compute_cap(record, slot, marker, app.input.partitions),
                             started_ms=spec.started_ms if spec and spec.started_ms else None, lag_history=samples)
             health = self.with_process_check(app, slot, spec, health, spark)
+            health = self.with_lease_check(spec, health, leases.get(slot), now_ms, policy)
+            if (took_over := failover_finding(record, slot, now_ms)) is not None:
+                health = dataclasses.replace(health, findings=[*health.findings, took_over])
             if health.lag is not None:
                 samples.append((health.ts_ms, health.lag))
             lag_samples[key] = [list(s) for s in samples]
@@ -137,6 +142,14 @@ class HealthCheckOperator(BaseOperator):
         gone = Finding("process", Severity.CRITICAL, f"driver of launch {launch.launch_id[:8]} (pid {launch.pid}) "
                                                      f"has exited (code {code})")
         return dataclasses.replace(health, verdict=Verdict.DEAD, findings=[gone, *health.findings])
+
+    @staticmethod
+    def with_lease_check(spec, health: SlotHealth, lease, now_ms: int, policy: HealthPolicy) -> SlotHealth:
+        """A slot whose lease expired is dead now (baton.health.lease_finding), whatever else it reports."""
+        expired = lease_finding(spec, lease, now_ms, policy)
+        if expired is None or health.verdict is Verdict.DEAD:
+            return health
+        return dataclasses.replace(health, verdict=Verdict.DEAD, findings=[expired, *health.findings])
 
     @staticmethod
     def last_error(app: AppDefinition, slot: Slot, spec, health: SlotHealth, control: BatonControlHook,
@@ -167,15 +180,19 @@ class HealthCheckOperator(BaseOperator):
                 and health.verdict in (Verdict.HEALTHY, Verdict.DEGRADED))
 
     def fail_over(self, app: AppDefinition, dead: Slot, record: ControlRecord, control: BatonControlHook,
-                  spark: BatonSparkHook) -> str:
+                  spark: BatonSparkHook, health_reason: str = "") -> str:
         """The active is dead: hand over to the standby at what the dead one emitted (baton.handoff);
         the dead slot is then restarted as the standby by the usual rule."""
         spark.stop(app.name, dead, grace_s=10)  # whatever is left of it; Kafka fences a late write anyway
         marker = control.last_commit(app)
         standby = other(dead)
-        ok, message = fail_over(control.plane(), app.name, app.input.partitions, dead, record.epoch,
-                                dict(marker.emitted) if marker is not None else {},
-                                control.status(app.name, standby, last_n=500))
+        try:
+            ok, message = fail_over(control.plane(), app.name, app.input.partitions, dead, record.epoch,
+                                    dict(marker.emitted) if marker is not None else {},
+                                    control.status(app.name, standby, last_n=500),
+                                    reason=f"found dead by baton_health: {health_reason}")
+        except HandoffError as exc:  # the standby took over by itself meanwhile (its lease watch): done
+            return f"no failover by baton_health: {exc}"
         return message if ok else f"{message}; restarting {dead.value} instead"
 
     def act_on(self, app: AppDefinition, slot: Slot, health: SlotHealth, record: ControlRecord,

@@ -265,9 +265,18 @@ class RollbackOperator(AppOperator):
         # The new active reaches no fence: stop it, and the old slot takes over at what it emitted.
         spark.stop(app.name, new_slot, grace_s=10)  # a late write of it is fenced by Kafka anyway
         marker = control.last_commit(app)
-        ok, message = fail_over(plane, app.name, app.input.partitions, new_slot, epoch,
-                                dict(marker.emitted) if marker is not None else {},
-                                control.status(app.name, back_to, last_n=500))
+        try:
+            ok, message = fail_over(plane, app.name, app.input.partitions, new_slot, epoch,
+                                    dict(marker.emitted) if marker is not None else {},
+                                    control.status(app.name, back_to, last_n=500),
+                                    reason=f"rollback: the new active reached no fence; {reason}")
+        except HandoffError as exc:
+            now = plane.current(app.name)
+            if now.active is back_to and now.epoch > epoch:  # the old slot took over by itself (its lease watch)
+                self.log.warning("%s: %s took the role back by itself: %s", app.name, back_to.value,
+                                 now.handoff.reason if now.handoff else "")
+                return "by the old slot's own failover"
+            raise AirflowFailException(f"{app.name}: rollback failed: {exc}; the settle check said: {reason}") from None
         if not ok:
             raise AirflowFailException(f"{app.name}: rollback failed: {message}; the settle check said: {reason}")
         self.log.warning("%s: %s", app.name, message)

@@ -29,6 +29,7 @@ def test_shipped_definitions_load():
 def test_defaults_and_topics(tmp_path):
     app = load_definition(write(tmp_path, GOOD))
     assert app.trigger_ms == 1000 and app.standby_pace_ms == 2000
+    assert (app.lease_interval_ms, app.lease_ttl_ms) == (1000, 4000)
     assert load_definition(write(tmp_path, GOOD + "standby_pace_ms: 0\n")).standby_pace_ms == 0
     assert [t.name for t in app.topics()] == ["clicks", "user_counts", "baton.demo.deadletter", "baton.demo.commits"]
 
@@ -40,6 +41,8 @@ def test_defaults_and_topics(tmp_path):
     (GOOD + "trigger_ms: true\n", "trigger_ms", "must be int"),
     (GOOD + "colour: blue\n", "colour", "is not a known field"),
     (GOOD + "standby_pace_ms: -1\n", "standby_pace_ms", "must be >= 0"),
+    (GOOD + "lease_ttl_ms: 2000\n", "lease_ttl_ms", "at least 3 x lease_interval_ms (3000)"),
+    (GOOD + "lease_interval_ms: 0\n", "lease_interval_ms", "must be > 0"),
     (GOOD.replace("user_counts", "clicks"), "output.topic", "must differ"),
     (GOOD.replace("topic: clicks", "topic: 'bad topic'"), "input.topic", "not a valid Kafka topic"),
     (GOOD.replace("name: demo", "name: other"), "name", "must match the file name"),

@@ -429,3 +429,16 @@ def test_a_slot_whose_input_lost_its_data_is_not_restarted():
     d = decide_restart([], NOW, POLICY, last_error=reason)
     assert d.action is RestartAction.GIVE_UP and d.reason == f"not restarted: {reason}"
     assert decide_restart([], NOW, POLICY, last_error="ValueError: boom").action is RestartAction.RESTART
+
+
+def test_a_failover_is_a_finding_of_the_new_active_until_the_next_handoff():
+    from baton.handoff import take_over
+    from baton.health import failover_finding
+    from baton.records import ControlRecord
+
+    before = ControlRecord(app="clicks", revision=1, epoch=1, active=Slot.BLUE)
+    after = take_over(Slot.GREEN, 1, {0: 5}, "the active's lease expired", NOW - 30_000)(before)
+    found = failover_finding(after, Slot.GREEN, NOW)
+    assert found.severity is Severity.INFO  # a failover that worked is not a fault of the slot
+    assert found.message == ("took over from blue at epoch 2, 30 s ago, at {0: 5}: the active's lease expired")
+    assert failover_finding(after, Slot.BLUE, NOW) is None and failover_finding(before, Slot.BLUE, NOW) is None

@@ -16,7 +16,6 @@ import psutil
 import pytest
 
 from baton.launcher import STAGED_LOCK, STAGED_RECORD, Launcher, SlotBusy
-from baton.records import Slot
 from spark_apps.runtime.hold import Hold
 from tests.unit.baton.test_launcher import launch_processes, python_argv, spec, wait_for
 

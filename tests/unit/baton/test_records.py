@@ -14,7 +14,7 @@ def test_control_record_round_trip_and_roles():
     rec = ControlRecord(
         app="clicks", revision=3, epoch=2, active=Slot.GREEN,
         slots={Slot.BLUE: SlotSpec(SlotState.RUNNING, "v1", 1), Slot.GREEN: SlotSpec(SlotState.RUNNING, "v2", 1)},
-        fence={0: 10, 1: 7}, fence_expires_ms=9, handoff=Handoff("run1", 2, {0: 10, 1: 7}, Slot.BLUE), check_at={0: 9, 1: 7}, correct_epoch=2, operation="reprocess by r1",
+        fence={0: 10, 1: 7}, fence_expires_ms=9, handoff=Handoff("run1", 2, {0: 10, 1: 7}, Slot.BLUE, "why", 5), check_at={0: 9, 1: 7}, correct_epoch=2, operation="reprocess by r1",
         operation_expires_ms=11, writer="airflow", ts_ms=5,
     )
     back = ControlRecord.from_bytes(rec.to_bytes())

@@ -1,6 +1,7 @@
 """The crash-loop reason names why the last launch died, even when the status was read before the
 driver published its error and exited (a race seen in the e2e test), and when it died silently."""
 
+import dataclasses
 from types import SimpleNamespace
 
 from baton.health import SlotHealth, Verdict
@@ -110,6 +111,46 @@ def test_failover_fences_at_what_the_dead_active_emitted_and_hands_over():
     assert stopped == [Slot.BLUE] and "failed over to green" in message
     fences = [r.fence for r in control.plane().store.log if r.fence]
     assert fences and all(f == {0: 40, 1: 50} for f in fences)  # fenced (and cut over) at exactly that
+
+
+def test_a_failover_the_standby_made_first_is_left_as_it_is():
+    from baton.handoff import take_over
+
+    control = running_app()
+    took = control.plane().update("crashy", take_over(Slot.GREEN, 1, {0: 40, 1: 50}, "lease expired", 7))
+    spark = SimpleNamespace(stop=lambda app, slot, grace_s: None)
+    app = SimpleNamespace(name="crashy", input=SimpleNamespace(partitions=2))
+    # The health DAG decided on the record of epoch 1 before green's own takeover landed.
+    stale = dataclasses.replace(took, epoch=1, active=Slot.BLUE, handoff=None)
+    message = HealthCheckOperator(task_id="check").fail_over(app, Slot.BLUE, stale, control, spark, "dead")
+    assert "no failover by baton_health" in message and "epoch is 2" in message
+    assert control.plane().current("crashy") == took
+
+
+def test_the_failover_records_why_it_happened():
+    control, _, _ = fail_over_with_green_at({0: 40, 1: 50})
+    assert control.plane().current("crashy").handoff.reason.startswith("found dead by baton_health")
+
+
+def test_an_expired_lease_makes_a_live_looking_slot_dead():
+    from baton.health import HealthPolicy
+    from baton.leases import Lease
+
+    lease = Lease(app="crashy", slot=Slot.BLUE, launch="abcdef123", host="h", pid=7, pid_start=1,
+                  state=SlotState.RUNNING, role=Role.ACTIVE, epoch_seen=1, seq=9, ts_ms=100_000, ttl_ms=4000,
+                  interval_ms=1000)
+    healthy = SlotHealth("crashy", Slot.BLUE, Verdict.HEALTHY)
+    spec = SlotSpec(desired=SlotState.RUNNING, started_ms=50_000)
+    policy = HealthPolicy()
+    fresh = HealthCheckOperator.with_lease_check(spec, healthy, lease, 108_000, policy)
+    assert fresh.verdict is Verdict.HEALTHY  # within ttl + the clock skew tolerance
+    dead = HealthCheckOperator.with_lease_check(spec, healthy, lease, 110_000, policy)
+    assert dead.verdict is Verdict.DEAD and dead.findings[0].rule == "lease"
+    assert "not renewed for 10 s" in dead.reason and "pid 7 on h" in dead.reason
+    released = dataclasses.replace(lease, state=SlotState.STOPPED)
+    assert HealthCheckOperator.with_lease_check(spec, healthy, released, 110_000, policy).verdict is Verdict.HEALTHY
+    restarted = dataclasses.replace(spec, started_ms=200_000)  # the lease is the launch's before the restart
+    assert HealthCheckOperator.with_lease_check(restarted, healthy, lease, 210_000, policy).verdict is Verdict.HEALTHY
 
 
 def test_a_standby_short_of_the_fence_takes_over_at_once_and_reaches_it_first():
