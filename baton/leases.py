@@ -192,14 +192,19 @@ def decide_takeover(control: ControlRecord | None, me: Slot, my_state: SlotState
 
 
 def proc_start_ticks(pid: int) -> int | None:
-    """A process's start time in clock ticks since boot (Linux /proc), None if there is no such process."""
+    """A process's start time in clock ticks since boot (Linux /proc), None if there is no such process
+    or it has ended: a killed process stays a zombie until its parent (or init, once the parent is
+    gone too) reaps it, which took ~2 s on this host after a kill of a slot's whole process group."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             stat = f.read()
     except (FileNotFoundError, ProcessLookupError, PermissionError):
         return None
-    # Field 22; the command name (field 2) may hold spaces and parentheses: split after its last ')'.
+    # The command name (field 2) may hold spaces and parentheses: split after its last ')'. Then the
+    # state (field 3) and, 19 fields on, the start time (field 22).
     rest = stat[stat.rindex(b")") + 2:].split()
+    if rest[0] in (b"Z", b"X"):
+        return None
     return int(rest[19])
 
 

@@ -7,6 +7,7 @@ import logging
 import os
 import tempfile
 import uuid
+from types import SimpleNamespace
 
 # Airflow reads its home at first import: tests that import hooks or DAGs get a throwaway one, never ~/airflow.
 os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="baton-test-airflow-"))
@@ -24,6 +25,12 @@ from baton.local.procs import free_port
 
 @pytest.fixture(scope="session")
 def broker(tmp_path_factory):
+    # BATON_TEST_KAFKA_BOOTSTRAP: run against a broker someone else runs (e.g. Apache Kafka from
+    # ../shared/kafka) instead of the embedded Tansu; nothing is started or stopped then.
+    external = os.environ.get("BATON_TEST_KAFKA_BOOTSTRAP")
+    if external:
+        yield SimpleNamespace(bootstrap=external)
+        return
     b = Broker(state_dir=tmp_path_factory.mktemp("broker"), port=free_port())
     b.start()
     yield b

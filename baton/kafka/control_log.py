@@ -1,17 +1,50 @@
-"""Reading the control topic as a compare-and-set log.
+"""The control topic as a compare-and-set log.
 
 Records for one app are applied in log order; a record is applied only if its revision is exactly
 one more than the last applied revision (the first applied record may have any revision, since
-compaction may have removed older ones). So a stale writer (revision too low) or a duplicated
-write (revision repeated) is ignored identically by every reader, and a writer knows its write won
-by reading the log back. Shared by the Spark harness (follows its app) and the Airflow hooks.
+compaction may have removed older ones). So a stale or duplicated record is ignored identically by
+every reader. Shared by the Spark harness (follows its app) and the Airflow hooks.
+
+Only winning writes may enter the committed log, because the topic is compacted (key = app) and
+compaction keeps only the newest record per key: a losing write appended after the winner would
+survive it and be applied by every reader. So writes are transactional, with one transactional.id
+per app (`baton.control.<app>`) shared by every writer of that app in every process. A writer
+initialises its producer (which fences every other writer of the app: an open transaction of theirs
+is aborted, their later commits fail), reads the log to its end (past any open transaction: a
+read_committed reader stops before one), writes only if its revision follows the applied one (else
+WriteConflict, nothing written) and commits. The commit succeeds only if no other writer initialised
+since, so nothing was committed for the app after the read: every committed control record's revision
+is the previous committed one + 1, and the newest one per key, all that compaction keeps, is the
+applied state. A fenced commit raises WriteConflict: re-read, decide again.
+
+Tansu (the embedded broker) shows records of an aborted transaction that reached it to read_committed
+readers. The record is held in the client until the commit, so only a writer fenced inside its commit
+leaks one; the next writer then reads it as applied (the revision rule keeps readers agreeing), and
+the fenced writer's read-back tells it so.
 """
 
 from __future__ import annotations
 
+import os
+import threading
+import time
+import uuid
 from typing import Iterable
 
 from baton.records import ControlRecord, RecordError
+
+# A control transaction is open for the few milliseconds of its commit. Kept short: an open
+# transaction holds back every read_committed reader of the topic (all apps), and Apache Kafka aborts
+# one whose writer died only after this timeout (Tansu never does: the app's next writer aborts it).
+TRANSACTION_TIMEOUT_MS = 10_000
+# Initialising (the transaction coordinator's first use on Apache Kafka takes seconds), the reads
+# (which may wait out an open transaction: TRANSACTION_TIMEOUT_MS + the broker's abort check) and the commit.
+WRITE_TIMEOUT_S = 30.0
+# A commit takes milliseconds; one that times out is resolved by initialising again (it also does when
+# Tansu drops the connection of a commit fenced after its record was sent).
+COMMIT_TIMEOUT_S = 10.0
+# A write's first read waits this long for an open control transaction before it initialises again.
+OPEN_TRANSACTION_WAIT_S = 2.0
 
 
 def apply_records(current: ControlRecord | None, records: Iterable[ControlRecord]) -> ControlRecord | None:
@@ -42,7 +75,10 @@ class WriteConflict(RuntimeError):
 
 
 def read_control(bootstrap: str, app: str, control_topic: str | None = None, timeout_s: float = 15.0) -> ControlRecord | None:
-    """The applied control state of `app`, reading the control topic to its true end."""
+    """The applied control state of `app`, reading the control topic to its end (read committed).
+
+    While some app's control transaction is open, this is the state before it (the end a
+    read_committed reader sees); a writer waits for it (ControlWriter)."""
     from baton.kafka.tail import read_tail
     from baton.settings import CONTROL_TOPIC
 
@@ -51,27 +87,288 @@ def read_control(bootstrap: str, app: str, control_topic: str | None = None, tim
     return apply_records(None, records)
 
 
+def control_transactional_id(app: str) -> str:
+    """The one transactional.id of every control writer of `app`."""
+    return f"baton.control.{app}"
+
+
 def write_control(bootstrap: str, record: ControlRecord, control_topic: str | None = None) -> ControlRecord:
-    """Append `record` (its revision must be the applied revision + 1) and confirm it was applied.
+    """Append `record` if its revision is the applied revision + 1 and confirm it was applied.
 
-    Raises WriteConflict if another write won. Writing the same record again after a crash is
-    harmless: its revision no longer follows the applied one, so readers ignore the copy.
+    Raises WriteConflict if it does not follow, or if another writer of the app fenced this one (the
+    caller re-reads and decides again). Writing the same record again after a crash is harmless: its
+    revision no longer follows the applied one, so it is refused. Uses this process's writer for the
+    app (see _writer).
     """
-    from confluent_kafka import Producer
-
     from baton.settings import CONTROL_TOPIC
 
-    topic = control_topic or CONTROL_TOPIC
-    # One record per producer, so no reordering to prevent, and a duplicate from a retry repeats a
-    # revision, which every reader ignores: the idempotent producer's setup (500 ms here) buys nothing.
-    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 0})
-    p.produce(topic, record.to_bytes(), record.key())
-    if p.flush(15) != 0:
-        raise TimeoutError(f"control record for {record.app} not acknowledged by the broker")
-    applied = read_control(bootstrap, record.app, topic)
-    if applied != record:
+    return _writer(bootstrap, record.app).write(record, control_topic or CONTROL_TOPIC)
+
+
+def _fenced(err) -> bool:
+    from confluent_kafka import KafkaError
+
+    return err.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH) or err.fatal()
+
+
+class ControlWriter:
+    """A control writer of one app: a transactional producer (initialised once, again after it was
+    fenced) and a consumer for its reads; one write at a time. write_control uses one per process and
+    app; another instance is another writer, as if in another process."""
+
+    def __init__(self, bootstrap: str, app: str):
+        self.bootstrap, self.app = bootstrap, app
+        self._lock = threading.Lock()
+        self._producer = None
+        self._consumer = None
+
+    def init(self) -> None:
+        """Initialise the producer now (if it is not): this fences every other writer of the app."""
+        with self._lock:
+            self._init()
+
+    def _init(self):
+        from confluent_kafka import Producer
+
+        if self._producer is None:
+            p = Producer({
+                "bootstrap.servers": self.bootstrap,
+                "transactional.id": control_transactional_id(self.app),
+                # Held in the client until commit_transaction flushes it: the record reaches the broker
+                # inside the commit, so a writer fenced before its commit sends nothing (on Tansu a
+                # sent record of an aborted transaction stays visible). Below TRANSACTION_TIMEOUT_MS,
+                # which librdkafka requires.
+                "linger.ms": TRANSACTION_TIMEOUT_MS // 2,
+                "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS,
+            })
+            # Connected first: librdkafka asks again for the transaction coordinator only 500 ms after
+            # a first query that found no broker up, which a new client's init would otherwise pay.
+            p.list_topics(timeout=WRITE_TIMEOUT_S)
+            p.init_transactions(WRITE_TIMEOUT_S)
+            self._producer = p
+        return self._producer
+
+    def write(self, record: ControlRecord, topic: str) -> ControlRecord:
+        """See write_control."""
+        from confluent_kafka import KafkaException
+
+        if record.app != self.app:
+            raise ValueError(f"the control writer of {self.app!r} cannot write a record of {record.app!r}")
+        with self._lock:
+            p = self._init()
+            # Why this compare-and-set holds though the producer may have been initialised long before
+            # (cached): our commit below succeeds only if no other writer of the app initialised after
+            # our init, and every writer initialised before it had its transaction decided (committed
+            # or aborted) by our init. So if our commit succeeds, every other record of the app it
+            # follows was committed before our init, hence before this read, which goes to the end
+            # (past open transactions: read_records) and so saw it.
+            try:
+                applied = apply_records(None, self._read(topic, held_s=OPEN_TRANSACTION_WAIT_S))
+            except HeldBack:
+                # Held back longer than a commit takes by an open control transaction: maybe that of a
+                # writer of this app that died inside its commit (Tansu never aborts it, Apache Kafka
+                # after its timeout). Initialising again aborts it; another app's is waited for.
+                self._producer = None
+                p = self._init()
+                try:
+                    applied = apply_records(None, self._read(topic, held_s=OPEN_TRANSACTION_WAIT_S))
+                except HeldBack as held:
+                    # Still held: another app's writer died inside its commit. On Tansu nothing would ever
+                    # end its transaction, and every app's control writes and reads would wait on it.
+                    abort_open_transactions(self.bootstrap, topic, held.stable, held.end, but=self.app)
+                    applied = apply_records(None, self._read(topic))
+            if not _follows(applied, record):
+                raise WriteConflict(
+                    f"control write for {self.app} revision {record.revision} refused: applied revision is "
+                    f"{applied.revision if applied else None}"
+                )
+            try:
+                p.begin_transaction()
+                p.produce(topic, record.to_bytes(), record.key())
+                p.commit_transaction(COMMIT_TIMEOUT_S)
+            except KafkaException as exc:
+                return self._after_failed_commit(exc, record, topic)
+            # Read back: readers applied it (another writer's next record may follow it already). Always
+            # so on Apache Kafka once committed; kept against a broker that shows aborted records (Tansu).
+            if not _was_applied(record, self._read(topic)):
+                raise WriteConflict(f"control write for {self.app} revision {record.revision} committed but not applied")
+            return record
+
+    def _after_failed_commit(self, exc, record: ControlRecord, topic: str) -> ControlRecord:
+        err = exc.args[0]
+        abortable = err.txn_requires_abort() and not _fenced(err)
+        if abortable:  # e.g. the record was refused: nothing committed, the producer is usable again
+            try:
+                self._producer.abort_transaction(COMMIT_TIMEOUT_S)
+            except Exception:
+                self._producer = None  # the next write initialises again, which aborts it
+                raise
+        elif _fenced(err):
+            # Another writer initialised after us: our transaction is aborted, this producer is done.
+            self._producer = None
+        else:
+            # Outcome unknown (e.g. timed out; Tansu answers a commit fenced after its record was sent
+            # so): initialising again completes our transaction if its commit was recorded, else aborts it.
+            self._producer = None
+            self._init()
+        # Applied anyway: committed after all, or sent before it was aborted and shown to readers
+        # (Tansu), who all apply it. The caller is told what the readers see.
+        if _was_applied(record, self._read(topic)):
+            return record
+        if abortable:
+            raise exc
         raise WriteConflict(
-            f"control write for {record.app} revision {record.revision} lost: applied revision is "
-            f"{applied.revision if applied else None}"
-        )
-    return applied
+            f"control write for {self.app} revision {record.revision} lost: "
+            + ("another writer of the app initialised first" if _fenced(err) else "its commit failed")
+            + f" ({err.name()})"
+        ) from exc
+
+    def _read(self, topic: str, held_s: float | None = None) -> list[ControlRecord]:
+        if self._consumer is None:
+            self._consumer = _consumer(self.bootstrap)
+        try:
+            return read_records(self._consumer, topic, self.app, WRITE_TIMEOUT_S, held_s)
+        except HeldBack:
+            raise
+        except BaseException:
+            self._consumer.close()
+            self._consumer = None
+            raise
+
+
+def _follows(applied: ControlRecord | None, record: ControlRecord) -> bool:
+    """Readers would apply `record` right after `applied` (apply_records' rule)."""
+    return applied is None or record.revision == applied.revision + 1
+
+
+def _was_applied(record: ControlRecord, records: list[ControlRecord]) -> bool:
+    """Readers applied `record` when they reached it in `records` (the app's, in log order)."""
+    for i, rec in enumerate(records):
+        if rec == record:
+            return apply_records(None, records[:i + 1]) is rec
+    return False
+
+
+def _consumer(bootstrap: str):
+    from confluent_kafka import Consumer
+
+    return Consumer({
+        "bootstrap.servers": bootstrap, "group.id": f"baton-control-{uuid.uuid4().hex[:8]}",  # assign only: no group
+        "enable.auto.commit": False, "isolation.level": "read_committed", "enable.partition.eof": True,
+        "fetch.wait.max.ms": 1,  # the empty fetch at the end answers at once: EOF in a millisecond
+    })
+
+
+class HeldBack(TimeoutError):
+    """An open transaction held a read back for longer than it was asked to wait: the read committed
+    end (`stable`, the last stable offset) stayed below `end` (the high watermark)."""
+
+    def __init__(self, message: str, stable: int, end: int):
+        super().__init__(message)
+        self.stable, self.end = stable, end
+
+
+def abort_open_transactions(bootstrap: str, topic: str, stable: int, end: int, but: str = "",
+                            timeout_s: float = WRITE_TIMEOUT_S) -> list[str]:
+    """End the control transactions open between `stable` and `end`: the apps whose records lie there
+    (read uncommitted) get their transactional.id initialised, which aborts an open transaction of a
+    writer that died inside its commit, and fences a live one (it re-reads and retries: WriteConflict).
+    Returns the apps. `but`: the caller's own app (initialised by the caller already)."""
+    from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"baton-control-{uuid.uuid4().hex[:8]}",
+                  "enable.auto.commit": False, "isolation.level": "read_uncommitted", "enable.partition.eof": True})
+    apps: set[str] = set()
+    try:
+        c.assign([TopicPartition(topic, 0, stable)])
+        deadline = time.monotonic() + timeout_s
+        reached = stable
+        while reached < end and time.monotonic() < deadline:
+            for m in c.consume(10_000, 0.05):
+                if m.error() is None:
+                    reached = m.offset() + 1
+                    if m.key():
+                        apps.add(m.key().decode(errors="replace"))
+                elif m.error().code() == KafkaError._PARTITION_EOF:
+                    reached = max(reached, m.offset())
+    finally:
+        c.close()
+    for app in sorted(apps - {but}):
+        p = Producer({"bootstrap.servers": bootstrap, "transactional.id": control_transactional_id(app)})
+        p.list_topics(timeout=timeout_s)
+        p.init_transactions(timeout_s)
+        p.flush(1)
+    return sorted(apps - {but})
+
+
+def read_records(consumer, topic: str, app: str, timeout_s: float = WRITE_TIMEOUT_S,
+                 held_s: float | None = None) -> list[ControlRecord]:
+    """The control records of `app` in log order: `topic` read committed from its start to at least the
+    high watermark seen at the first end. A read_committed reader's end is the last stable offset: an
+    open control transaction (any app's) hides the records after it, which may include a record of
+    `app` committed since; so the read waits for that transaction to end (its commit's ms, or its abort
+    when its writer died), for `held_s` at most (then HeldBack). `consumer` is read_committed with
+    partition EOF events; it is unassigned after."""
+    from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
+    tp = TopicPartition(topic, 0)
+    low = consumer.get_watermark_offsets(tp, timeout=timeout_s)[0]
+    consumer.assign([TopicPartition(topic, 0, low)])
+    try:
+        records: list[ControlRecord] = []
+        target = held_since = None
+        stable = low
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if held_since is not None and held_s is not None and time.monotonic() - held_since > held_s:
+                raise HeldBack(f"{topic}: read committed held back at an open transaction before offset {target} "
+                               f"for {held_s}s", stable, target)
+            for m in consumer.consume(10_000, 0.002):
+                err = m.error()
+                if err is None:
+                    if (rec := decode_for_app(app, m.key(), m.value())) is not None:
+                        records.append(rec)
+                    continue
+                if err.code() != KafkaError._PARTITION_EOF:
+                    raise KafkaException(err)
+                stable = max(stable, m.offset())
+                if target is None:
+                    # The fetch that found this end carried the high watermark (cached): read_committed,
+                    # the end is the last stable offset, below it while a transaction is open.
+                    target = consumer.get_watermark_offsets(tp, cached=True)[1]
+                    held_since = time.monotonic()
+                if m.offset() >= target:
+                    return records
+        raise TimeoutError(f"{topic}: not read committed to offset {target} within {timeout_s}s "
+                           "(a control transaction left open by a writer that died?)")
+    finally:
+        consumer.unassign()
+
+
+# One writer per (process, bootstrap, app): initialising costs a round trip to the transaction
+# coordinator (tens of ms; seconds on a cluster's first use), a warm write only its read, commit and
+# read-back. Keyed by app, not topic: a transactional.id fences across topics, so two writers of one app
+# in a process (two control topics, in tests) would otherwise fence each other on every write.
+_writers: dict[tuple[str, str], ControlWriter] = {}
+_writers_lock = threading.Lock()
+# A forked child must not use its parent's clients (librdkafka's threads do not survive fork), nor
+# destroy them while it runs: they are kept here, unused.
+_inherited: list[ControlWriter] = []
+
+
+def _writer(bootstrap: str, app: str) -> ControlWriter:
+    with _writers_lock:
+        w = _writers.get((bootstrap, app))
+        if w is None:
+            w = _writers[(bootstrap, app)] = ControlWriter(bootstrap, app)
+        return w
+
+
+def _forget_writers_after_fork() -> None:
+    global _writers_lock
+    _inherited.extend(_writers.values())
+    _writers.clear()
+    _writers_lock = threading.Lock()  # it may have been held by another thread of the parent
+
+
+os.register_at_fork(after_in_child=_forget_writers_after_fork)

@@ -122,6 +122,26 @@ def test_a_process_on_this_host_is_gone_when_its_pid_is_free_or_reused():
     assert not process_gone(me, "h2", lambda pid: None)  # another host's process: only its lease says
 
 
+def test_a_killed_process_not_yet_reaped_is_gone():
+    import signal
+    import subprocess
+    import time
+
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        assert proc_start_ticks(child.pid) is not None
+        child.send_signal(signal.SIGKILL)
+        deadline = time.monotonic() + 5
+        while open(f"/proc/{child.pid}/stat").read().split(") ")[1][0] != "Z":  # not reaped: a zombie
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        assert proc_start_ticks(child.pid) is None
+    finally:
+        child.kill()
+        child.wait()
+    assert proc_start_ticks(child.pid) is None  # reaped: no such process
+
+
 def test_take_over_moves_the_role_once_with_the_failover_fence_and_the_reason():
     plane = ControlPlane(MemoryControlStore(), writer="test")
     plane.move_slot("app", Slot.BLUE, SlotState.STARTING)
