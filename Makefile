@@ -53,11 +53,14 @@ status:
 # read rate, the click-count app's throughput and latency at the seed's 20,085 events/s with its
 # standby beside it (about 5 min), the highest rate it holds so (input stepped up +5k/s a minute),
 # restart to first batch with 100k and 1M keys of state, and the
-# windowed app's state, a cutover, a corrected-output cutover, a kill -9 failover and a rolling upgrade
-# v1 -> v2 under that load, each run by its steps directly (component benchmarks); then the product
-# path: the embedded platform with Airflow, the app started and each handoff DAG triggered through
-# the REST API with the form's defaults under that load (rolling upgrade with steady and with bursty
-# input, cutover, reprocess; a DAG run is given 30 min). About 100 min in all on a quiet machine.
+# windowed app's state, a cutover, a corrected-output cutover and a rolling upgrade v1 -> v2 under
+# that load, each run by its steps directly (component benchmarks); the failover through the
+# platform itself (handoff.py --kind failover runs bench/dag_failover.py: 5 kill -9s of the active
+# and a 10 s SIGSTOP, the standby taking over by its lease watch, baton_health restarting the dead
+# slot; about 35 min); then the product path: the embedded platform with Airflow, the app started
+# and each handoff DAG triggered through the REST API with the form's defaults under that load
+# (rolling upgrade with steady and with bursty input, cutover, reprocess; a DAG run is given 30
+# min). About 135 min in all on a quiet machine.
 # Run on a quiet machine: other load skews every figure.
 bench: install
 	$(BIN)/python bench/source_read.py --records 2000000

@@ -1,9 +1,10 @@
-"""A handoff under load: a cutover at an offset fence, or a kill -9 failover, in the middle of the
-throughput benchmark's measured window (same app, load generator and verifier: bench/throughput.py).
+"""A handoff under load in the middle of the throughput benchmark's measured window (same app, load
+generator and verifier: bench/throughput.py): a cutover at an offset fence, a corrected-output cutover,
+a rolling upgrade; for a kill -9 failover this runs bench/dag_failover.py (the platform's own path).
 
     .venv/bin/python bench/handoff.py --kind cutover     # -> bench/results/handoff_cutover.json/.png
     .venv/bin/python bench/handoff.py --kind corrected_cutover  # -> bench/results/handoff_corrected_cutover.*
-    .venv/bin/python bench/handoff.py --kind failover    # -> bench/results/handoff_failover.json/.png
+    .venv/bin/python bench/handoff.py --kind failover    # -> bench/dag_failover.py: handoff_failover.json/.png
     .venv/bin/python bench/handoff.py --kind rolling_upgrade  # -> bench/results/handoff_rolling_upgrade.json/.png
 
 cutover: fence F ~2 s of input ahead, blue stops at exactly F, one write makes green the writer
@@ -11,11 +12,8 @@ cutover: fence F ~2 s of input ahead, blue stops at exactly F, one write makes g
 corrected_cutover: the same with corrected output (a reprocess's cutover, baton_cutover correct=true):
 green also publishes its whole state (every user's count) beside its batches; the verifier tells
 those records apart by their header (republished counts, not duplicates).
-failover: SIGKILL of blue's whole process group; its death is noticed by polling the process (0.2 s,
-what a dedicated failover sensor would do; the every-minute health DAG adds up to its interval), then
-baton.handoff.fail_over: fence at blue's last emitted position, green is active at once and reaches it
-before it emits.
-Blue is not restarted here (the health DAG does that), so green runs alone afterwards.
+failover: the platform's own, through Airflow and the slots' leases: bench/dag_failover.py (this
+command runs it).
 rolling_upgrade: v1 -> v2 of the click-count app (same state), the baton_rolling_upgrade DAG's steps
 run here directly: green stopped and started on v2 (restore check: it restored the digest it left; its
 first batch on v2 checks the state schema), warm-up (the DAG's gate with the form's defaults: within
@@ -25,14 +23,13 @@ cutover, 10 s settle, then blue upgraded the same way.
 
 Reported besides the throughput figures: lost / duplicated / wrong over the whole run, p50/p99/p99.99
 latency and the longest output gap in the window, each step's time and how long after it the next
-output record became readable (for a failover, `resume_s`: kill to the next readable output).
+output record became readable.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import signal
 import sys
 import time
 from functools import partial
@@ -45,13 +42,13 @@ from throughput import parser, plot, run  # noqa: E402
 
 from baton.conditions import Check, arrival_rate, following  # noqa: E402
 from baton.control_plane import ControlPlane, KafkaControlStore  # noqa: E402
-from baton.handoff import cut_over, fail_over, fence_reached, plan_fence, with_fence, without_fence  # noqa: E402
+from baton.handoff import cut_over, fence_reached, plan_fence, with_fence, without_fence  # noqa: E402
 from baton.kafka.tail import end_offsets  # noqa: E402
 from baton.records import Slot  # noqa: E402
 from baton.upgrade import Policy, ask_state_check, restore_check, states_agree  # noqa: E402
 from spark_apps.runtime.kafka_sink import read_last_marker  # noqa: E402
 
-GAP_TARGET_S, RESUME_TARGET_S, P99_99_TARGET_MS = 2.0, 5.0, 5000
+GAP_TARGET_S, P99_99_TARGET_MS = 2.0, 5000
 
 
 def wait(what: str, check, timeout_s: float):
@@ -127,25 +124,6 @@ def cutover(b, app, procs, watch, rate: float, ahead_s: float, correct: bool = F
     return marks
 
 
-def failover(b, app, procs, watch) -> list[tuple[float, str]]:
-    plane = ControlPlane(KafkaControlStore(b.bootstrap), writer="bench")
-    rec = plane.current(app.name)
-    blue = procs[Slot.BLUE]
-    os.killpg(blue.pid, signal.SIGKILL)
-    marks = [(time.time(), "kill -9 active")]
-    wait("blue's process to be gone", lambda: blue.poll() is not None, 30)
-    marks.append((time.time(), "death seen"))
-    marker = read_last_marker(b.bootstrap, app.commits_topic, app.name)
-
-    ok, message = fail_over(plane, app.name, app.input.partitions, Slot.BLUE, rec.epoch,
-                            dict(marker.emitted) if marker else {}, watch.of(Slot.GREEN))
-    if not ok:
-        raise RuntimeError(message)
-    marks.append((time.time(), "green active"))
-    log(message + ": " + ", ".join(f"{label} +{t - marks[0][0]:.2f}s" for t, label in marks))
-    return marks
-
-
 def upgrade_slot(b, app, procs, watch, slot: Slot, definition: Path, conf) -> int:
     """Stop `slot` at a batch boundary (it reports the state it leaves), start `definition` on its
     checkpoint, wait for the restore check; returns when it was launched (ms)."""
@@ -210,18 +188,12 @@ def gap_end_s(result: dict) -> float | None:
     return round(end - result["loadgen"]["started"], 1) if end is not None else None
 
 
-def resume_s(marks: list[dict]) -> float | None:
-    """Kill to the first output of the new active: output readable right after the kill is the dead
-    active's last transactions being stamped, not a resumption."""
-    kill, active = marks[0], marks[-1]
-    if active["next_output_s"] is None:
-        return None
-    return round(active["t_s"] + active["next_output_s"] - kill["t_s"], 3)
-
-
 if __name__ == "__main__":
+    if sys.argv[1:3] == ["--kind", "failover"]:  # the platform's own failover: bench/dag_failover.py
+        os.execv(sys.executable, [sys.executable, str(Path(__file__).resolve().parent / "dag_failover.py"),
+                                  *sys.argv[3:]])
     ap = parser(__doc__)
-    ap.add_argument("--kind", choices=["cutover", "corrected_cutover", "failover", "rolling_upgrade"],
+    ap.add_argument("--kind", choices=["cutover", "corrected_cutover", "rolling_upgrade"],
                     default="cutover")
     ap.add_argument("--handoff-at", type=float, default=40.0, help="seconds into the measured window")
     ap.add_argument("--ahead-s", type=float, default=2.0, help="cutover: fence this much input ahead")
@@ -239,7 +211,6 @@ if __name__ == "__main__":
     with bench(name, keep=args.logs) as b:
         during = {"cutover": partial(cutover, rate=args.rate, ahead_s=args.ahead_s),
                   "corrected_cutover": partial(cutover, rate=args.rate, ahead_s=args.ahead_s, correct=True),
-                  "failover": failover,
                   "rolling_upgrade": partial(rolling_upgrade, rate=args.rate, ahead_s=args.ahead_s, conf=args.conf),
                   }[args.kind]
         result = run(b, args, during=during)
@@ -252,15 +223,13 @@ if __name__ == "__main__":
         "max_gap_ms": round(result["latency"]["longest_output_gap_s"] * 1000),
         # where it ended, in the run's seconds (the marks' clock): at a handoff step, or elsewhere
         "max_gap_end_s": gap_end_s(result),
-        "targets": {"p99_99_ms": P99_99_TARGET_MS, "max_gap_s": GAP_TARGET_S, "resume_s": RESUME_TARGET_S},
+        "targets": {"p99_99_ms": P99_99_TARGET_MS, "max_gap_s": GAP_TARGET_S},
         "machine": machine(),
     })
-    if args.kind == "failover":
-        result["resume_s"] = resume_s(marks)
     path = write_result(name, result)
     plot(result, RESULTS / f"{name}.png")
     keys = ["rate", "lost", "duplicated", "wrong", "p50_ms", "p99_ms", "p99_99_ms", "max_gap_ms", "max_gap_end_s",
-            "resume_s", "marks",
+            "marks",
             "handoff_error"]
     print(json.dumps({k: result.get(k) for k in keys}, indent=1))
     log(f"wrote {path} and {path.with_suffix('.png')}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Iterable
 
@@ -51,12 +52,24 @@ def ensure_topics(bootstrap: str, specs: Iterable[TopicSpec], timeout_s: float =
         except KafkaException as exc:
             if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                 raise
-    existing = admin.list_topics(timeout=timeout_s).topics
+    have = listed_partitions(admin, [s.name for s in specs], timeout_s)
     for s in specs:
-        have = len(existing[s.name].partitions) if s.name in existing else 0
-        if have != s.partitions:
-            raise TopicMismatch(f"topic {s.name!r} has {have} partitions, expected {s.partitions}")
+        if have[s.name] != s.partitions:
+            raise TopicMismatch(f"topic {s.name!r} has {have[s.name]} partitions, expected {s.partitions}")
     return created
+
+
+def listed_partitions(admin, names: list[str], timeout_s: float, every_s: float = 0.2) -> dict[str, int]:
+    """Each topic's partition count in the cluster's metadata. Apache Kafka propagates a new topic's
+    metadata asynchronously: for a moment it is missing or listed with 0 partitions. Those are asked
+    again until they have some, up to timeout_s (a topic that truly has none is not a Kafka topic)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        existing = admin.list_topics(timeout=timeout_s).topics
+        have = {n: len(existing[n].partitions) if n in existing else 0 for n in names}
+        if all(have.values()) or time.monotonic() > deadline:
+            return have
+        time.sleep(every_s)
 
 
 def delete_topics(bootstrap: str, names: Iterable[str], timeout_s: float = 15.0) -> None:

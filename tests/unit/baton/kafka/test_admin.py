@@ -1,9 +1,11 @@
 """Topic specs are deduplicated before a create request: apps may share an input topic."""
 
+from types import SimpleNamespace
+
 import pytest
 
 from baton.apps import APPS_DIR, load_registry
-from baton.kafka.admin import TopicMismatch, TopicSpec, unique_specs
+from baton.kafka.admin import TopicMismatch, TopicSpec, listed_partitions, unique_specs
 
 
 def test_the_shipped_apps_share_the_clicks_topic_and_ask_for_it_once():
@@ -15,3 +17,12 @@ def test_the_shipped_apps_share_the_clicks_topic_and_ask_for_it_once():
 def test_the_same_topic_asked_for_differently_is_an_error_naming_both():
     with pytest.raises(TopicMismatch, match="asked for twice"):
         unique_specs([TopicSpec("clicks", 4), TopicSpec("clicks", 2)])
+
+
+def test_a_topic_listed_without_partitions_for_a_moment_is_asked_again():
+    """Apache Kafka lists a just-created topic with 0 partitions (or not at all) for a moment."""
+    answers = iter([{}, {"t": SimpleNamespace(partitions={})}, {"t": SimpleNamespace(partitions={0: 1, 1: 1})}])
+    admin = SimpleNamespace(list_topics=lambda timeout: SimpleNamespace(topics=next(answers)))
+    assert listed_partitions(admin, ["t"], timeout_s=5, every_s=0) == {"t": 2}
+    stuck = SimpleNamespace(list_topics=lambda timeout: SimpleNamespace(topics={}))
+    assert listed_partitions(stuck, ["t"], timeout_s=0.05, every_s=0.01) == {"t": 0}  # then TopicMismatch says so
