@@ -29,7 +29,7 @@ from datetime import datetime
 from pathlib import Path
 from types import ModuleType
 
-from confluent_kafka import Producer
+from confluent_kafka import KafkaException, Producer
 
 from baton.apps import AppDefinition
 from baton.generations import slot_root
@@ -218,7 +218,11 @@ class Harness:
             active = control is not None and control.role_of(self.slot) is Role.ACTIVE
             if active:
                 self.emitter.acquire(control.epoch)
-                res = self.emitter.emit(batch_id, start or {}, end or {}, out, dead)
+                try:
+                    res = self.emitter.emit(batch_id, start or {}, end or {}, out, dead)
+                except KafkaException as exc:
+                    self.fenced_meanwhile(control.epoch, exc)
+                    raise
                 self.mark("emitted")
                 if res.skipped:
                     self.counters.skipped_batches += 1
@@ -234,6 +238,17 @@ class Harness:
                 # handoff's fence) is not this slot's first batch as the active.
                 wrote = active and not res.skipped
                 self.follower.note_processed(end, emitted_epoch=control.epoch if wrote else None)
+
+    def fenced_meanwhile(self, epoch: int, exc: Exception) -> None:
+        """A commit that failed after the role moved on was fenced (the new active initialised the shared
+        writer id first), whatever error it got: Tansu answers a commit it aborted that way with a closed
+        connection (_TIMED_OUT), seen when this slot woke up from a stall it was failed over for. Raised as
+        WriterFenced, so the slot goes on as the standby (rejoin_as_standby) instead of failing."""
+        now, _ = self.follower.snapshot()
+        if now is not None and now.epoch != epoch:
+            self.emitter.release()
+            raise WriterFenced(f"{self.app.name}/{self.slot.value}: the commit at epoch {epoch} failed ({exc}) "
+                               f"after epoch {now.epoch} began: fenced") from exc
 
     def split(self, table, start, end) -> tuple[list, list]:
         """The batch's output (key, value) pairs and dead letters (key, value, headers)."""
