@@ -22,9 +22,26 @@ from tests.support.slots import (read_status, read_topic, start_slot, stop_slot,
 pytestmark = pytest.mark.integration
 
 
-def start_both(bootstrap, path, state):
+@pytest.fixture
+def loaded_pair(bootstrap, both_slots_app, tmp_path):
+    """Both slots running under live load, green a running standby: (app, blue, green, load, state dir).
+    Afterwards the load stops and every slot still there is woken (SIGCONT) and stopped."""
+    app, path = both_slots_app
+    state = tmp_path / "state"
     state.mkdir()
-    return start_slot(bootstrap, path, state, "blue"), start_slot(bootstrap, path, state, "green")
+    blue, green = start_slot(bootstrap, path, state, "blue"), start_slot(bootstrap, path, state, "green")
+    load = Load(bootstrap, app.input.topic)
+    try:
+        load.start()
+        wait_until_emitted(bootstrap, app, 3000, timeout_s=240)
+        wait_for("green running as the standby", lambda: standby_running(bootstrap, app), 120, (blue, green))
+        yield app, blue, green, load, state
+    finally:
+        load.done.set()
+        for p in (blue, green):
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGCONT)
+            stop_slot(p)
 
 
 def standby_running(bootstrap, app):
@@ -55,126 +72,83 @@ def one_writer_at_a_time(marks, first_epoch_slot=Slot.BLUE):
     assert {(e, s) for e, s in by_epoch} == {(1, first_epoch_slot), (2, first_epoch_slot.other)}
 
 
-def test_kill_9_of_the_active_the_standby_takes_over_by_itself(bootstrap, both_slots_app, tmp_path):
-    app, path = both_slots_app
-    blue, green = start_both(bootstrap, path, tmp_path / "state")
-    load = Load(bootstrap, app.input.topic)
+def test_kill_9_of_the_active_the_standby_takes_over_by_itself(bootstrap, loaded_pair):
+    app, blue, green, load, _ = loaded_pair
+    killed_at = time.time()
+    os.killpg(blue.pid, signal.SIGKILL)
+    blue.wait(30)
+    rec = wait_for("green to take over", lambda: took_over(bootstrap, app), 60, (green,))
+    # One write by green itself: same host, so the dead process was seen at once (no ttl to wait).
+    assert (rec.active, rec.epoch, rec.fence) == (Slot.GREEN, 2, None)
+    assert rec.handoff.id == FAILOVER and rec.writer == "green (lease)", rec
+    assert "process" in rec.handoff.reason and "is gone" in rec.handoff.reason
+    print(f"control record of the takeover {rec.ts_ms / 1000 - killed_at:.2f} s after the kill")
+    marks = finish_and_verify(bootstrap, app, load)
+    one_writer_at_a_time(marks)
+    # Green emitted from exactly what blue had emitted: the failover's fence.
+    blue_last = [m for m in marks if m.slot is Slot.BLUE][-1]
+    assert rec.handoff.fence == blue_last.emitted
+
+
+def test_a_stalled_active_is_failed_over_fenced_and_rejoins_as_the_standby(bootstrap, loaded_pair):
+    app, blue, green, load, _ = loaded_pair
+    stalled_at = time.time()
+    os.killpg(blue.pid, signal.SIGSTOP)
     try:
-        load.start()
-        wait_until_emitted(bootstrap, app, 3000, timeout_s=240)
-        wait_for("green running as the standby", lambda: standby_running(bootstrap, app), 120, (blue, green))
-        killed_at = time.time()
-        os.killpg(blue.pid, signal.SIGKILL)
-        blue.wait(30)
-        rec = wait_for("green to take over", lambda: took_over(bootstrap, app), 60, (green,))
-        # One write by green itself: same host, so the dead process was seen at once (no ttl to wait).
-        assert (rec.active, rec.epoch, rec.fence) == (Slot.GREEN, 2, None)
-        assert rec.handoff.id == FAILOVER and rec.writer == "green (lease)", rec
-        assert "process" in rec.handoff.reason and "is gone" in rec.handoff.reason
-        print(f"control record of the takeover {rec.ts_ms / 1000 - killed_at:.2f} s after the kill")
-        marks = finish_and_verify(bootstrap, app, load)
-        one_writer_at_a_time(marks)
-        # Green emitted from exactly what blue had emitted: the failover's fence.
-        blue_last = [m for m in marks if m.slot is Slot.BLUE][-1]
-        assert rec.handoff.fence == blue_last.emitted
+        rec = wait_for("green to take over from the stalled blue", lambda: took_over(bootstrap, app), 30, (green,))
+        took_s = rec.ts_ms / 1000 - stalled_at
+        assert "lease expired" in rec.handoff.reason, rec
+        print(f"takeover written {took_s:.2f} s after the stall (ttl {app.lease_ttl_ms / 1000:g} s)")
+        time.sleep(max(0.0, 10 - (time.time() - stalled_at)))  # a 10 s stall in all
     finally:
-        load.done.set()
-        stop_slot(green)
+        os.killpg(blue.pid, signal.SIGCONT)
+    # Blue wakes up: fenced, it may not write; it sees epoch 2 and goes on as the standby, same process.
+    woke_ms = int(time.time() * 1000)
+    wait_for("blue back as the standby", lambda: any(
+        s.ts_ms >= woke_ms and s.role is Role.STANDBY and s.epoch_seen == 2 and s.batch_id >= 0
+        for s in read_status(bootstrap, app.name, "blue")), 120, (blue, green))
+    marks = finish_and_verify(bootstrap, app, load)
+    one_writer_at_a_time(marks)
+    assert blue.poll() is None and green.poll() is None
+    assert read_control(bootstrap, app.name).epoch == 2  # no flapping back
 
 
-def test_a_stalled_active_is_failed_over_fenced_and_rejoins_as_the_standby(bootstrap, both_slots_app, tmp_path):
-    app, path = both_slots_app
-    blue, green = start_both(bootstrap, path, tmp_path / "state")
-    load = Load(bootstrap, app.input.topic)
-    try:
-        load.start()
-        wait_until_emitted(bootstrap, app, 3000, timeout_s=240)
-        wait_for("green running as the standby", lambda: standby_running(bootstrap, app), 120, (blue, green))
-        stalled_at = time.time()
-        os.killpg(blue.pid, signal.SIGSTOP)
-        try:
-            rec = wait_for("green to take over from the stalled blue", lambda: took_over(bootstrap, app), 30, (green,))
-            took_s = rec.ts_ms / 1000 - stalled_at
-            assert "lease expired" in rec.handoff.reason, rec
-            print(f"takeover written {took_s:.2f} s after the stall (ttl {app.lease_ttl_ms / 1000:g} s)")
-            time.sleep(max(0.0, 10 - (time.time() - stalled_at)))  # a 10 s stall in all
-        finally:
-            os.killpg(blue.pid, signal.SIGCONT)
-        # Blue wakes up: fenced, it may not write; it sees epoch 2 and goes on as the standby, same process.
-        woke_ms = int(time.time() * 1000)
-        wait_for("blue back as the standby", lambda: any(
-            s.ts_ms >= woke_ms and s.role is Role.STANDBY and s.epoch_seen == 2 and s.batch_id >= 0
-            for s in read_status(bootstrap, app.name, "blue")), 120, (blue, green))
-        marks = finish_and_verify(bootstrap, app, load)
-        one_writer_at_a_time(marks)
-        assert blue.poll() is None and green.poll() is None
-        assert read_control(bootstrap, app.name).epoch == 2  # no flapping back
-    finally:
-        load.done.set()
-        for p in (blue, green):
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGCONT)
-            stop_slot(p)
-
-
-def test_a_writer_fenced_before_it_learns_of_the_new_role_rejoins_as_the_standby(bootstrap, both_slots_app,
-                                                                                  tmp_path):
+def test_a_writer_fenced_before_it_learns_of_the_new_role_rejoins_as_the_standby(bootstrap, loaded_pair):
     """The takeover's order made visible: the writer is fenced first (blue, still active by its record,
     fails its next commit: the query ends with WriterFenced) and the role moves 3 s later. Blue restarts
     its query in the same process as the standby instead of exiting."""
-    app, path = both_slots_app
-    blue, green = start_both(bootstrap, path, tmp_path / "state")
-    load = Load(bootstrap, app.input.topic)
-    try:
-        load.start()
-        wait_until_emitted(bootstrap, app, 3000, timeout_s=240)
-        wait_for("green running as the standby", lambda: standby_running(bootstrap, app), 120, (blue, green))
-        fence_writer(bootstrap, app.name)
-        final = read_last_marker(bootstrap, app.commits_topic, app.name)
-        time.sleep(3)  # blue's batches meanwhile fail to commit
-        assert read_last_marker(bootstrap, app.commits_topic, app.name) == final
-        plane = ControlPlane(KafkaControlStore(bootstrap), writer="test")
-        plane.update(app.name, take_over(Slot.GREEN, 1, dict(final.emitted), "test", 0), expected_epoch=1)
-        log = tmp_path / "state" / f"{app.name}-blue.log"
-        wait_for("blue to rejoin", lambda: "rejoining as the standby" in log.read_text(), 60, (blue, green))
-        woke_ms = int(time.time() * 1000)
-        wait_for("blue's batches as the standby", lambda: any(
-            s.ts_ms >= woke_ms and s.role is Role.STANDBY and s.batch_id >= 0
-            for s in read_status(bootstrap, app.name, "blue")), 120, (blue, green))
-        marks = finish_and_verify(bootstrap, app, load)
-        one_writer_at_a_time(marks)
-        assert [m for m in marks if m.slot is Slot.BLUE][-1] == final
-    finally:
-        load.done.set()
-        for p in (blue, green):
-            stop_slot(p)
+    app, blue, green, load, state = loaded_pair
+    fence_writer(bootstrap, app.name)
+    final = read_last_marker(bootstrap, app.commits_topic, app.name)
+    time.sleep(3)  # blue's batches meanwhile fail to commit
+    assert read_last_marker(bootstrap, app.commits_topic, app.name) == final
+    plane = ControlPlane(KafkaControlStore(bootstrap), writer="test")
+    plane.update(app.name, take_over(Slot.GREEN, 1, dict(final.emitted), "test", 0), expected_epoch=1)
+    log = state / f"{app.name}-blue.log"
+    wait_for("blue to rejoin", lambda: "rejoining as the standby" in log.read_text(), 60, (blue, green))
+    woke_ms = int(time.time() * 1000)
+    wait_for("blue's batches as the standby", lambda: any(
+        s.ts_ms >= woke_ms and s.role is Role.STANDBY and s.batch_id >= 0
+        for s in read_status(bootstrap, app.name, "blue")), 120, (blue, green))
+    marks = finish_and_verify(bootstrap, app, load)
+    one_writer_at_a_time(marks)
+    assert [m for m in marks if m.slot is Slot.BLUE][-1] == final
 
 
-def test_a_stalled_broker_fails_nobody_over(bootstrap, broker, both_slots_app, tmp_path):
-    app, path = both_slots_app
-    blue, green = start_both(bootstrap, path, tmp_path / "state")
-    load = Load(bootstrap, app.input.topic)
+def test_a_stalled_broker_fails_nobody_over(bootstrap, broker, loaded_pair):
+    app, blue, green, load, _ = loaded_pair
     pid = broker_pid(broker)
+    os.kill(pid, signal.SIGSTOP)
     try:
-        load.start()
-        wait_until_emitted(bootstrap, app, 3000, timeout_s=240)
-        wait_for("green running as the standby", lambda: standby_running(bootstrap, app), 120, (blue, green))
-        os.kill(pid, signal.SIGSTOP)
-        try:
-            time.sleep(15)
-        finally:
-            os.kill(pid, signal.SIGCONT)
-        time.sleep(3 * app.lease_ttl_ms / 1000)  # every lease had time to look expired, had it been judged by clocks
-        rec = read_control(bootstrap, app.name)
-        assert (rec.epoch, rec.active) == (1, Slot.BLUE), rec
-        marks = finish_and_verify(bootstrap, app, load)
-        assert {m.slot for m in marks} == {Slot.BLUE}
-        assert blue.poll() is None and green.poll() is None
+        time.sleep(15)
     finally:
-        load.done.set()
         os.kill(pid, signal.SIGCONT)
-        for p in (blue, green):
-            stop_slot(p)
+    time.sleep(3 * app.lease_ttl_ms / 1000)  # every lease had time to look expired, had it been judged by clocks
+    rec = read_control(bootstrap, app.name)
+    assert (rec.epoch, rec.active) == (1, Slot.BLUE), rec
+    marks = finish_and_verify(bootstrap, app, load)
+    assert {m.slot for m in marks} == {Slot.BLUE}
+    assert blue.poll() is None and green.poll() is None
 
 
 def broker_pid(broker) -> int:
