@@ -275,6 +275,9 @@ class StatusRecord:
     batch_id: int = -1
     processed: Positions = field(default_factory=dict)
     emitted: Positions | None = None
+    # The input's end when the batch was planned (the source's latest offset): lag at that batch, for the
+    # Baton page's plots and the metrics, without a broker read per record.
+    input_end: Positions | None = None
     input_rows: int = 0
     input_rate: float = 0.0
     processing_rate: float = 0.0
@@ -309,6 +312,7 @@ class StatusRecord:
             role=self.role.value,
             processed=positions_to_json(self.processed),
             emitted=positions_to_json(self.emitted),
+            input_end=positions_to_json(self.input_end),
             state_digest=self.state_digest.to_json() if self.state_digest else None,
             active_digest=self.active_digest.to_json() if self.active_digest else None,
         )
@@ -328,6 +332,7 @@ class StatusRecord:
                 epoch_seen=_req(d, "epoch_seen", int, what),
                 processed=positions_from_json(d.get("processed", {}), f"{what} field 'processed'") or {},
                 emitted=positions_from_json(d.get("emitted"), f"{what} field 'emitted'"),
+                input_end=positions_from_json(d.get("input_end"), f"{what} field 'input_end'"),
                 state_digest=StateDigest.from_json(d.get("state_digest"), f"{what} field 'state_digest'"),
                 active_digest=StateDigest.from_json(d.get("active_digest"), f"{what} field 'active_digest'"),
             )

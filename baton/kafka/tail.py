@@ -100,9 +100,17 @@ def probe_ends(c: Consumer, topic: str, bound: Mapping[int, int], timeout_s: flo
 
 def end_offsets(bootstrap: str, topic: str, partitions: Iterable[int], timeout_s: float = 3.0) -> dict[int, int]:
     """The end (next offset) of each partition now, read committed (see probe_ends)."""
+    return ends_of(bootstrap, {topic: partitions}, timeout_s)[topic]
+
+
+def ends_of(bootstrap: str, topics: Mapping[str, Iterable[int]], timeout_s: float = 3.0) -> dict[str, dict[int, int]]:
+    """end_offsets of several topics through one consumer (a status read of many apps' inputs)."""
     c = _consumer(bootstrap)
     try:
-        bound = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s)[1] for p in partitions}
-        return probe_ends(c, topic, bound, timeout_s)[0]
+        out = {}
+        for topic, partitions in topics.items():
+            bound = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s)[1] for p in partitions}
+            out[topic] = probe_ends(c, topic, bound, timeout_s)[0]
+        return out
     finally:
         c.close()

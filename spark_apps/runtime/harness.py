@@ -41,6 +41,7 @@ from spark_apps.runtime.correction import EmittedKeys, leave_out
 from spark_apps.runtime.dead_letters import collect, purge, read_initial
 from spark_apps.runtime.decode import INVALID_PREFIX, NOT_AN_OBJECT, supported
 from spark_apps.runtime.follower import Follower
+from spark_apps.runtime.input_ends import InputEnds
 from spark_apps.runtime.hold import Hold
 from spark_apps.runtime.kafka_sink import TransactionalEmitter, WriterFenced
 from spark_apps.runtime.lease import LeaseKeeper
@@ -142,6 +143,7 @@ class Harness:
         self.emitter = TransactionalEmitter(bootstrap, app.name, slot, generation, app.output.topic,
                                             app.dead_letter_topic, app.commits_topic)
         self.status_producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20})
+        self.input_ends = InputEnds(bootstrap, app.input.topic, app.input.partitions)  # lag in each status record
         self.counters = Counters()
         self.state = SlotState.STARTING
         self._stop = threading.Event()
@@ -170,6 +172,8 @@ class Harness:
         control, marker = self.follower.snapshot()
         role = control.role_of(self.slot) if control else Role.STANDBY
         st = _status_from_progress(progress) if progress else {}
+        if st.get("input_end") is None:
+            st["input_end"] = self.input_ends.latest()
         rec = StatusRecord(
             app=self.app.name, slot=self.slot, state=self.state, role=role,
             epoch_seen=control.epoch if control else 0, version=self.app.version, generation=self.generation,
@@ -489,6 +493,7 @@ class Harness:
             control, _ = self.follower.snapshot()
             self._checked = self._checked_active = control.check_at if control is not None else None
             self.follower.start()
+            self.input_ends.start()
             self.lease = LeaseKeeper(self.app, self.slot, self.bootstrap, self.follower, lambda: self.state, self.alive)
             self.lease.start()
             writer = self.build_query(frame)
@@ -505,6 +510,7 @@ class Harness:
             self.status_producer.flush(5)
             if self.lease is not None:
                 self.lease.stop()
+            self.input_ends.stop()
             self.follower.stop()
             raise
         code = 0
@@ -552,6 +558,7 @@ class Harness:
             self.status_producer.flush(5)
             if self.lease is not None:
                 self.lease.stop()  # its last renewal carries the final state: a stop releases the lease
+            self.input_ends.stop()
             self.follower.stop()
             self.emitter.release()
         return code
@@ -699,15 +706,21 @@ def with_input_rate(p: dict, previous_batch_ms: int | None) -> dict:
     return {**p, "inputRowsPerSecond": rows * 1000.0 / (started - previous_batch_ms)}
 
 
+def _offsets(raw) -> dict[int, int] | None:
+    # A source's offsets in a progress: JSON text (the Python data source) or already an object.
+    if isinstance(raw, str):
+        raw = json.loads(raw)
+    return {int(k): int(v) for k, v in raw.items()} if raw else None
+
+
 def _status_from_progress(p: dict) -> dict:
     ops = p.get("stateOperators") or [{}]
     sources = p.get("sources") or [{}]
-    end = sources[0].get("endOffset")
-    if isinstance(end, str):
-        end = json.loads(end)
+    end, latest = (_offsets(sources[0].get(k)) for k in ("endOffset", "latestOffset"))
     return dict(
         batch_id=int(p.get("batchId", -1)),
-        processed={int(k): int(v) for k, v in (end or {}).items()},
+        processed=end or {},
+        input_end=latest,
         input_rows=int(p.get("numInputRows", 0)),
         input_rate=float(p.get("inputRowsPerSecond") or 0.0),
         processing_rate=float(p.get("processedRowsPerSecond") or 0.0),

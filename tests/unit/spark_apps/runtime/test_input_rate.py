@@ -22,3 +22,12 @@ def test_without_a_previous_batch_or_rows_spark_s_figure_stays():
     idle = progress("2026-11-25T01:43:01.000Z", 0, 0.0)
     assert with_input_rate(idle, trigger_started_ms(p) - 1000)["inputRowsPerSecond"] == 0.0
     assert with_input_rate({"numInputRows": 5, "inputRowsPerSecond": 1.0}, 0)["inputRowsPerSecond"] == 1.0  # no timestamp
+
+
+def test_the_source_s_latest_offset_is_the_input_end_of_the_status_when_spark_reports_it():
+    p = {**progress("2026-11-25T01:43:01.000Z", 500, 1.0),
+         "sources": [{"endOffset": '{"0": 10, "1": 20}', "latestOffset": '{"0": 15, "1": 20}'}]}
+    st = _status_from_progress(p)
+    assert st["processed"] == {0: 10, 1: 20} and st["input_end"] == {0: 15, 1: 20}
+    # A simple (driver-side) reader reports none: the harness fills it in from the broker.
+    assert _status_from_progress({**p, "sources": [{"endOffset": {"0": 10}, "latestOffset": None}]})["input_end"] is None

@@ -1,0 +1,49 @@
+"""The input's end, read in the background for the slot's status records (lag at each batch).
+
+Spark reports a source's latest offset only for a source that is not a simple reader, and the
+driver-side reader (readOn=driver) is one; so the harness asks the broker itself, once a second, off
+the batch path: a ListOffsets per partition and a fetch of at most the last batch (Tansu reports a
+lower bound: baton.kafka.tail.probe_ends reads on to the true end) a second, next to nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+from baton.kafka.tail import probe_ends
+
+log = logging.getLogger(__name__)
+
+
+class InputEnds(threading.Thread):
+    def __init__(self, bootstrap: str, topic: str, partitions: int, interval_s: float = 1.0):
+        super().__init__(name="baton-input-ends", daemon=True)
+        self.topic, self.partitions, self.interval_s = topic, partitions, interval_s
+        self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"baton-ends-{uuid.uuid4().hex[:8]}",
+                                  "enable.auto.commit": False, "isolation.level": "read_committed",
+                                  "enable.partition.eof": True, "fetch.wait.max.ms": 10})
+        self._latest: dict[int, int] | None = None
+        self._stop = threading.Event()
+
+    def latest(self) -> dict[int, int] | None:
+        return self._latest
+
+    def run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                try:
+                    bound = {p: self.consumer.get_watermark_offsets(TopicPartition(self.topic, p), timeout=2)[1]
+                             for p in range(self.partitions)}
+                    self._latest = probe_ends(self.consumer, self.topic, bound, timeout_s=1.0)[0]
+                except KafkaException as exc:  # the broker away for a moment: the last end stands
+                    log.debug("input end not read: %s", exc)
+                self._stop.wait(self.interval_s)
+        finally:
+            self.consumer.close()
+
+    def stop(self) -> None:
+        self._stop.set()
