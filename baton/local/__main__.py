@@ -18,8 +18,23 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--no-airflow", action="store_true", help="broker and topics only")
     sub.add_parser("down", help="stop everything the platform started")
     sub.add_parser("status", help="what runs, on which ports, and how to log in")
-    sub.add_parser("demo", help="up, show the platform, keep running until Ctrl-C, then down")
+    sub.add_parser("demo", help="up, start click_counts under load, show it live until Ctrl-C, then down")
+    apps = sub.add_parser("apps", help="every app's slots: role, version, lag, rates, lease")
+    apps.add_argument("--watch", type=float, nargs="?", const=2.0, metavar="SECONDS",
+                      help="refresh every SECONDS (2 if omitted) until Ctrl-C")
+    one = sub.add_parser("app", help="one app's slots, and its history of handoffs and lifecycle changes")
+    one.add_argument("name")
+    one.add_argument("--watch", type=float, nargs="?", const=2.0, metavar="SECONDS",
+                     help="refresh every SECONDS (2 if omitted) until Ctrl-C")
+    metrics = sub.add_parser("metrics", help="serve the apps' Prometheus metrics over plain HTTP (an exporter)")
+    metrics.add_argument("--port", type=int, default=9464)
+    metrics.add_argument("--host", default="127.0.0.1", help="address to listen on (default loopback only)")
     args = parser.parse_args(argv)
+
+    if args.command == "metrics":
+        return serve_metrics(Settings.load().kafka_bootstrap, args.host, args.port)
+    if args.command in ("apps", "app"):
+        return show_apps(Settings.load().kafka_bootstrap, getattr(args, "name", None), args.watch)
 
     platform = Platform(Settings.load())
     if args.command == "up":
@@ -33,8 +48,79 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def show_apps(bootstrap: str, name: str | None, watch: float | None) -> int:
+    from baton.app_table import app_detail, apps_table
+    from baton.apps import AppDefinitionError, load_registry
+    from baton.status_feed import StatusFeed
+
+    try:
+        registry = load_registry()
+    except AppDefinitionError as exc:
+        print(f"baton: {exc}", file=sys.stderr)
+        return 2
+    if name is not None and name not in registry:
+        print(f"baton: no app {name!r} is registered (known: {', '.join(sorted(registry)) or 'none'})", file=sys.stderr)
+        return 2
+    if watch is not None and watch <= 0:
+        print("baton: --watch takes a positive number of seconds", file=sys.stderr)
+        return 2
+    feed = StatusFeed(bootstrap, status_tail=5_000)
+    while True:
+        try:
+            feed.refresh()
+            views = feed.views(registry)
+        except Exception as exc:  # the broker down or unreachable: say so, keep watching
+            text = f"baton: cannot read Baton's topics from {bootstrap}: {exc}"
+            if watch is None:
+                print(text, file=sys.stderr)
+                return 1
+        else:
+            view = next((v for v in views if v.app == name), None)
+            text = app_detail(view) if name is not None else apps_table(views)
+        if watch is None:
+            print(text)
+            return 0
+        print("\x1b[2J\x1b[H" + time.strftime("%H:%M:%S ") + f"(every {watch:g} s, Ctrl-C to stop)\n" + text,
+              flush=True)
+        try:
+            time.sleep(watch)
+        except KeyboardInterrupt:
+            return 0
+
+
+def serve_metrics(bootstrap: str, host: str, port: int) -> int:
+    """An exporter for a scraper that cannot authenticate to Airflow: the same metrics as the Baton
+    page's /baton/metrics, read from the broker at each scrape."""
+    from prometheus_client import CollectorRegistry, start_http_server
+
+    from baton.metrics import ViewCollector
+    from baton.status_feed import StatusFeed
+
+    feed = StatusFeed(bootstrap, status_tail=2_000)
+
+    class Fresh(ViewCollector):
+        def __init__(self):
+            super().__init__(())
+
+        def collect(self):
+            feed.refresh()
+            self.views = feed.views()
+            yield from super().collect()
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(Fresh())
+    server, _thread = start_http_server(port, addr=host, registry=registry)
+    print(f"baton metrics: http://{host}:{port}/metrics (broker {bootstrap}); Ctrl-C stops", flush=True)
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        server.shutdown()
+    return 0
+
+
 def demo(platform: Platform) -> int:
-    from baton.local.demo import run_demo
+    from baton.local.demo import Demo
 
     stop = {"now": False}
 
@@ -43,14 +129,15 @@ def demo(platform: Platform) -> int:
 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
+    shown = Demo(platform)
     try:
         platform.up()
-        run_demo(platform, should_stop=lambda: stop["now"])
-        print("\nRunning. Press Ctrl-C to stop everything.", flush=True)
-        while not stop["now"]:
-            time.sleep(0.5)
+        if not stop["now"]:
+            shown.start()
+        shown.watch(should_stop=lambda: stop["now"])
     finally:
         print("\nstopping ...", flush=True)
+        shown.stop()
         platform.down()
     return 0
 

@@ -1,18 +1,98 @@
-"""What `make demo` shows once the platform is up."""
+"""What `make demo` shows once the platform is up: the main job, live.
+
+It starts `click_counts` on both slots through Airflow (baton_lifecycle, as a user would from the
+trigger form), feeds it click events at a modest rate, says where to look (the Baton page, the
+metrics) and how to trigger a rolling upgrade, then keeps the apps' table in the terminal until
+Ctrl-C. The caller stops the load and the platform.
+"""
 
 from __future__ import annotations
 
+import logging
+import subprocess
+import sys
+import time
 from typing import Callable
 
 from baton.airflow_api import AirflowClient
+from baton.apps import load_app
 from baton.local.platform import Platform
 
+log = logging.getLogger(__name__)
 
-def run_demo(platform: Platform, should_stop: Callable[[], bool]) -> None:
-    a = platform.airflow
-    client = AirflowClient(a.url, "admin", a.password())
-    dags = client.wait_for_dags(timeout_s=120)
-    print("\nBaton's DAGs in Airflow:")
-    for d in dags:
-        print(f"  - {d['dag_id']}: {(d.get('description') or '').strip()}")
-    print(f"\nAirflow UI: {a.url}  (login admin / {a.password()})")
+DEMO_APP = "click_counts"
+DEMO_RATE = 2000    # events/s: data visibly flows, and both slots, Airflow and the broker share 2 cores
+DEMO_USERS = 10_000
+REFRESH_S = 3.0
+
+
+class Demo:
+    def __init__(self, platform: Platform, say: Callable[[str], None] = print):
+        self.platform, self.say = platform, say
+        self.load: subprocess.Popen | None = None
+        self.where = ""  # where to look, kept above the live table
+
+    def start(self) -> None:
+        a = self.platform.airflow
+        client = AirflowClient(a.url, "admin", a.password())
+        dags = client.wait_for_dags(timeout_s=120)
+        self.say("\nBaton's DAGs in Airflow:")
+        for d in dags:
+            self.say(f"  - {d['dag_id']}: {(d.get('description') or '').strip()}")
+        self.say(f"\nstarting {DEMO_APP} on both slots (baton_lifecycle, as the trigger form would) ...")
+        run = client.trigger("baton_lifecycle", {"app": DEMO_APP, "action": "start"})
+        done = client.wait_for_run("baton_lifecycle", run["dag_run_id"], timeout_s=600)
+        if done.get("state") != "success":
+            raise RuntimeError(f"baton_lifecycle start of {DEMO_APP} ended {done.get('state')}: see its task log at "
+                               f"{a.url}/dags/baton_lifecycle/runs/{run['dag_run_id']}")
+        topic = load_app(DEMO_APP).input.topic
+        self.say(f"feeding {topic} at {DEMO_RATE:,} events/s over {DEMO_USERS:,} users (baton.tools.loadgen) ...")
+        log_file = self.platform.settings.state_dir / "demo-loadgen.log"
+        with open(log_file, "ab") as out:
+            self.load = subprocess.Popen(
+                [sys.executable, "-m", "baton.tools.loadgen", "--bootstrap", self.platform.broker.bootstrap,
+                 "--topic", topic, "--rate", str(DEMO_RATE), "--keys", str(DEMO_USERS), "--seconds", "86400",
+                 "--quiet"], stdout=out, stderr=subprocess.STDOUT)
+        self.where = f"""
+Where to look (login admin / {a.password()}):
+  the Baton page:   {a.url}/plugin/baton   (slots, lag, batch time, handoffs; buttons to act)
+  metrics:          {a.url}/baton/metrics  (Prometheus text; a bearer token from {a.url}/auth/token)
+  in a shell:       .venv/bin/baton apps --watch
+A rolling upgrade to v2, from the Baton page ("Rolling upgrade...") or the DAG's trigger form:
+  baton_rolling_upgrade  {{"app": "{DEMO_APP}", "version": "v2"}}
+
+"""
+        self.say(self.where)
+
+    def watch(self, should_stop: Callable[[], bool]) -> None:
+        """The apps' table every REFRESH_S until should_stop()."""
+        from baton.app_table import apps_table
+        from baton.status_feed import StatusFeed
+
+        feed = StatusFeed(self.platform.broker.bootstrap, status_tail=2_000)
+        while not should_stop():
+            if self.load is not None and self.load.poll() is not None:
+                self.say(f"the load generator exited ({self.load.returncode}); see "
+                         f"{self.platform.settings.state_dir / 'demo-loadgen.log'}")
+                self.load = None
+            try:
+                feed.refresh()
+                table = apps_table(feed.views())
+            except Exception as exc:  # a slow broker for a moment: say so, try again
+                table = f"(status not read: {exc})"
+            # On a terminal the table is redrawn in place (as `watch` does); piped, it is appended.
+            head = "\x1b[2J\x1b[H" + self.where if sys.stdout.isatty() else "\n"
+            self.say(head + time.strftime("%H:%M:%S") + "  Ctrl-C stops everything\n" + table)
+            deadline = time.monotonic() + REFRESH_S
+            while time.monotonic() < deadline and not should_stop():
+                time.sleep(0.2)
+
+    def stop(self) -> None:
+        if self.load is not None and self.load.poll() is None:
+            self.load.terminate()
+            try:
+                self.load.wait(10)
+            except subprocess.TimeoutExpired:
+                self.load.kill()
+                self.load.wait()
+            self.say("load generator: stopped")

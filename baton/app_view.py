@@ -1,0 +1,195 @@
+"""What each app is doing, for people: the Baton page in Airflow, the metrics endpoint and `baton apps`.
+
+Pure: built from what baton.status_feed read (the control records, the slots' status records and
+leases, the input's end). Nothing here judges health (baton.health does); this says what is.
+Lag in records is the input's end minus what the slot processed; lag in seconds is that backlog at
+the slot's recent input rate (an estimate: the time to read it at the rate data arrives).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Mapping, Sequence
+
+from baton.leases import Lease
+from baton.records import ControlRecord, Positions, Slot, SlotState, StatusRecord
+
+# One plot point per slot and this many ms at most: an hour of per-batch records is thousands of points,
+# a browser plot needs a few hundred.
+POINT_SPACING_MS = 10_000
+
+
+def backlog(end: Positions | None, processed: Positions) -> int | None:
+    """Records of the input not yet processed (an end behind processed counts as caught up: Tansu's
+    end is a lower bound, and an end read before the slot's last batch is older than it)."""
+    if end is None:
+        return None
+    return sum(max(0, e - processed.get(p, 0)) for p, e in end.items())
+
+
+@dataclass(frozen=True)
+class SlotView:
+    slot: str
+    role: str                    # active / standby, as the control record says
+    desired: str                 # what the control plane wants of it
+    state: str                   # what it last reported ("" never reported)
+    version: str
+    generation: int
+    epoch_seen: int
+    reason: str                  # why it is in the desired state (e.g. the crash-loop guard's)
+    restarts: int                # restarts the crash-loop guard still counts
+    batch_id: int
+    lag_records: int | None
+    lag_s: float | None
+    input_rate: float
+    processing_rate: float
+    batch_ms: int
+    state_rows: int
+    state_bytes: int
+    dead_letters: int
+    report_age_s: float | None   # since its last status record
+    lease_age_s: float | None    # since its last lease renewal
+    error: str
+    host: str
+    pid: int
+
+
+@dataclass(frozen=True)
+class Point:
+    """A slot's figures at one batch, for the plots."""
+
+    ts_ms: int
+    slot: str
+    lag_records: int | None
+    batch_ms: int
+    input_rate: float
+    processing_rate: float
+
+
+@dataclass(frozen=True)
+class Event:
+    """A change of the app's control record: a handoff, a failover, a start or stop, a fence."""
+
+    ts_ms: int
+    revision: int
+    kind: str        # cutover, failover, fence, fence lifted, slot, operation
+    text: str
+    writer: str      # who wrote it: "<dag_id>:<run_id>" for a DAG run, "<slot> (lease)" for a failover
+    dag_id: str = ""
+    run_id: str = ""
+
+
+@dataclass(frozen=True)
+class AppView:
+    app: str
+    registered: bool
+    epoch: int = 0
+    active: str = ""
+    revision: int = 0
+    fence: Positions | None = None
+    operation: str = ""
+    slots: list[SlotView] = field(default_factory=list)
+    points: list[Point] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["fence"] = {str(p): o for p, o in self.fence.items()} if self.fence else None
+        return d
+
+
+def slot_view(slot: Slot, record: ControlRecord | None, history: Sequence[StatusRecord], lease: Lease | None,
+              end: Positions | None, now_ms: int) -> SlotView:
+    spec = record.slots.get(slot) if record else None
+    last = history[-1] if history else None
+    lag = backlog(end, last.processed) if last is not None and last.processed else None
+    # The rate data arrives at over the last batches that read any: a lone idle record reports 0.
+    rates = [s.input_rate for s in history[-10:] if s.input_rate > 0]
+    rate = sum(rates) / len(rates) if rates else 0.0
+    lag_s = None if lag is None else (0.0 if lag == 0 else (lag / rate if rate > 0 else None))
+    return SlotView(
+        slot=slot.value, role=record.role_of(slot).value if record else "",
+        desired=spec.desired.value if spec else SlotState.STOPPED.value,
+        state=last.state.value if last else "", version=(spec.version if spec else "") or (last.version if last else ""),
+        generation=spec.generation if spec else 0, epoch_seen=last.epoch_seen if last else 0,
+        reason=spec.reason if spec else "", restarts=len(spec.restarts) if spec else 0,
+        batch_id=last.batch_id if last else -1, lag_records=lag, lag_s=lag_s,
+        input_rate=last.input_rate if last else 0.0, processing_rate=last.processing_rate if last else 0.0,
+        batch_ms=last.batch_ms if last else 0, state_rows=last.state_rows if last else 0,
+        state_bytes=last.state_bytes if last else 0, dead_letters=last.dead_letters if last else 0,
+        report_age_s=(now_ms - last.ts_ms) / 1000 if last else None,
+        lease_age_s=(now_ms - lease.ts_ms) / 1000 if lease else None,
+        error=last.error if last else "", host=last.host if last else "", pid=last.pid if last else 0,
+    )
+
+
+def points(history: Sequence[StatusRecord], since_ms: int, spacing_ms: int = POINT_SPACING_MS) -> list[Point]:
+    """One point per slot per `spacing_ms` (the newest record of each step), from `since_ms` on."""
+    out: dict[tuple[str, int], Point] = {}
+    for s in history:
+        if s.ts_ms < since_ms or s.batch_id < 0:
+            continue
+        out[(s.slot.value, s.ts_ms // spacing_ms)] = Point(
+            ts_ms=s.ts_ms, slot=s.slot.value, lag_records=backlog(s.input_end, s.processed),
+            batch_ms=s.batch_ms, input_rate=s.input_rate, processing_rate=s.processing_rate)
+    return sorted(out.values(), key=lambda p: (p.ts_ms, p.slot))
+
+
+def _writer_run(writer: str) -> tuple[str, str]:
+    dag_id, sep, run_id = writer.partition(":")
+    return (dag_id, run_id) if sep and dag_id.startswith("baton_") and run_id else ("", "")
+
+
+def describe_change(prev: ControlRecord | None, cur: ControlRecord) -> list[tuple[str, str]]:
+    """(kind, text) of what one control record changed against the one before it."""
+    out: list[tuple[str, str]] = []
+    if prev is None:
+        out.append(("slot", f"registered at epoch {cur.epoch}, {cur.active.value} active"))
+    elif cur.epoch != prev.epoch:
+        h = cur.handoff
+        if h is not None and h.reason:
+            out.append(("failover", f"epoch {prev.epoch} -> {cur.epoch}: {cur.active.value} took over ({h.reason})"))
+        else:
+            out.append(("cutover", f"epoch {prev.epoch} -> {cur.epoch}: {prev.active.value} -> {cur.active.value}"))
+    if cur.fence and (prev is None or prev.fence != cur.fence):
+        out.append(("fence", f"fence set at {sum(cur.fence.values()):,} records in"))
+    elif prev is not None and prev.fence and not cur.fence and cur.epoch == prev.epoch:
+        out.append(("fence lifted", "fence lifted (the handoff ended without a cutover)"))
+    for slot in Slot:
+        a = prev.slots.get(slot) if prev else None
+        b = cur.slots.get(slot)
+        if b is None or (a is not None and (a.desired, a.version, a.generation) == (b.desired, b.version, b.generation)):
+            continue
+        why = f" ({b.reason})" if b.reason else ""
+        out.append(("slot", f"{slot.value}: {b.desired.value.lower()} {b.version} generation {b.generation}{why}"))
+    if cur.operation != (prev.operation if prev else ""):
+        out.append(("operation", cur.operation or "operation ended"))
+    return out
+
+
+def events(records: Sequence[ControlRecord]) -> list[Event]:
+    """The app's control changes in order (records: the applied ones, oldest first)."""
+    out: list[Event] = []
+    prev = None
+    for rec in records:
+        dag_id, run_id = _writer_run(rec.writer)
+        for kind, text in describe_change(prev, rec):
+            out.append(Event(ts_ms=rec.ts_ms, revision=rec.revision, kind=kind, text=text, writer=rec.writer,
+                             dag_id=dag_id, run_id=run_id))
+        prev = rec
+    return out
+
+
+def app_view(app: str, registered: bool, records: Sequence[ControlRecord], history: Sequence[StatusRecord],
+             leases: Mapping[Slot, Lease], end: Positions | None, now_ms: int, window_ms: int = 3_600_000) -> AppView:
+    """The view of one app: `records` its applied control records (oldest first, the last is current),
+    `history` its status records (oldest first), `leases` the newest per slot, `end` its input's end now."""
+    record = records[-1] if records else None
+    slots = [slot_view(slot, record, [s for s in history if s.slot is slot], leases.get(slot), end, now_ms)
+             for slot in Slot]
+    return AppView(
+        app=app, registered=registered, epoch=record.epoch if record else 0,
+        active=record.active.value if record else "", revision=record.revision if record else 0,
+        fence=record.fence if record else None, operation=record.operation if record else "", slots=slots,
+        points=points(history, now_ms - window_ms), events=events(records)[-50:],
+    )

@@ -1,0 +1,147 @@
+"""Reads what baton.app_view shows: Baton's control, status and leases topics, and each app's input end.
+
+Bounded and incremental: the first refresh reads the control topic (compacted: one record per app once
+compacted) and only the last `status_tail` status records and `lease_tail` renewals; every later
+refresh reads just what arrived since, so a page refreshed every few seconds costs one short fetch
+however long the apps have run. History older than `window_ms` is dropped.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections import defaultdict, deque
+from dataclasses import dataclass, field
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+from baton.app_view import AppView, app_view
+from baton.apps import AppDefinition, load_registry
+from baton.kafka.control_log import apply_records
+from baton.leases import Lease
+from baton.records import ControlRecord, RecordError, Slot, StatusRecord
+from baton.settings import CONTROL_TOPIC, LEASES_TOPIC, STATUS_TOPIC
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _AppState:
+    records: list[ControlRecord] = field(default_factory=list)  # applied, oldest first
+    history: deque = field(default_factory=lambda: deque(maxlen=40_000))
+    leases: dict[Slot, Lease] = field(default_factory=dict)
+
+
+class StatusFeed:
+    """One reader of Baton's topics for many views; thread-safe (the API server answers concurrently)."""
+
+    def __init__(self, bootstrap: str, status_tail: int = 20_000, lease_tail: int = 2_000,
+                 window_ms: int = 3_600_000, timeout_s: float = 10.0):
+        self.bootstrap, self.window_ms, self.timeout_s = bootstrap, window_ms, timeout_s
+        self.tails = {CONTROL_TOPIC: None, STATUS_TOPIC: status_tail, LEASES_TOPIC: lease_tail}
+        self.next: dict[str, int] = {}  # the next offset to read per topic, once read
+        self.apps: dict[str, _AppState] = defaultdict(_AppState)
+        self.lock = threading.Lock()
+
+    def _consumer(self) -> Consumer:
+        return Consumer({
+            "bootstrap.servers": self.bootstrap, "group.id": f"baton-feed-{uuid.uuid4().hex[:8]}",
+            "enable.auto.commit": False, "isolation.level": "read_committed", "enable.partition.eof": True,
+            "fetch.wait.max.ms": 10,
+        })
+
+    def refresh(self) -> None:
+        """Read every record that arrived since the last refresh (to each topic's end)."""
+        with self.lock:
+            c = self._consumer()
+            try:
+                self._read(c)
+            finally:
+                c.close()
+
+    def _read(self, c: Consumer) -> None:
+        starts = {}
+        for topic, tail in self.tails.items():
+            if topic in self.next:
+                starts[topic] = self.next[topic]
+                continue
+            try:
+                low, high = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=self.timeout_s)
+            except KafkaException as exc:
+                if exc.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                    continue  # not created yet (no app ever started): nothing to show
+                raise
+            starts[topic] = low if tail is None else max(low, high - tail)
+        if not starts:
+            return
+        c.assign([TopicPartition(t, 0, o) for t, o in starts.items()])
+        pending, deadline = set(starts), time.monotonic() + self.timeout_s
+        position = dict(starts)
+        while pending:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{', '.join(sorted(pending))} not read to the end within {self.timeout_s}s "
+                                   f"(broker {self.bootstrap})")
+            for m in c.consume(10_000, 0.05):
+                if m.error():
+                    if m.error().code() == KafkaError._PARTITION_EOF:
+                        pending.discard(m.topic())
+                        continue
+                    raise KafkaException(m.error())
+                position[m.topic()] = m.offset() + 1
+                self._take(m.topic(), m.key(), m.value())
+        self.next.update(position)
+        self._forget_before(int(time.time() * 1000) - self.window_ms)
+
+    def _take(self, topic: str, key: bytes | None, value: bytes | None) -> None:
+        if value is None or key is None:
+            return
+        try:
+            if topic == STATUS_TOPIC:
+                rec = StatusRecord.from_bytes(value)
+                self.apps[rec.app].history.append(rec)
+            elif topic == CONTROL_TOPIC:
+                ctl = ControlRecord.from_bytes(value)
+                if ctl.app.encode() != key:
+                    return
+                state = self.apps[ctl.app]
+                current = state.records[-1] if state.records else None
+                if apply_records(current, [ctl]) is ctl:
+                    state.records.append(ctl)
+                    del state.records[:-200]
+            elif topic == LEASES_TOPIC:
+                lease = Lease.from_bytes(value)
+                self.apps[lease.app].leases[lease.slot] = lease
+        except RecordError as exc:  # a malformed record is skipped, never fatal
+            log.debug("skipped a record of %s: %s", topic, exc)
+
+    def _forget_before(self, since_ms: int) -> None:
+        for state in self.apps.values():
+            while state.history and state.history[0].ts_ms < since_ms:
+                state.history.popleft()
+
+    def views(self, registry: dict[str, AppDefinition] | None = None, now_ms: int | None = None) -> list[AppView]:
+        """Every registered app's view, and any app with records but no definition (a removed one)."""
+        registry = load_registry() if registry is None else registry
+        now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+        ends = input_ends(self.bootstrap, registry.values())
+        with self.lock:
+            names = sorted(set(registry) | {a for a, s in self.apps.items() if s.records})
+            return [app_view(name, name in registry, list(self.apps[name].records), list(self.apps[name].history),
+                             dict(self.apps[name].leases), ends.get(name), now_ms, self.window_ms)
+                    for name in names]
+
+
+def input_ends(bootstrap: str, apps, timeout_s: float = 3.0) -> dict[str, dict[int, int]]:
+    """Each app's input end now (read to the true end: baton.kafka.tail.probe_ends). One consumer for
+    all; if it cannot be read (the broker away, an input topic missing) the views show no lag."""
+    from baton.kafka.tail import ends_of
+
+    apps = list(apps)
+    try:
+        ends = ends_of(bootstrap, {app.input.topic: range(app.input.partitions) for app in apps}, timeout_s)
+    except KafkaException as exc:
+        log.warning("input ends not read: %s", exc)
+        return {}
+    return {app.name: ends[app.input.topic] for app in apps}
