@@ -31,7 +31,14 @@ $(STAMP): requirements.txt pyproject.toml scripts/check_prereqs.py spark_apps/ru
 	$(BIN)/python -m spark_apps.runtime.spark_home build
 	$(BIN)/python -m spark_apps.runtime.cds build
 
-test: install
+# The browser tests' Chromium (Debian's package; scripts/ensure_chromium.sh), once.
+BROWSER := $(VENV)/.chromium
+
+$(BROWSER): scripts/ensure_chromium.sh
+	@bash scripts/ensure_chromium.sh
+	@touch $@
+
+test: install $(BROWSER)
 	$(BIN)/python -m pytest
 
 unit: install

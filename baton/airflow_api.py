@@ -22,6 +22,10 @@ class AirflowClient:
         self._http = httpx.Client(base_url=self.base_url, timeout=timeout_s)
         self._token: str | None = None
 
+    def token(self) -> str:
+        """A JWT for this user (e.g. for the Baton page's metrics: a scraper's bearer token)."""
+        return self._headers()["Authorization"].removeprefix("Bearer ")
+
     def _headers(self) -> dict[str, str]:
         if self._token is None:
             r = self._http.post("/auth/token", json={"username": self._auth[0], "password": self._auth[1]})

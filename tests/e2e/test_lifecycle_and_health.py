@@ -9,12 +9,16 @@ triggered through the REST API.
   the failover and restarts the dead slot as the standby; output stays exactly once;
 - an app with bad code is restarted up to its limit, then marked FAILED with the reason;
 - stop ends both slots gracefully;
-- baton_cutover hands the active role to the standby under live load, exactly once.
+- baton_cutover, triggered from the Baton page in the Airflow UI (a real browser), hands the active role to
+  the standby under live load, exactly once; the page shows it, its API and metrics need an Airflow user.
 """
 
 import os
 import signal
 import time
+import urllib.error
+import urllib.request
+from urllib.parse import quote
 
 import psutil
 import pytest
@@ -26,6 +30,7 @@ from baton.launcher import Launcher
 from baton.local.procs import pid_alive
 from baton.records import Slot, SlotState
 from baton.tools.verify import read_output, verify
+from tests.support.browser import logged_in
 from tests.support.e2e import LiveLoad, desired, run_dag
 from tests.support.slots import produce_clicks, read_status, wait_for, wait_until_emitted
 
@@ -136,21 +141,67 @@ def test_a_crash_looping_app_is_marked_failed_with_the_reason(stack):
     assert desired(platform, app.name, Slot.BLUE).desired is SlotState.FAILED
 
 
-def test_cutover_through_the_rest_api_under_load_is_exactly_once(stack):
+def test_cutover_from_the_baton_page_under_load_is_exactly_once_and_the_page_shows_it(stack, tmp_path):
     platform, client, apps = stack
-    app, bootstrap = apps["cc_cut"], platform.broker.bootstrap
+    app, bootstrap, airflow = apps["cc_cut"], platform.broker.bootstrap, platform.airflow
     started = run_dag(client, "baton_lifecycle", {"app": app.name, "action": "start", "slot": "both"})
     assert started["state"] == "success", started
-    with LiveLoad(bootstrap, app.input.topic) as load:
+    # Plugin routes are not protected by Airflow unless the plugin does it: the page's are.
+    for path in ("/baton/api/apps", "/baton/metrics", "/baton/"):
+        assert http_status(f"{airflow.url}{path}") == 401, path
+    with LiveLoad(bootstrap, app.input.topic) as load, logged_in(airflow.url, "admin", airflow.password()) as page:
         wait_until_emitted(bootstrap, app, 5_000, timeout_s=300)
-        cut = run_dag(client, "baton_cutover", {"app": app.name, "ahead_s": 2})
+        page.goto(f"{airflow.url}/plugin/baton")  # the page, in the Airflow UI's navigation
+        card = page.frame_locator("iframe").locator(f"[data-app={app.name}]")
+        card.locator("table.slots tr.active").wait_for(timeout=60_000)
+        rows = card.locator("table.slots tr").all_inner_texts()
+        assert any("blue\tactive\trunning\trunning" in r for r in rows), rows
+        assert any("green\tstandby\trunning\trunning" in r for r in rows), rows
+        # The operator acts from the page: the DAG's own form, pre-filled for this app.
+        card.locator("button[data-dag=baton_cutover]").click()
+        dialog = page.frame_locator("iframe").locator("#trigger")
+        assert dialog.locator("select[name=app]").input_value(timeout=30_000) == app.name
+        assert dialog.locator("input[name=ahead_s]").input_value() == "2"  # the form's default
+        dialog.locator("#trigger-submit").click()
+        run_id = dialog.locator("#trigger-run").inner_text(timeout=30_000)
+        cut = client.wait_for_run("baton_cutover", run_id, timeout_s=600)
         assert cut["state"] == "success", cut
         record = read_control(bootstrap, app.name)
         assert (record.active, record.epoch, record.fence) == (Slot.GREEN, 2, None)
         time.sleep(5)
+        # The page shows what happened: green active at epoch 2, the cutover on the plots' time axis and
+        # in the history, linked to the run that did it.
+        page.reload()
+        card = page.frame_locator("iframe").locator(f"[data-app={app.name}]")
+        card.locator(".head", has_text="epoch 2, green active").wait_for(timeout=30_000)
+        assert card.locator("svg .series").count() >= 2 and card.locator("svg .handoff-mark").count() >= 2
+        assert card.locator(f".events a[href$='{quote(run_id, safe='')}']").count() >= 2  # its fence and cutover
+        page.screenshot(path=str(tmp_path / "baton-page.png"), full_page=True)
+    metrics = scrape(f"{airflow.url}/baton/metrics", client.token())
+    assert metrics[("baton_app_epoch", app.name, None)] == 2
+    assert metrics[("baton_slot_active", app.name, "green")] == 1
+    assert ("baton_slot_lag_records", app.name, "blue") in metrics
     wait_until_emitted(bootstrap, app, load.sent, timeout_s=300)
     verdict = verify(load.truth, read_output(bootstrap, app.output.topic, app.output.partitions))
     assert verdict.ok, verdict.summary()
     assert read_status(bootstrap, app.name, "blue")[-1].epoch_seen == 2  # the old active is the standby now
     stopped = run_dag(client, "baton_lifecycle", {"app": app.name, "action": "stop", "slot": "both"})
     assert stopped["state"] == "success"
+
+
+def http_status(url: str) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=30) as r:
+            return r.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+def scrape(url: str, token: str) -> dict:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    req = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        text = r.read().decode()
+    return {(s.name, s.labels.get("app"), s.labels.get("slot")): s.value
+            for f in text_string_to_metric_families(text) for s in f.samples}

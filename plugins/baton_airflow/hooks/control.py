@@ -52,13 +52,25 @@ def read_leases(bootstrap: str, app: str, last_n: int = 2000) -> dict[Slot, Leas
     return {lease.slot: lease for lease in leases}
 
 
+def current_run_writer() -> str:
+    """"<dag_id>:<run_id>" of the task running this (the Baton page links a control change to its run),
+    or "airflow" outside a task."""
+    from airflow.sdk import get_current_context
+
+    try:
+        ctx = get_current_context()
+        return f"{ctx['dag'].dag_id}:{ctx['run_id']}"
+    except Exception:  # no task context (a test, a shell): the writer is still named
+        return "airflow"
+
+
 class BatonControlHook(BaseHook):
     hook_name = "Baton control plane"
 
-    def __init__(self, kafka_conn_id: str = BatonKafkaHook.default_conn_name, writer: str = "airflow"):
+    def __init__(self, kafka_conn_id: str = BatonKafkaHook.default_conn_name, writer: str | None = None):
         super().__init__()
         self.kafka = BatonKafkaHook(kafka_conn_id)
-        self.writer = writer
+        self.writer = writer or current_run_writer()
 
     @property
     def bootstrap(self) -> str:

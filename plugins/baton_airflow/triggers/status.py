@@ -44,7 +44,7 @@ class SlotStatusTrigger(BaseTrigger):
                  deadline_ts: float | None = None, epoch: int = 0, max_lag_s: float | None = None,
                  expected: dict[str, Any] | None = None, policy: str = "exact", settle_s: float = 0.0,
                  max_batch_ms: int = 0, trail_records: int = 0, correct: bool = False, ahead_s: float = 2.0,
-                 moves: int = 0):
+                 moves: int = 0, writer: str | None = None):
         super().__init__()
         if condition not in CONDITIONS:
             raise ValueError(f"condition {condition!r} is not one of {CONDITIONS}")
@@ -63,6 +63,12 @@ class SlotStatusTrigger(BaseTrigger):
         # "states": baton.upgrade.Policy; `slot` is the standby, `target` the check position, asked
         # `ahead_s` ahead of the input, moved further ahead `moves` times so far
         self.policy, self.ahead_s, self.moves = policy, ahead_s, moves
+        # Who the control writes made here are by: the deferring task's run (the history names it).
+        if writer is None:
+            from baton_airflow.hooks.control import current_run_writer
+
+            writer = current_run_writer()
+        self.writer = writer
         # "settle": `slot` is the new active since `since_ms`, at role epoch `epoch`, fence `target`;
         # `correct`: its corrected output must be in
         self.settle_s, self.max_batch_ms = settle_s, max_batch_ms
@@ -76,7 +82,8 @@ class SlotStatusTrigger(BaseTrigger):
             timeout_s=self.timeout_s, poll_s=self.poll_s,
             deadline_ts=self.deadline_ts, epoch=self.epoch, max_lag_s=self.max_lag_s, expected=self.expected,
             policy=self.policy, settle_s=self.settle_s, max_batch_ms=self.max_batch_ms,
-            trail_records=self.trail_records, correct=self.correct, ahead_s=self.ahead_s, moves=self.moves))
+            trail_records=self.trail_records, correct=self.correct, ahead_s=self.ahead_s, moves=self.moves,
+            writer=self.writer))
 
     def check(self):
         """One blocking poll (runs in a thread): the condition's Check."""
@@ -122,7 +129,7 @@ class SlotStatusTrigger(BaseTrigger):
         from spark_apps.runtime.kafka_sink import read_last_marker
 
         return cut_over_at_fence(
-            ControlPlane(KafkaControlStore(self.bootstrap)), self.app, Slot(self.slot), self.epoch,
+            ControlPlane(KafkaControlStore(self.bootstrap), writer=self.writer), self.app, Slot(self.slot), self.epoch,
             {int(p): int(o) for p, o in self.target.items()},
             lambda: read_last_marker(self.bootstrap, load_app(self.app).commits_topic, self.app),
             lambda: read_slot_status(self.bootstrap, self.app, self.slot, last_n=500),
@@ -176,7 +183,8 @@ class SlotStatusTrigger(BaseTrigger):
         ahead = plan_ahead(lambda: active, lambda: end_offsets(self.bootstrap, app.input.topic,
                                                                range(app.input.partitions)),
                            app.input.partitions, ahead_s)
-        rec = ControlPlane(KafkaControlStore(self.bootstrap)).update(app.name, upgrade.move_state_check(position, ahead))
+        plane = ControlPlane(KafkaControlStore(self.bootstrap), writer=self.writer)
+        rec = plane.update(app.name, upgrade.move_state_check(position, ahead))
         if rec.check_at is None:
             return Check(failed=True, message=f"{missed}, and no state check is asked any more (a cutover cleared it)")
         self.target, self.moves = positions_to_json(rec.check_at), self.moves + 1
