@@ -11,6 +11,7 @@ from datetime import datetime
 
 from airflow.sdk import DAG, Param
 
+from baton_airflow.alerts import notify_failed_run
 from baton_airflow.operators.handoff import AbortHandoffOperator, CutoverOperator, FenceOperator
 from baton_airflow.params import app_param
 
@@ -22,6 +23,7 @@ with DAG(
     catchup=False,
     max_active_runs=1,
     tags=["baton"],
+    on_failure_callback=notify_failed_run,  # a failed handoff is an alert (baton_airflow.alerts)
     params={
         "app": app_param(),
         "ahead_s": Param(2.0, type="number", minimum=0, maximum=60,

@@ -24,6 +24,7 @@ from datetime import datetime, timedelta
 
 from airflow.sdk import DAG, Param
 
+from baton_airflow.alerts import notify_failed_run
 from baton_airflow.operators.handoff import CutoverOperator, FenceOperator
 from baton_airflow.operators.reprocess import (
     AbortReprocessOperator, FinishReprocessOperator, FinishStagedOperator, HandoverGateOperator, InvariantsOperator,
@@ -45,6 +46,7 @@ with DAG(
     # (ControlRecord.operation) refuses it at once, with the reason, instead.
     max_active_runs=4,
     tags=["baton"],
+    on_failure_callback=notify_failed_run,  # a failed handoff is an alert (baton_airflow.alerts)
     params={
         "app": app_param(),
         "version": Param("v2", type="string", pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$",

@@ -1,6 +1,7 @@
 """One platform (broker, Airflow standalone, Spark slots in local mode) for every e2e test of the session:
 starting it costs about a minute. Each test uses its own app from APPS (its own topics and slots)."""
 
+import json
 import os
 import re
 import time
@@ -12,6 +13,7 @@ from baton.apps import load_registry
 from baton.local.platform import Platform
 from baton.local.procs import free_port
 from baton.settings import Settings
+from tests.support.e2e import ALERTS
 
 APPS = {
     # A cold slot's first batches on a busy 2-core machine take seconds: a budget they meet.
@@ -53,9 +55,12 @@ def stack(tmp_path_factory):
             v1 = (apps_dir / f"{name}.yaml").read_text().replace("version: v1", f"version: {version}")
             (apps_dir / "versions" / name / f"{version}.yaml").write_text(
                 re.sub(r"^module: .*$", f"module: {module}", v1, flags=re.MULTILINE))
-    saved = {k: os.environ.get(k) for k in ("BATON_APPS_DIR", "BATON_HOME")}
+    saved = {k: os.environ.get(k) for k in ("BATON_APPS_DIR", "BATON_HOME", "AIRFLOW_VAR_BATON_ALERT_NOTIFIERS")}
     os.environ["BATON_APPS_DIR"] = str(apps_dir)
     os.environ["BATON_HOME"] = str(root / "state")
+    # The deployment's alert notifier: one that records what it was sent (ALERTS in the state dir).
+    os.environ["AIRFLOW_VAR_BATON_ALERT_NOTIFIERS"] = json.dumps(
+        [{"class": "tests.support.recording_notifier.RecordingNotifier", "kwargs": {"path": str(root / ALERTS)}}])
     kafka_port = free_port()
     platform = Platform(Settings(state_dir=root / "state", kafka_port=kafka_port, airflow_port=free_port(),
                                  kafka_bootstrap=f"127.0.0.1:{kafka_port}", spark_master="local[2]"))

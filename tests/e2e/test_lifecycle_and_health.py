@@ -31,7 +31,8 @@ from baton.local.procs import pid_alive
 from baton.records import Slot, SlotState
 from baton.tools.verify import read_output, verify
 from tests.support.browser import logged_in
-from tests.support.e2e import LiveLoad, desired, run_dag
+from tests.support.e2e import ALERTS, LiveLoad, desired, run_dag
+from tests.support.recording_notifier import read as read_alerts
 from tests.support.slots import produce_clicks, read_status, wait_for, wait_until_emitted
 
 pytestmark = pytest.mark.e2e
@@ -134,6 +135,10 @@ def test_a_crash_looping_app_is_marked_failed_with_the_reason(stack):
         lambda: run_dag(client, "baton_health")["state"] == "success"
         and (d := desired(platform, app.name, Slot.BLUE)).desired is SlotState.FAILED and d, 600, every_s=1)
     assert "crash loop: 2 restarts" in failed.reason and "injected bug" in failed.reason
+    # The deployment's notifier was told (its setting: tests/e2e/conftest.py).
+    sent = wait_for("the alert", lambda: [a for a in read_alerts(platform.settings.state_dir.parent / ALERTS)
+                             if (a["app"], a["slot"], a["rule"]) == (app.name, "blue", "failed")], 120, every_s=2)
+    assert "crash loop: 2 restarts" in sent[0]["text"]
     # FAILED is final until an operator starts it again: further health runs restart nothing.
     launches = Launcher(platform.settings.state_dir).read_record(app.name, Slot.BLUE).launch_id
     assert run_dag(client, "baton_health")["state"] == "success"

@@ -8,6 +8,10 @@ from contextlib import contextmanager
 from baton.kafka.control_log import read_control
 from tests.support.slots import produce_clicks
 
+# What the e2e stack's alert notifier (tests.support.recording_notifier) was sent: this file beside the
+# platform's state dir.
+ALERTS = "alerts.jsonl"
+
 
 def run_dag(client, dag_id, conf=None, timeout_s=420):
     run = client.trigger(dag_id, conf or {})

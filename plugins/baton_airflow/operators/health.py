@@ -18,17 +18,20 @@ from typing import Any
 
 from airflow.sdk import BaseOperator
 
+from baton.alerts import Alert, alerts_of, due
 from baton.apps import AppDefinition, load_registry, version_path
 from baton.handoff import HandoffError, fail_over, other, stale_fence, without_fence
 from baton.local.procs import tail
 from baton.health import (Finding, HealthPolicy, RestartAction, Severity, SlotHealth, Verdict, assess, decide_restart,
                           failover_finding, lease_finding, prune_restarts, summarize)
 from baton.records import ControlRecord, Slot, SlotState
+from baton_airflow.alerts import SENT_VARIABLE, configured_notifiers, send
 from baton_airflow.hooks.control import BatonControlHook
 from baton_airflow.hooks.kafka import BatonKafkaHook
 from baton_airflow.hooks.spark import BatonSparkHook
 from spark_apps.runtime.follower import compute_cap
 
+FAILED_PREFIX = "FAILED: "  # an action marking a slot FAILED (an alert)
 LAG_VARIABLE = "baton_health_lag"  # (ts_ms, lag) samples per slot between runs: lag growth, input waiting
 
 
@@ -58,7 +61,7 @@ class HealthCheckOperator(BaseOperator):
         control = BatonControlHook(self.kafka_conn_id, writer=f"baton_health:{context['run_id']}")
         spark = BatonSparkHook(conn_id=self.spark_conn_id)
         lag_samples: dict[str, list[list[int]]] = json.loads(Variable.get(LAG_VARIABLE, default="{}"))
-        healths, actions = [], []
+        healths, actions, failed = [], [], {}
         for app in load_registry().values():
             record = control.plane().current(app.name)
             if record is None:
@@ -79,14 +82,35 @@ class HealthCheckOperator(BaseOperator):
                 action = self.act_on(app, slot, health, record, control, spark)
                 if action:
                     actions.append(f"{app.name}/{slot.value}: {action}")
+                if action.startswith(FAILED_PREFIX):
+                    failed[f"{app.name}/{slot.value}"] = action.removeprefix(FAILED_PREFIX)
         Variable.set(LAG_VARIABLE, json.dumps(lag_samples))
         self.log.info("%s", summarize(healths))
         for a in actions:
             self.log.warning("action: %s", a)
+        self.alert(alerts_of(healths, failed), context)
         return {"slots": {f"{h.app}/{h.slot.value}": {"verdict": h.verdict.value, "reason": h.reason,
                                                        "findings": [f"{f.rule}: {f.message}" for f in h.findings]}
                           for h in healths},
                 "actions": actions}
+
+    def alert(self, alerts: list[Alert], context: Any) -> None:
+        """Send what is due (baton.alerts) to the deployment's notifiers (baton_airflow.alerts), after the
+        actions: a misconfigured notifier fails this run with the reason, but never stops a restart."""
+        from airflow.sdk import Variable
+
+        factories = configured_notifiers()
+        if not factories:
+            return  # none configured: the findings are in the log table, XCom and the Baton page
+        sent = json.loads(Variable.get(SENT_VARIABLE, default="{}"))
+        now_ms = int(self.clock() * 1000)
+        send_now, holding = due(alerts, sent, now_ms)
+        delivered = {a.key for a in send(send_now, dict(context), factories)}
+        # An alert a notifier failed to take is due again at the next run.
+        Variable.set(SENT_VARIABLE, json.dumps({k: t for k, t in holding.items()
+                                                if k in delivered or k not in {a.key for a in send_now}}))
+        for a in send_now:
+            self.log.warning("alert%s: %s", "" if a.key in delivered else " (not sent, tried again next run)", a.text())
 
     def lift_stale_fence(self, record: ControlRecord, plane) -> tuple[ControlRecord, str] | None:
         """A fence past its expiry was left by a handoff whose run died: lift it, or the active's
@@ -215,7 +239,7 @@ class HealthCheckOperator(BaseOperator):
             # Intent first: the harness stops on FAILED by itself if it is somehow still alive.
             plane.move_slot(app.name, slot, SlotState.FAILED, reason=decision.reason)
             spark.stop(app.name, slot, grace_s=30)
-            return f"FAILED: {decision.reason}"
+            return f"{FAILED_PREFIX}{decision.reason}"
         restarts = tuple(prune_restarts(spec.restarts, now_ms, policy)) + (now_ms,)
         plane.move_slot(app.name, slot, SlotState.STARTING, reason=f"restarted: {health.reason}",
                         restarts=restarts, started_ms=now_ms)
