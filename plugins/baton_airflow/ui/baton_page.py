@@ -1,5 +1,5 @@
-"""The Baton page in the Airflow UI: an Airflow 3 plugin with a FastAPI app under the API server
-(`/baton/`) and an entry in the navigation that shows it.
+"""The Baton page in the Airflow UI: a FastAPI app under the API server (`/baton/`), registered with
+an entry in the navigation by plugins/baton_ui_plugin.py.
 
 Airflow does not authenticate a plugin's routes: every route here requires an Airflow user, through
 the API server's own dependency (a session cookie from the UI's login, or a bearer token from
@@ -14,7 +14,6 @@ import time
 from pathlib import Path
 
 from airflow.api_fastapi.core_api.security import requires_authenticated
-from airflow.plugins_manager import AirflowPlugin
 from fastapi import Depends, FastAPI, HTTPException
 from fastapi.responses import HTMLResponse, Response
 
@@ -92,10 +91,3 @@ def metrics() -> Response:
     from baton.metrics import CONTENT_TYPE, render
 
     return Response(render(_views()), media_type=CONTENT_TYPE)
-
-
-class BatonPagePlugin(AirflowPlugin):
-    name = "baton"
-    fastapi_apps = [{"app": app, "url_prefix": "/baton", "name": "Baton"}]
-    external_views = [{"name": "Baton", "href": "baton/", "url_route": "baton", "destination": "nav",
-                       "nav_top_level": True, "icon": "baton/icon.svg"}]
