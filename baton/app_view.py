@@ -72,7 +72,7 @@ class Event:
 
     ts_ms: int
     revision: int
-    kind: str        # cutover, failover, fence, fence lifted, slot, operation
+    kind: str        # cutover, failover, fence, fence lifted, check, slot, operation
     text: str
     writer: str      # who wrote it: "<dag_id>:<run_id>" for a DAG run, "<slot> (lease)" for a failover
     dag_id: str = ""
@@ -155,6 +155,8 @@ def describe_change(prev: ControlRecord | None, cur: ControlRecord) -> list[tupl
         out.append(("fence", f"fence set at {sum(cur.fence.values()):,} records in"))
     elif prev is not None and prev.fence and not cur.fence and cur.epoch == prev.epoch:
         out.append(("fence lifted", "fence lifted (the handoff ended without a cutover)"))
+    if cur.check_at and (prev is None or prev.check_at != cur.check_at):
+        out.append(("check", f"state check asked at {sum(cur.check_at.values()):,} records in"))
     for slot in Slot:
         a = prev.slots.get(slot) if prev else None
         b = cur.slots.get(slot)

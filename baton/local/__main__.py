@@ -78,7 +78,10 @@ def show_apps(bootstrap: str, name: str | None, watch: float | None) -> int:
             view = next((v for v in views if v.app == name), None)
             text = app_detail(view) if name is not None else apps_table(views)
         if watch is None:
-            print(text)
+            try:
+                print(text)
+            except BrokenPipeError:  # piped into `head`: what it took was shown
+                sys.stderr.close()
             return 0
         print("\x1b[2J\x1b[H" + time.strftime("%H:%M:%S ") + f"(every {watch:g} s, Ctrl-C to stop)\n" + text,
               flush=True)
