@@ -123,16 +123,35 @@ def slot_view(slot: Slot, record: ControlRecord | None, history: Sequence[Status
     )
 
 
-def points(history: Sequence[StatusRecord], since_ms: int, spacing_ms: int = POINT_SPACING_MS) -> list[Point]:
-    """One point per slot per `spacing_ms` (the newest record of each step), from `since_ms` on."""
-    out: dict[tuple[str, int], Point] = {}
-    for s in history:
-        if s.ts_ms < since_ms or s.batch_id < 0:
-            continue
-        out[(s.slot.value, s.ts_ms // spacing_ms)] = Point(
+class PlotPoints:
+    """One point per slot per `spacing_ms` (the newest record of each step), fed record by record: a
+    reader keeps one of these per app instead of every record of the hour."""
+
+    def __init__(self, spacing_ms: int = POINT_SPACING_MS):
+        self.spacing_ms = spacing_ms
+        self._by_step: dict[tuple[str, int], Point] = {}
+
+    def add(self, s: StatusRecord) -> None:
+        if s.batch_id < 0:
+            return  # before any batch: no figures
+        self._by_step[(s.slot.value, s.ts_ms // self.spacing_ms)] = Point(
             ts_ms=s.ts_ms, slot=s.slot.value, lag_records=backlog(s.input_end, s.processed),
             batch_ms=s.batch_ms, input_rate=s.input_rate, processing_rate=s.processing_rate)
-    return sorted(out.values(), key=lambda p: (p.ts_ms, p.slot))
+
+    def since(self, since_ms: int) -> list[Point]:
+        return sorted((p for p in self._by_step.values() if p.ts_ms >= since_ms), key=lambda p: (p.ts_ms, p.slot))
+
+    def forget_before(self, since_ms: int) -> None:
+        for key in [k for k, p in self._by_step.items() if p.ts_ms < since_ms]:
+            del self._by_step[key]
+
+
+def points(history: Sequence[StatusRecord], since_ms: int, spacing_ms: int = POINT_SPACING_MS) -> list[Point]:
+    """One point per slot per `spacing_ms` (the newest record of each step), from `since_ms` on."""
+    plot = PlotPoints(spacing_ms)
+    for s in history:
+        plot.add(s)
+    return plot.since(since_ms)
 
 
 def _writer_run(writer: str) -> tuple[str, str]:
@@ -183,9 +202,11 @@ def events(records: Sequence[ControlRecord]) -> list[Event]:
 
 
 def app_view(app: str, registered: bool, records: Sequence[ControlRecord], history: Sequence[StatusRecord],
-             leases: Mapping[Slot, Lease], end: Positions | None, now_ms: int, window_ms: int = 3_600_000) -> AppView:
+             leases: Mapping[Slot, Lease], end: Positions | None, now_ms: int, window_ms: int = 3_600_000,
+             plot: Sequence[Point] | None = None) -> AppView:
     """The view of one app: `records` its applied control records (oldest first, the last is current),
-    `history` its status records (oldest first), `leases` the newest per slot, `end` its input's end now."""
+    `history` its status records (oldest first; the last few per slot are enough), `leases` the newest
+    per slot, `end` its input's end now; `plot` its points if kept apart (PlotPoints), else from history."""
     record = records[-1] if records else None
     slots = [slot_view(slot, record, [s for s in history if s.slot is slot], leases.get(slot), end, now_ms)
              for slot in Slot]
@@ -193,5 +214,5 @@ def app_view(app: str, registered: bool, records: Sequence[ControlRecord], histo
         app=app, registered=registered, epoch=record.epoch if record else 0,
         active=record.active.value if record else "", revision=record.revision if record else 0,
         fence=record.fence if record else None, operation=record.operation if record else "", slots=slots,
-        points=points(history, now_ms - window_ms), events=events(records)[-50:],
+        points=list(plot) if plot is not None else points(history, now_ms - window_ms), events=events(records)[-50:],
     )

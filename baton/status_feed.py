@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from baton.app_view import AppView, app_view
+from baton.app_view import AppView, PlotPoints, app_view
 from baton.apps import AppDefinition, load_registry
 from baton.kafka.control_log import apply_records
 from baton.leases import Lease
@@ -25,13 +25,21 @@ from baton.records import ControlRecord, RecordError, Slot, StatusRecord
 from baton.settings import CONTROL_TOPIC, LEASES_TOPIC, STATUS_TOPIC
 
 log = logging.getLogger(__name__)
+# librdkafka's own lines (a broker down is one per retry): the caller says it once, with the reason.
+KAFKA_LOG = logging.getLogger("baton.status_feed.kafka")
+RECENT = 10  # status records kept per slot (app_view.slot_view reads the last ten's input rate)
 
 
 @dataclass
 class _AppState:
     records: list[ControlRecord] = field(default_factory=list)  # applied, oldest first
-    history: deque = field(default_factory=lambda: deque(maxlen=40_000))
+    # Each slot's last status records (its figures now, its recent input rate), and the plot's points.
+    recent: dict[Slot, deque] = field(default_factory=lambda: {s: deque(maxlen=RECENT) for s in Slot})
+    plot: PlotPoints = field(default_factory=PlotPoints)
     leases: dict[Slot, Lease] = field(default_factory=dict)
+
+    def history(self) -> list[StatusRecord]:
+        return sorted((r for d in self.recent.values() for r in d), key=lambda r: r.ts_ms)
 
 
 class StatusFeed:
@@ -43,6 +51,7 @@ class StatusFeed:
         self.tails = {CONTROL_TOPIC: None, STATUS_TOPIC: status_tail, LEASES_TOPIC: lease_tail}
         self.next: dict[str, int] = {}  # the next offset to read per topic, once read
         self.apps: dict[str, _AppState] = defaultdict(_AppState)
+        self.read: dict[str, int] = defaultdict(int)  # records read per topic, in all (the reads are bounded)
         self.lock = threading.Lock()
 
     def _consumer(self) -> Consumer:
@@ -50,6 +59,7 @@ class StatusFeed:
             "bootstrap.servers": self.bootstrap, "group.id": f"baton-feed-{uuid.uuid4().hex[:8]}",
             "enable.auto.commit": False, "isolation.level": "read_committed", "enable.partition.eof": True,
             "fetch.wait.max.ms": 10,
+            "logger": KAFKA_LOG,
         })
 
     def refresh(self) -> None:
@@ -95,12 +105,15 @@ class StatusFeed:
         self._forget_before(int(time.time() * 1000) - self.window_ms)
 
     def _take(self, topic: str, key: bytes | None, value: bytes | None) -> None:
+        self.read[topic] += 1
         if value is None or key is None:
             return
         try:
             if topic == STATUS_TOPIC:
                 rec = StatusRecord.from_bytes(value)
-                self.apps[rec.app].history.append(rec)
+                state = self.apps[rec.app]
+                state.recent[rec.slot].append(rec)
+                state.plot.add(rec)
             elif topic == CONTROL_TOPIC:
                 ctl = ControlRecord.from_bytes(value)
                 if ctl.app.encode() != key:
@@ -118,8 +131,7 @@ class StatusFeed:
 
     def _forget_before(self, since_ms: int) -> None:
         for state in self.apps.values():
-            while state.history and state.history[0].ts_ms < since_ms:
-                state.history.popleft()
+            state.plot.forget_before(since_ms)
 
     def views(self, registry: dict[str, AppDefinition] | None = None, now_ms: int | None = None) -> list[AppView]:
         """Every registered app's view, and any app with records but no definition (a removed one)."""
@@ -128,9 +140,9 @@ class StatusFeed:
         ends = input_ends(self.bootstrap, registry.values())
         with self.lock:
             names = sorted(set(registry) | {a for a, s in self.apps.items() if s.records})
-            return [app_view(name, name in registry, list(self.apps[name].records), list(self.apps[name].history),
-                             dict(self.apps[name].leases), ends.get(name), now_ms, self.window_ms)
-                    for name in names]
+            return [app_view(name, name in registry, list(st.records), st.history(), dict(st.leases), ends.get(name),
+                             now_ms, self.window_ms, plot=st.plot.since(now_ms - self.window_ms))
+                    for name, st in ((n, self.apps[n]) for n in names)]
 
 
 def input_ends(bootstrap: str, apps, timeout_s: float = 3.0) -> dict[str, dict[int, int]]:

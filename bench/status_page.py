@@ -9,11 +9,12 @@ written over the last hour: a status record per slot and second (144,000), lease
 app's control history (a start and a few cutovers); each input gets records. While 40 simulated slots
 go on writing (a status record and a lease renewal per slot and second), a browser-like client polls
 the page's data (`GET /baton/api/apps`, logged in, as the page does every 5 s) every second for
---seconds. No Spark slot runs: the page reads topics, and what it reads is what is measured.
+--seconds. No Spark slot runs (baton_health is paused, or it would launch the 40 slots it finds
+dead): the page reads topics, and what it reads is what is measured.
 Measured: the first answer after the API server started (the feed's bounded first read), then each
 answer's time (p50 / p95 / max), its size, the status records the API server's feed read in all
 (bounded: the tail, then what arrived since), `baton apps` from a shell (its own first read) and the
-API server's CPU over the polling window. Target: every answer under 1 s.
+API server's CPU over the polling window. Target: every answer under 1 s, the first under 5 s.
 """
 
 from __future__ import annotations
@@ -151,6 +152,8 @@ def main() -> int:
 
         with platform(None) as (plat, client, _procs):
             bootstrap = plat.broker.bootstrap
+            # The slots here are simulated: baton_health would find them dead and launch 40 real ones.
+            client.request("PATCH", "/dags/baton_health", "pause baton_health", json={"is_paused": True})
             t = time.monotonic()
             written = history(bootstrap, names, int(time.time() * 1000), args.history_s)
             log(f"history: {written:,} status records for {len(names)} apps in {time.monotonic() - t:.0f}s")
@@ -167,8 +170,9 @@ def main() -> int:
             log(f"first answer: {first_s:.2f}s, {len(first.content) / 1024:.0f} KiB")
             server = psutil.Process(api_server_pid())
             cpu0, w0 = sum(server.cpu_times()[:2]), time.monotonic()
-            samples = []
+            samples, loads = [], []
             while time.monotonic() - w0 < args.seconds:
+                loads.append(os.getloadavg()[0])
                 t = time.monotonic()
                 r = http.get("/baton/api/apps")
                 samples.append((t - w0, time.monotonic() - t, len(r.content)))
@@ -194,7 +198,7 @@ def main() -> int:
         "first_answer_s": round(first_s, 3), "answers": len(times),
         "answer_p50_s": round(q(0.5), 3), "answer_p95_s": round(q(0.95), 3), "answer_max_s": round(times[-1], 3),
         "answer_kib": round(samples[-1][2] / 1024, 1), "plot_points": points,
-        "api_server_cores": round(cpu, 3), "baton_apps_cli_s": round(cli_s, 2), "target_s": TARGET_S,
+        "api_server_cores": round(cpu, 3), "load_avg_1m_while_polling_max": round(max(loads), 1), "baton_apps_cli_s": round(cli_s, 2), "target_s": TARGET_S,
         "met": times[-1] <= TARGET_S and first_s <= TARGET_S * 5,
     }
     path = write_result("status_page", result)

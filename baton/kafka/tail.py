@@ -69,33 +69,41 @@ def probe_ends(c: Consumer, topic: str, bound: Mapping[int, int], timeout_s: flo
     batches, so that covers the batch ListOffsets under-reported (Tansu), and under a steady write load
     EOF may never come (every fetch brings more). An unsettled partition's end is the position reached
     within timeout_s, still a readable end. `c` is assigned for the probe and unassigned after it."""
+    ends, unsettled = probe_many(c, {(topic, p): b for p, b in bound.items()}, timeout_s)
+    return {p: e for (_, p), e in ends.items()}, {p for _, p in unsettled}
+
+
+def probe_many(c: Consumer, bound: Mapping[tuple[str, int], int], timeout_s: float
+               ) -> tuple[dict[tuple[str, int], int], set[tuple[str, int]]]:
+    """probe_ends of several topics' partitions at once, keyed by (topic, partition): one wait for all."""
     reached, eof = dict(bound), {}
-    parts = list(bound)
+    keys = list(bound)
 
-    def settled(p: int) -> bool:
-        return p in eof or reached[p] > bound[p]
+    def settled(k: tuple[str, int]) -> bool:
+        return k in eof or reached[k] > bound[k]
 
-    c.assign([TopicPartition(topic, p, bound[p]) for p in parts])
+    c.assign([TopicPartition(t, p, bound[(t, p)]) for t, p in keys])
     try:
         deadline = time.monotonic() + timeout_s
-        while not all(map(settled, parts)) and time.monotonic() < deadline:
+        while not all(map(settled, keys)) and time.monotonic() < deadline:
             for m in c.consume(100_000, 0.01):
-                err, p = m.error(), m.partition()
+                err, k = m.error(), (m.topic(), m.partition())
                 if err is None:
-                    if m.offset() + 1 > reached[p]:
-                        reached[p] = m.offset() + 1
+                    if m.offset() + 1 > reached[k]:
+                        reached[k] = m.offset() + 1
                 elif err.code() == KafkaError._PARTITION_EOF:
-                    eof.setdefault(p, m.offset())
+                    eof.setdefault(k, m.offset())
                 elif is_fatal(err):
                     raise KafkaException(err)
-        unsettled = {p for p in parts if not settled(p)}
+        unsettled = {k for k in keys if not settled(k)}
         if unsettled:
-            for tp in c.position([TopicPartition(topic, p) for p in unsettled]):
-                if tp.offset > reached[tp.partition]:
-                    reached[tp.partition] = tp.offset
+            for tp in c.position([TopicPartition(t, p) for t, p in unsettled]):
+                k = (tp.topic, tp.partition)
+                if tp.offset > reached[k]:
+                    reached[k] = tp.offset
     finally:
         c.unassign()
-    return {p: eof.get(p, reached[p]) for p in parts}, unsettled
+    return {k: eof.get(k, reached[k]) for k in keys}, unsettled
 
 
 def end_offsets(bootstrap: str, topic: str, partitions: Iterable[int], timeout_s: float = 3.0) -> dict[int, int]:
@@ -104,13 +112,15 @@ def end_offsets(bootstrap: str, topic: str, partitions: Iterable[int], timeout_s
 
 
 def ends_of(bootstrap: str, topics: Mapping[str, Iterable[int]], timeout_s: float = 3.0) -> dict[str, dict[int, int]]:
-    """end_offsets of several topics through one consumer (a status read of many apps' inputs)."""
+    """end_offsets of several topics through one consumer and one probe (a status read of many apps' inputs)."""
     c = _consumer(bootstrap)
     try:
-        out = {}
-        for topic, partitions in topics.items():
-            bound = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s)[1] for p in partitions}
-            out[topic] = probe_ends(c, topic, bound, timeout_s)[0]
+        bound = {(t, p): c.get_watermark_offsets(TopicPartition(t, p), timeout=timeout_s)[1]
+                 for t, partitions in topics.items() for p in partitions}
+        ends, _ = probe_many(c, bound, timeout_s)
+        out: dict[str, dict[int, int]] = {t: {} for t in topics}
+        for (t, p), e in ends.items():
+            out[t][p] = e
         return out
     finally:
         c.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import signal
 import sys
 import time
@@ -64,7 +65,8 @@ def show_apps(bootstrap: str, name: str | None, watch: float | None) -> int:
     if watch is not None and watch <= 0:
         print("baton: --watch takes a positive number of seconds", file=sys.stderr)
         return 2
-    feed = StatusFeed(bootstrap, status_tail=5_000)
+    logging.getLogger("baton.status_feed.kafka").setLevel(logging.CRITICAL)  # the error is said below, once
+    feed = StatusFeed(bootstrap, status_tail=5_000, timeout_s=5.0)
     while True:
         try:
             feed.refresh()

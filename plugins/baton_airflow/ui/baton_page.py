@@ -9,6 +9,7 @@ refreshed at most every REFRESH_S however many browsers poll.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from pathlib import Path
@@ -39,23 +40,45 @@ def kafka_bootstrap() -> str:
 
 
 class Views:
-    """The apps' views, read at most every REFRESH_S (concurrent requests share one refresh)."""
+    """The apps' views, rebuilt in the background at most every REFRESH_S while someone asks: a request
+    answers with the newest views at once and never waits for a read of the broker (but the first)."""
 
     def __init__(self):
         self.feed = None
+        self.views: list = []
+        self.body = b""  # the views as the page's JSON, encoded once a refresh (not once a request)
         self.read_at = 0.0
-        self.lock = threading.Lock()
+        self.error: Exception | None = None
+        self.lock = threading.Lock()  # one refresh at a time
+        self.refreshing = False
 
-    def get(self):
+    def refresh(self) -> None:
+        try:
+            self.feed.refresh()
+            views = self.feed.views()
+            self.body = json.dumps({"now_ms": int(time.time() * 1000), "apps": [v.to_json() for v in views]},
+                                   separators=(",", ":")).encode()
+            self.views, self.error = views, None
+        except Exception as exc:  # the broker unreachable: said by the next answer
+            self.error = exc
+        finally:
+            self.read_at = time.monotonic()
+            self.refreshing = False
+
+    def get(self) -> list:
         from baton.status_feed import StatusFeed
 
         with self.lock:
             if self.feed is None:
                 self.feed = StatusFeed(kafka_bootstrap())
-            if time.monotonic() - self.read_at >= REFRESH_S:
-                self.feed.refresh()
-                self.read_at = time.monotonic()
-            return self.feed.views()
+                self.refreshing = True
+                self.refresh()
+            elif not self.refreshing and time.monotonic() - self.read_at >= REFRESH_S:
+                self.refreshing = True
+                threading.Thread(target=self.refresh, name="baton-page-refresh", daemon=True).start()
+            if self.error is not None:
+                raise self.error
+            return self.views
 
 
 VIEWS = Views()
@@ -82,8 +105,9 @@ def icon() -> Response:
 
 
 @app.get("/api/apps")
-def apps() -> dict:
-    return {"now_ms": int(time.time() * 1000), "apps": [v.to_json() for v in _views()]}
+def apps() -> Response:
+    _views()
+    return Response(VIEWS.body, media_type="application/json")
 
 
 @app.get("/metrics")

@@ -79,7 +79,8 @@ def test_the_first_read_is_bounded_and_later_refreshes_read_only_what_arrived(bo
     feed = StatusFeed(bootstrap, status_tail=50)
     feed.refresh()
     # The tail, not the whole topic: at least 50, at most one batch more (Tansu's end is a batch's start).
-    assert 50 <= len(feed.apps[name].history) <= 60
+    assert 50 <= feed.read[STATUS_TOPIC] <= 60
+    assert len(feed.apps[name].history()) <= 10  # per slot, the last ten: what a view reads
     view = next(v for v in feed.views({name: app_def}) if v.app == name)
     assert (view.epoch, view.active, view.revision) == (2, "green", 3)
     assert [e.kind for e in view.events] == ["slot", "slot", "slot", "fence", "cutover"]
@@ -88,11 +89,12 @@ def test_the_first_read_is_bounded_and_later_refreshes_read_only_what_arrived(bo
     assert blue.lag_records == 800  # the input's real end (500 a partition) minus 100 processed of each
     assert green.lease_age_s is not None and green.lease_age_s < 30 and green.state == ""
 
-    position = dict(feed.next)
+    position, read = dict(feed.next), feed.read[STATUS_TOPIC]
     produce(bootstrap, [(STATUS_TOPIC, s.key(), s.to_bytes())
                         for s in [status(name, Slot.GREEN, now + i, {0: 500, 1: 450}, 1000 + i) for i in range(5)]])
     feed.refresh()
     assert feed.next[STATUS_TOPIC] >= position[STATUS_TOPIC] + 5 and feed.next[CONTROL_TOPIC] == position[CONTROL_TOPIC]
+    assert feed.read[STATUS_TOPIC] - read < 50  # only what arrived since (here: 5, and other tests' records)
     green = next(v for v in feed.views({name: app_def}) if v.app == name).slots[1]
     assert (green.batch_id, green.lag_records, green.state) == (1004, 50, "running")
 
