@@ -27,23 +27,23 @@ class InputEnds(threading.Thread):
                                   "enable.auto.commit": False, "isolation.level": "read_committed",
                                   "enable.partition.eof": True, "fetch.wait.max.ms": 10})
         self._latest: dict[int, int] | None = None
-        self._stop = threading.Event()
+        self._halt = threading.Event()
 
     def latest(self) -> dict[int, int] | None:
         return self._latest
 
     def run(self) -> None:
         try:
-            while not self._stop.is_set():
+            while not self._halt.is_set():
                 try:
                     bound = {p: self.consumer.get_watermark_offsets(TopicPartition(self.topic, p), timeout=2)[1]
                              for p in range(self.partitions)}
                     self._latest = probe_ends(self.consumer, self.topic, bound, timeout_s=1.0)[0]
                 except KafkaException as exc:  # the broker away for a moment: the last end stands
                     log.debug("input end not read: %s", exc)
-                self._stop.wait(self.interval_s)
+                self._halt.wait(self.interval_s)
         finally:
             self.consumer.close()
 
     def stop(self) -> None:
-        self._stop.set()
+        self._halt.set()
