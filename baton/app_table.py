@@ -60,7 +60,7 @@ def app_detail(view: AppView) -> str:
         head += f", {view.operation}"
     lines = [head, "", *_table(SLOT_HEADER, [_slot_row(view.app, s) for s in view.slots])]
     for s in view.slots:
-        extra = [f"state {_mib(s.state_bytes)}"]
+        extra = [f"state {_mib(s.state_bytes)} on disk, {_mib(s.state_memory_bytes)} in memory"]
         if s.host:
             extra.append(f"pid {s.pid} on {s.host}")
         if s.report_age_s is not None:

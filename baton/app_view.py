@@ -46,6 +46,7 @@ class SlotView:
     batch_ms: int
     state_rows: int
     state_bytes: int
+    state_memory_bytes: int      # RocksDB's memory
     dead_letters: int
     report_age_s: float | None   # since its last status record
     lease_age_s: float | None    # since its last lease renewal
@@ -116,7 +117,8 @@ def slot_view(slot: Slot, record: ControlRecord | None, history: Sequence[Status
         batch_id=last.batch_id if last else -1, lag_records=lag, lag_s=lag_s,
         input_rate=last.input_rate if last else 0.0, processing_rate=last.processing_rate if last else 0.0,
         batch_ms=last.batch_ms if last else 0, state_rows=last.state_rows if last else 0,
-        state_bytes=last.state_bytes if last else 0, dead_letters=last.dead_letters if last else 0,
+        state_bytes=last.state_bytes if last else 0, state_memory_bytes=last.state_memory_bytes if last else 0,
+        dead_letters=last.dead_letters if last else 0,
         report_age_s=(now_ms - last.ts_ms) / 1000 if last else None,
         lease_age_s=(now_ms - lease.ts_ms) / 1000 if lease else None,
         error=last.error if last else "", host=last.host if last else "", pid=last.pid if last else 0,
@@ -134,9 +136,12 @@ class PlotPoints:
     def add(self, s: StatusRecord) -> None:
         if s.batch_id < 0:
             return  # before any batch: no figures
-        self._by_step[(s.slot.value, s.ts_ms // self.spacing_ms)] = Point(
-            ts_ms=s.ts_ms, slot=s.slot.value, lag_records=backlog(s.input_end, s.processed),
-            batch_ms=s.batch_ms, input_rate=s.input_rate, processing_rate=s.processing_rate)
+        key = (s.slot.value, s.ts_ms // self.spacing_ms)
+        lag = backlog(s.input_end, s.processed)
+        if lag is None and (earlier := self._by_step.get(key)) is not None:
+            lag = earlier.lag_records  # not every record carries the input's end (runtime.input_ends)
+        self._by_step[key] = Point(ts_ms=s.ts_ms, slot=s.slot.value, lag_records=lag, batch_ms=s.batch_ms,
+                                   input_rate=s.input_rate, processing_rate=s.processing_rate)
 
     def since(self, since_ms: int) -> list[Point]:
         return sorted((p for p in self._by_step.values() if p.ts_ms >= since_ms), key=lambda p: (p.ts_ms, p.slot))

@@ -26,6 +26,7 @@ SLOT_GAUGES = (
     ("baton_slot_processing_rate", "Records per second the slot processed in its last batch", "processing_rate", 1),
     ("baton_slot_state_rows", "Rows in the slot's state store", "state_rows", 1),
     ("baton_slot_state_bytes", "The slot's state store size (RocksDB files when reported)", "state_bytes", 1),
+    ("baton_slot_state_memory_bytes", "The slot's state store memory (RocksDB)", "state_memory_bytes", 1),
     ("baton_slot_dead_letters", "Events the slot sent to the dead-letter topic since it started", "dead_letters", 1),
     ("baton_slot_lease_age_seconds", "Since the slot's last lease renewal", "lease_age_s", 1),
     ("baton_slot_report_age_seconds", "Since the slot's last status record", "report_age_s", 1),

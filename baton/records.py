@@ -284,6 +284,9 @@ class StatusRecord:
     batch_ms: int = 0
     state_rows: int = 0
     state_bytes: int = 0
+    # The state store's memory (RocksDB: its block cache, memtables and pinned blocks, as Spark reports
+    # memoryUsedBytes), beside state_bytes (its files on disk).
+    state_memory_bytes: int = 0
     dead_letters: int = 0
     restore_ms: int | None = None
     # The last state digest this process took (carried on every later record, so a reader of the tail

@@ -728,6 +728,7 @@ def _status_from_progress(p: dict) -> dict:
         state_rows=int(ops[0].get("numRowsTotal", 0)),
         # RocksDB's files on disk when reported (the seed's disk budget), else the memory figure.
         state_bytes=int((ops[0].get("customMetrics") or {}).get("rocksdbSstFileSize") or ops[0].get("memoryUsedBytes", 0)),
+        state_memory_bytes=int(ops[0].get("memoryUsedBytes", 0)),
     )
 
 

@@ -66,6 +66,9 @@ def test_points_keep_one_per_slot_and_spacing_within_the_window():
     assert len(blue) <= 3 and all(NOW - 60_000 <= p.ts_ms for p in got)
     assert blue[-1].lag_records == 19  # the newest record of its step: end 119 - processed 100
     assert [p.lag_records for p in got if p.slot == "green"] == [400]
+    # A step's newest record without the input's end keeps the lag an earlier record of the step had.
+    steps = points([status(ts=NOW - 9000, end={0: 150, 1: 100}), status(ts=NOW - 8000)], NOW - 60_000, 10_000)
+    assert [(p.ts_ms, p.lag_records) for p in steps] == [(NOW - 8000, 50)]
 
 
 def test_control_changes_read_as_a_history_with_who_did_them():

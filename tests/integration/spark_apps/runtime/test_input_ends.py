@@ -18,6 +18,7 @@ def test_the_end_is_the_true_end_per_partition_and_follows_new_records(bootstrap
         p.produce(topic, b"x", partition=i % 2)
     p.flush(10)
     ends = InputEnds(bootstrap, topic, 2, interval_s=0.2)
+    assert ends.latest() is None  # nothing read yet: no end rather than a wrong one
     ends.start()
     try:
         deadline = time.monotonic() + 30

@@ -27,7 +27,9 @@ def test_without_a_previous_batch_or_rows_spark_s_figure_stays():
 def test_the_source_s_latest_offset_is_the_input_end_of_the_status_when_spark_reports_it():
     p = {**progress("2026-11-25T01:43:01.000Z", 500, 1.0),
          "sources": [{"endOffset": '{"0": 10, "1": 20}', "latestOffset": '{"0": 15, "1": 20}'}]}
-    st = _status_from_progress(p)
+    st = _status_from_progress({**p, "stateOperators": [{"numRowsTotal": 7, "memoryUsedBytes": 4096,
+                                                          "customMetrics": {"rocksdbSstFileSize": 9000}}]})
     assert st["processed"] == {0: 10, 1: 20} and st["input_end"] == {0: 15, 1: 20}
+    assert (st["state_rows"], st["state_bytes"], st["state_memory_bytes"]) == (7, 9000, 4096)
     # A simple (driver-side) reader reports none: the harness fills it in from the broker.
     assert _status_from_progress({**p, "sources": [{"endOffset": {"0": 10}, "latestOffset": None}]})["input_end"] is None
