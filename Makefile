@@ -67,7 +67,8 @@ status:
 # slot; about 35 min); then the product path: the embedded platform with Airflow, the app started
 # and each handoff DAG triggered through the REST API with the form's defaults under that load
 # (rolling upgrade with steady and with bursty input, cutover, reprocess; a DAG run is given 30
-# min). About 135 min in all on a quiet machine.
+# min); last the Baton page's data with 20 apps registered (about 3 min). About 140 min in all on a
+# quiet machine.
 # Run on a quiet machine: other load skews every figure.
 bench: install
 	$(BIN)/python bench/source_read.py --records 2000000
@@ -83,6 +84,7 @@ bench: install
 	$(BIN)/python bench/dag_handoff.py --kind rolling_upgrade_bursty
 	$(BIN)/python bench/dag_handoff.py --kind cutover
 	$(BIN)/python bench/dag_handoff.py --kind reprocess
+	$(BIN)/python bench/status_page.py --seconds 120
 
 # Re-resolve requirements.in into the lock (needs the registry).
 lock: install

@@ -52,7 +52,9 @@ class Demo:
             self.load = subprocess.Popen(
                 [sys.executable, "-m", "baton.tools.loadgen", "--bootstrap", self.platform.broker.bootstrap,
                  "--topic", topic, "--rate", str(DEMO_RATE), "--keys", str(DEMO_USERS), "--seconds", "86400",
-                 "--quiet"], stdout=out, stderr=subprocess.STDOUT)
+                 "--quiet"], stdout=out, stderr=subprocess.STDOUT,
+                # Its own session: a terminal's Ctrl-C reaches the demo, which stops it (stop()).
+                start_new_session=True)
         self.where = f"""
 Where to look (login admin / {a.password()}):
   the Baton page:   {a.url}/plugin/baton   (slots, lag, batch time, handoffs; buttons to act)

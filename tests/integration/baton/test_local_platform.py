@@ -44,38 +44,54 @@ def test_up_status_dags_down(platform):
     assert "broker:  stopped" in platform.status() and "airflow: stopped" in platform.status()
 
 
-def test_demo_runs_until_ctrl_c_and_leaves_nothing_behind(tmp_path):
-    """`make demo`'s command: it reaches a running platform listing Baton's DAGs, and SIGINT
-    (Ctrl-C) shuts everything down."""
+def test_demo_runs_the_main_job_until_ctrl_c_and_leaves_nothing_behind(tmp_path):
+    """`make demo`'s command: the platform, then click_counts running on both slots with data flowing
+    (its live table says so) and where to look; SIGINT (Ctrl-C) stops everything: Airflow, the broker,
+    the slots and the load generator."""
+    import json
     import os
+    import re
     import signal
     import subprocess
     import sys
     import time
+
+    import psutil
 
     env = {**os.environ, "BATON_HOME": str(tmp_path / "state"), "BATON_KAFKA_PORT": str(free_port()),
            "BATON_AIRFLOW_PORT": str(free_port())}
     env.pop("BATON_KAFKA_BOOTSTRAP", None)
     proc = subprocess.Popen([sys.executable, "-m", "baton.local", "demo"], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    lines = []
+    # A table row of a slot that reports running and reads input: app slot role desired reported version
+    # gen epoch lag lag-s in/s ...
+    flowing = re.compile(r"^click_counts\s+(blue|green)\s+\S+\s+running\s+running\s+v1\s+\d+\s+\d+\s+\S+\s+\S+\s+([\d,]+)")
+    lines, seen = [], set()
     try:
-        deadline = time.monotonic() + 300
+        deadline = time.monotonic() + 420
         for line in proc.stdout:
             lines.append(line)
-            if "Press Ctrl-C" in line or time.monotonic() > deadline:
+            if (m := flowing.match(line)) and int(m.group(2).replace(",", "")) > 0:
+                seen.add(m.group(1))
+            if seen == {"blue", "green"} or time.monotonic() > deadline:
                 break
         out = "".join(lines)
-        assert "Press Ctrl-C" in out, out
-        assert "baton_topics" in out and "Airflow UI: http://127.0.0.1:" in out
-        pids = [int(p.read_text()) for p in (tmp_path / "state").glob("*.pid")]
+        assert seen == {"blue", "green"}, out[-3000:]
+        assert "baton_rolling_upgrade" in out and re.search(r"the Baton page: +http://127.0.0.1:\d+/plugin/baton", out)
+        state = tmp_path / "state"
+        pids = [int(p.read_text()) for p in state.glob("*.pid")]
         assert len(pids) == 2
-        groups = set().union(*(group_members(p) for p in pids))
+        slots = [json.loads(p.read_text())["pid"] for p in state.glob("slots/click_counts/*/driver.pid")]
+        assert len(slots) == 2
+        load = [c.pid for c in psutil.Process(proc.pid).children(recursive=True) if "baton.tools.loadgen" in " ".join(c.cmdline())]
+        assert len(load) == 1
+        groups = set().union(*(group_members(p) for p in pids + slots))
         os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole foreground group
-        rest = proc.communicate(timeout=120)[0]
+        rest = proc.communicate(timeout=180)[0]
         assert proc.returncode == 0, rest
-        assert not any(pid_alive(p) for p in groups | set(pids))
-        assert list((tmp_path / "state").glob("*.pid")) == []
+        assert "load generator: stopped" in rest and "broker: stopped" in rest
+        assert not any(pid_alive(p) for p in groups | set(pids) | set(slots) | set(load))
+        assert list(state.glob("*.pid")) == []
     finally:
         if proc.poll() is None:
             proc.kill()
