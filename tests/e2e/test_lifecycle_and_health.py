@@ -85,7 +85,7 @@ def test_start_health_restart_after_kill_9_and_stop(stack):
     wait_until_emitted(bootstrap, app, 20_000)
     driver_pid = read_status(bootstrap, app.name, "blue")[-1].pid
     airflow = psutil.Process(platform.airflow.proc.pid())
-    paused = [p for p in (airflow, *airflow.children(recursive=True)) if "airflow" in " ".join(p.cmdline())]
+    paused = [p for p in (airflow, *airflow.children(recursive=True)) if "airflow" in cmdline(p)]
     for proc in paused:
         proc.send_signal(signal.SIGSTOP)
     try:
@@ -210,3 +210,11 @@ def scrape(url: str, token: str) -> dict:
         text = r.read().decode()
     return {(s.name, s.labels.get("app"), s.labels.get("slot")): s.value
             for f in text_string_to_metric_families(text) for s in f.samples}
+
+
+def cmdline(p) -> str:
+    """A process's command line; "" for one that exited meanwhile (a task process just ended)."""
+    try:
+        return " ".join(p.cmdline())
+    except (psutil.NoSuchProcess, psutil.ZombieProcess):
+        return ""

@@ -141,6 +141,7 @@ class HealthCheckOperator(BaseOperator):
             health = assess(app, slot, spec, history, end, disk_bytes(spark.state_dir / "slots" / app.name / slot.value),
                             now_ms, policy, cap=compute_cap(record, slot, marker, app.input.partitions),
                             started_ms=spec.started_ms if spec and spec.started_ms else None, lag_history=samples)
+            health = self.with_newer_launch(app, slot, spec, health, spark, now_ms, policy)
             health = self.with_process_check(app, slot, spec, health, spark)
             health = self.with_lease_check(spec, health, leases.get(slot), now_ms, policy)
             if (took_over := failover_finding(record, slot, now_ms)) is not None:
@@ -150,6 +151,22 @@ class HealthCheckOperator(BaseOperator):
             lag_samples[key] = [list(s) for s in samples]
             out.append((slot, health))
         return out
+
+    @staticmethod
+    def with_newer_launch(app: AppDefinition, slot: Slot, spec, health: SlotHealth, spark: BatonSparkHook,
+                          now_ms: int, policy: HealthPolicy) -> SlotHealth:
+        """A STOPPED or FAILED record published before the slot's running launch began is the previous
+        launch's last word, not this one's: a restart stops the old launch after its spec's start time
+        and promotes the staged one right after (baton.launcher: launched_at is the promotion's time,
+        on the launcher's host, where the slot runs). Until the new launch reports, it is starting."""
+        last = health.last
+        if (spec is None or health.verdict is not Verdict.DEAD or last is None
+                or last.state not in (SlotState.STOPPED, SlotState.FAILED)):
+            return health
+        launch = spark.launcher().read_record(app.name, slot)
+        if launch is None or launch.launched_at * 1000 <= last.ts_ms or spark.find(app.name, slot) is None:
+            return health
+        return starting_since(health, int(launch.launched_at * 1000), now_ms, policy)
 
     @staticmethod
     def with_process_check(app: AppDefinition, slot: Slot, spec, health: SlotHealth, spark: BatonSparkHook) -> SlotHealth:
@@ -248,3 +265,16 @@ class HealthCheckOperator(BaseOperator):
         proc = spark.ensure_started(str(version_path(app.name, spec.version)), slot, control.bootstrap,
                                     generation=spec.generation)
         return f"restarted (pid {proc.pid}; {decision.reason}): {health.reason}"
+
+
+def starting_since(health: SlotHealth, launched_ms: int, now_ms: int, policy: HealthPolicy) -> SlotHealth:
+    """The verdict of a slot whose running launch began at launched_ms and has not reported yet."""
+    since = now_ms - launched_ms
+    if since > policy.start_grace_s * 1000:
+        return dataclasses.replace(health, verdict=Verdict.DEAD, findings=[Finding(
+            "liveness", Severity.CRITICAL, f"no status record {since / 1000:.0f} s after its launch "
+                                           f"(grace {policy.start_grace_s:g} s)")])
+    return dataclasses.replace(health, verdict=Verdict.STARTING, findings=[Finding(
+        "starting", Severity.INFO, f"launched {since / 1000:.1f} s ago, no status yet (the last record, "
+                                   f"{health.last.state.value}, is the previous launch's)")])
+

@@ -192,3 +192,36 @@ def test_a_fence_left_by_a_dead_handoff_is_lifted_once_expired():
     lifted, message = op.lift_stale_fence(rec, plane)
     assert lifted.fence is None and plane.current("app").fence is None
     assert "lifted the fence {0: 10}" in message and "blue emits on at epoch 1" in message
+
+
+class Relaunched:
+    """A slot whose running launch began at launched_s (alive or not)."""
+
+    def __init__(self, launched_s, alive=True):
+        self.launched_s, self.alive = launched_s, alive
+
+    def launcher(self):
+        return SimpleNamespace(read_record=lambda app, slot: SimpleNamespace(launched_at=self.launched_s))
+
+    def find(self, app, slot):
+        return object() if self.alive else None
+
+
+def test_a_stopped_record_older_than_the_running_launch_is_the_previous_launch_s():
+    """A restart stops the old launch after its spec's start time, then promotes the new one: the old
+    launch's STOPPED record must not make the new one dead (seen in CI: baton_health restarted an
+    upgraded standby 3 s after its promotion)."""
+    from baton.health import Finding, HealthPolicy, Severity
+
+    policy = HealthPolicy()
+    dead = SlotHealth("crashy", Slot.BLUE, Verdict.DEAD, [Finding("liveness", Severity.CRITICAL, "slot is stopped")],
+                      last=status(SlotState.STOPPED, 100_000))
+    spec = dataclasses.replace(SPEC, started_ms=99_000)
+    check = HealthCheckOperator.with_newer_launch
+    starting = check(APP, Slot.BLUE, spec, dead, Relaunched(100.2), 103_000, policy)
+    assert starting.verdict is Verdict.STARTING and "previous launch" in starting.findings[0].message
+    late = check(APP, Slot.BLUE, spec, dead, Relaunched(100.2), 100_200 + int(policy.start_grace_s * 1000) + 1, policy)
+    assert late.verdict is Verdict.DEAD and "after its launch" in late.findings[0].message
+    # The record is newer than the launch (the launch itself stopped), or the launch is gone: dead.
+    assert check(APP, Slot.BLUE, spec, dead, Relaunched(99.5), 103_000, policy) is dead
+    assert check(APP, Slot.BLUE, spec, dead, Relaunched(100.2, alive=False), 103_000, policy) is dead
