@@ -24,12 +24,14 @@ DEMO_APP = "click_counts"
 DEMO_RATE = 2000    # events/s: data visibly flows, and both slots, Airflow and the broker share 2 cores
 DEMO_USERS = 10_000
 REFRESH_S = 3.0
+LOAD_CHUNK_S = 600
 
 
 class Demo:
     def __init__(self, platform: Platform, say: Callable[[str], None] = print):
         self.platform, self.say = platform, say
         self.load: subprocess.Popen | None = None
+        self.topic = ""
         self.where = ""  # where to look, kept above the live table
 
     def start(self) -> None:
@@ -45,16 +47,9 @@ class Demo:
         if done.get("state") != "success":
             raise RuntimeError(f"baton_lifecycle start of {DEMO_APP} ended {done.get('state')}: see its task log at "
                                f"{a.url}/dags/baton_lifecycle/runs/{run['dag_run_id']}")
-        topic = load_app(DEMO_APP).input.topic
-        self.say(f"feeding {topic} at {DEMO_RATE:,} events/s over {DEMO_USERS:,} users (baton.tools.loadgen) ...")
-        log_file = self.platform.settings.state_dir / "demo-loadgen.log"
-        with open(log_file, "ab") as out:
-            self.load = subprocess.Popen(
-                [sys.executable, "-m", "baton.tools.loadgen", "--bootstrap", self.platform.broker.bootstrap,
-                 "--topic", topic, "--rate", str(DEMO_RATE), "--keys", str(DEMO_USERS), "--seconds", "86400",
-                 "--quiet"], stdout=out, stderr=subprocess.STDOUT,
-                # Its own session: a terminal's Ctrl-C reaches the demo, which stops it (stop()).
-                start_new_session=True)
+        self.topic = load_app(DEMO_APP).input.topic
+        self.say(f"feeding {self.topic} at {DEMO_RATE:,} events/s over {DEMO_USERS:,} users (baton.tools.loadgen) ...")
+        self.start_load()
         self.where = f"""
 Where to look (login admin / {a.password()}):
   the Baton page:   {a.url}/plugin/baton   (slots, lag, batch time, handoffs; buttons to act)
@@ -66,6 +61,17 @@ A rolling upgrade to v2, from the Baton page ("Rolling upgrade...") or the DAG's
 """
         self.say(self.where)
 
+    def start_load(self) -> None:
+        """The load generator for LOAD_CHUNK_S (it draws its whole event sequence up front: a day's
+        would take gigabytes), started again by watch() each time it ends."""
+        with open(self.platform.settings.state_dir / "demo-loadgen.log", "ab") as out:
+            self.load = subprocess.Popen(
+                [sys.executable, "-m", "baton.tools.loadgen", "--bootstrap", self.platform.broker.bootstrap,
+                 "--topic", self.topic, "--rate", str(DEMO_RATE), "--keys", str(DEMO_USERS),
+                 "--seconds", str(LOAD_CHUNK_S), "--quiet"], stdout=out, stderr=subprocess.STDOUT,
+                # Its own session: a terminal's Ctrl-C reaches the demo, which stops it (stop()).
+                start_new_session=True)
+
     def watch(self, should_stop: Callable[[], bool]) -> None:
         """The apps' table every REFRESH_S until should_stop()."""
         from baton.app_table import apps_table
@@ -73,7 +79,9 @@ A rolling upgrade to v2, from the Baton page ("Rolling upgrade...") or the DAG's
 
         feed = StatusFeed(self.platform.broker.bootstrap, status_tail=2_000)
         while not should_stop():
-            if self.load is not None and self.load.poll() is not None:
+            if self.load is not None and self.load.poll() == 0:
+                self.start_load()  # a chunk ended: the next one
+            elif self.load is not None and self.load.poll() is not None:
                 self.say(f"the load generator exited ({self.load.returncode}); see "
                          f"{self.platform.settings.state_dir / 'demo-loadgen.log'}")
                 self.load = None
