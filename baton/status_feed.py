@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-import uuid
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
 
@@ -20,6 +19,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from baton.app_view import AppView, PlotPoints, app_view
 from baton.apps import AppDefinition, load_registry
 from baton.kafka.control_log import apply_records
+from baton.kafka.tail import _consumer as tail_consumer
 from baton.leases import Lease
 from baton.records import ControlRecord, RecordError, Slot, StatusRecord
 from baton.settings import CONTROL_TOPIC, LEASES_TOPIC, STATUS_TOPIC
@@ -54,18 +54,10 @@ class StatusFeed:
         self.read: dict[str, int] = defaultdict(int)  # records read per topic, in all (the reads are bounded)
         self.lock = threading.Lock()
 
-    def _consumer(self) -> Consumer:
-        return Consumer({
-            "bootstrap.servers": self.bootstrap, "group.id": f"baton-feed-{uuid.uuid4().hex[:8]}",
-            "enable.auto.commit": False, "isolation.level": "read_committed", "enable.partition.eof": True,
-            "fetch.wait.max.ms": 10,
-            "logger": KAFKA_LOG,
-        })
-
     def refresh(self) -> None:
         """Read every record that arrived since the last refresh (to each topic's end)."""
         with self.lock:
-            c = self._consumer()
+            c = tail_consumer(self.bootstrap, logger=KAFKA_LOG)
             try:
                 self._read(c)
             finally:

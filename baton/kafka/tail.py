@@ -21,8 +21,8 @@ T = TypeVar("T")
 READ_WAIT_S = 0.05
 
 
-def _consumer(bootstrap: str) -> Consumer:
-    return Consumer({
+def _consumer(bootstrap: str, **extra) -> Consumer:
+    return Consumer({**extra,
         "bootstrap.servers": bootstrap, "group.id": f"baton-tail-{uuid.uuid4().hex[:8]}",
         "enable.auto.commit": False, "isolation.level": "read_committed", "enable.partition.eof": True,
         "fetch.wait.max.ms": 10,  # an empty fetch at the end is answered at once: EOF in milliseconds
