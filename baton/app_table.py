@@ -31,12 +31,13 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
 
 
 SLOT_HEADER = ("app", "slot", "role", "desired", "reported", "version", "gen", "epoch", "lag", "lag s",
-               "in/s", "batch ms", "state rows", "dead", "lease age", "restarts")
+               "in/s", "batch ms", "latency s", "state rows", "dead", "lease age", "restarts")
 
 
 def _slot_row(app: str, s: SlotView) -> list[str]:
     return [app, s.slot, s.role, s.desired, s.state or "-", s.version or "-", str(s.generation), str(s.epoch_seen),
-            _n(s.lag_records), _n(s.lag_s), _n(round(s.input_rate)), _n(s.batch_ms), _n(s.state_rows),
+            _n(s.lag_records), _n(s.lag_s), _n(round(s.input_rate)), _n(s.batch_ms),
+            "-" if s.latency_ms is None else f"{s.latency_ms / 1000:.2f}", _n(s.state_rows),
             _n(s.dead_letters), _n(s.lease_age_s, " s"), str(s.restarts)]
 
 
@@ -73,5 +74,6 @@ def app_detail(view: AppView) -> str:
     if view.events:
         lines += ["", "history (newest last):"]
         for e in view.events[-15:]:
-            lines.append(f"  {_when(e.ts_ms)}  r{e.revision:<4} {e.kind:<12} {e.text}  [{e.writer or '?'}]")
+            took = f" ({e.duration_ms / 1000:.1f} s)" if e.duration_ms is not None else ""
+            lines.append(f"  {_when(e.ts_ms)}  r{e.revision:<4} {e.kind:<12} {e.text}{took}  [{e.writer or '?'}]")
     return "\n".join(lines)

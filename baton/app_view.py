@@ -44,6 +44,8 @@ class SlotView:
     input_rate: float
     processing_rate: float
     batch_ms: int
+    latency_ms: int | None       # the last batch's oldest input record: its timestamp to the batch's end
+    latency_newest_ms: int | None  # its newest record's
     state_rows: int
     state_bytes: int
     state_memory_bytes: int      # RocksDB's memory
@@ -65,6 +67,7 @@ class Point:
     batch_ms: int
     input_rate: float
     processing_rate: float
+    latency_ms: int | None = None  # the worst (oldest record's) latency of the step's batches
 
 
 @dataclass(frozen=True)
@@ -78,6 +81,32 @@ class Event:
     writer: str      # who wrote it: "<dag_id>:<run_id>" for a DAG run, "<slot> (lease)" for a failover
     dag_id: str = ""
     run_id: str = ""
+    # How long it took: a cutover or failover from its fence set to the epoch's change (the output's handoff), a fence
+    # lifted without a cutover from its setting (an abandoned handoff), an operation from its start.
+    duration_ms: int | None = None
+
+
+@dataclass(frozen=True)
+class HandoffStats:
+    """The handoffs of one kind in the control history read: how many, and their durations."""
+
+    kind: str            # cutover, failover, fence lifted (an abandoned handoff)
+    count: int
+    timed: int           # how many of them have a duration (their fence was read too)
+    total_s: float
+    last_s: float | None
+
+
+HANDOFF_KINDS = ("cutover", "failover", "fence lifted")
+
+
+def handoff_stats(evs: Sequence[Event]) -> list[HandoffStats]:
+    out = []
+    for kind in HANDOFF_KINDS:
+        mine = [e for e in evs if e.kind == kind]
+        took = [e.duration_ms / 1000 for e in mine if e.duration_ms is not None]
+        out.append(HandoffStats(kind, len(mine), len(took), sum(took), took[-1] if took else None))
+    return out
 
 
 @dataclass(frozen=True)
@@ -91,7 +120,8 @@ class AppView:
     operation: str = ""
     slots: list[SlotView] = field(default_factory=list)
     points: list[Point] = field(default_factory=list)
-    events: list[Event] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)  # the last 50
+    handoffs: list[HandoffStats] = field(default_factory=list)  # over the whole history read
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
@@ -116,7 +146,8 @@ def slot_view(slot: Slot, record: ControlRecord | None, history: Sequence[Status
         reason=spec.reason if spec else "", restarts=len(spec.restarts) if spec else 0,
         batch_id=last.batch_id if last else -1, lag_records=lag, lag_s=lag_s,
         input_rate=last.input_rate if last else 0.0, processing_rate=last.processing_rate if last else 0.0,
-        batch_ms=last.batch_ms if last else 0, state_rows=last.state_rows if last else 0,
+        batch_ms=last.batch_ms if last else 0, latency_ms=last.latency_ms if last else None,
+        latency_newest_ms=last.latency_newest_ms if last else None, state_rows=last.state_rows if last else 0,
         state_bytes=last.state_bytes if last else 0, state_memory_bytes=last.state_memory_bytes if last else 0,
         dead_letters=last.dead_letters if last else 0,
         report_age_s=(now_ms - last.ts_ms) / 1000 if last else None,
@@ -138,10 +169,14 @@ class PlotPoints:
             return  # before any batch: no figures
         key = (s.slot.value, s.ts_ms // self.spacing_ms)
         lag = backlog(s.input_end, s.processed)
-        if lag is None and (earlier := self._by_step.get(key)) is not None:
-            lag = earlier.lag_records  # not every record carries the input's end (runtime.input_ends)
+        latency = s.latency_ms
+        if (earlier := self._by_step.get(key)) is not None:
+            if lag is None:
+                lag = earlier.lag_records  # not every record carries the input's end (runtime.input_ends)
+            if earlier.latency_ms is not None:
+                latency = max(earlier.latency_ms, latency or 0)  # a plot of latency shows the step's worst
         self._by_step[key] = Point(ts_ms=s.ts_ms, slot=s.slot.value, lag_records=lag, batch_ms=s.batch_ms,
-                                   input_rate=s.input_rate, processing_rate=s.processing_rate)
+                                   input_rate=s.input_rate, processing_rate=s.processing_rate, latency_ms=latency)
 
     def since(self, since_ms: int) -> list[Point]:
         return sorted((p for p in self._by_step.values() if p.ts_ms >= since_ms), key=lambda p: (p.ts_ms, p.slot))
@@ -197,11 +232,23 @@ def events(records: Sequence[ControlRecord]) -> list[Event]:
     """The app's control changes in order (records: the applied ones, oldest first)."""
     out: list[Event] = []
     prev = None
+    fence_since = operation_since = None  # when the fence, the operation in force were set
     for rec in records:
         dag_id, run_id = _writer_run(rec.writer)
         for kind, text in describe_change(prev, rec):
+            duration = None
+            if kind in ("cutover", "failover", "fence lifted") and fence_since is not None:
+                duration = rec.ts_ms - fence_since
+            elif kind == "operation" and operation_since is not None and prev is not None and prev.operation:
+                duration = rec.ts_ms - operation_since
             out.append(Event(ts_ms=rec.ts_ms, revision=rec.revision, kind=kind, text=text, writer=rec.writer,
-                             dag_id=dag_id, run_id=run_id))
+                             dag_id=dag_id, run_id=run_id, duration_ms=duration))
+        if rec.fence and (prev is None or prev.fence != rec.fence):
+            fence_since = rec.ts_ms
+        elif not rec.fence:
+            fence_since = None
+        if rec.operation != (prev.operation if prev else ""):
+            operation_since = rec.ts_ms if rec.operation else None
         prev = rec
     return out
 
@@ -213,11 +260,13 @@ def app_view(app: str, registered: bool, records: Sequence[ControlRecord], histo
     `history` its status records (oldest first; the last few per slot are enough), `leases` the newest
     per slot, `end` its input's end now; `plot` its points if kept apart (PlotPoints), else from history."""
     record = records[-1] if records else None
+    history_events = events(records)
     slots = [slot_view(slot, record, [s for s in history if s.slot is slot], leases.get(slot), end, now_ms)
              for slot in Slot]
     return AppView(
         app=app, registered=registered, epoch=record.epoch if record else 0,
         active=record.active.value if record else "", revision=record.revision if record else 0,
         fence=record.fence if record else None, operation=record.operation if record else "", slots=slots,
-        points=list(plot) if plot is not None else points(history, now_ms - window_ms), events=events(records)[-50:],
+        points=list(plot) if plot is not None else points(history, now_ms - window_ms), events=history_events[-50:],
+        handoffs=handoff_stats(history_events),
     )

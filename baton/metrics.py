@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Iterable, Sequence
 
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, SummaryMetricFamily
 from prometheus_client.registry import Collector
 
 from baton.app_view import AppView
@@ -22,6 +22,9 @@ SLOT_GAUGES = (
     ("baton_slot_lag_records", "Input records not yet processed by the slot", "lag_records", 1),
     ("baton_slot_lag_seconds", "The backlog at the slot's recent input rate (estimate)", "lag_s", 1),
     ("baton_slot_batch_duration_seconds", "The slot's last batch, trigger to commit", "batch_ms", 0.001),
+    ("baton_slot_latency_seconds", "End-to-end latency at the slot's last batch: its oldest input record's "
+     "timestamp to the batch's end", "latency_ms", 0.001),
+    ("baton_slot_latency_newest_seconds", "The same for the last batch's newest input record", "latency_newest_ms", 0.001),
     ("baton_slot_input_rate", "Records per second arriving, over the slot's last batch", "input_rate", 1),
     ("baton_slot_processing_rate", "Records per second the slot processed in its last batch", "processing_rate", 1),
     ("baton_slot_state_rows", "Rows in the slot's state store", "state_rows", 1),
@@ -63,16 +66,24 @@ class ViewCollector(Collector):
         epoch = GaugeMetricFamily("baton_app_epoch", "The app's control epoch (one more per cutover or failover)",
                                   labels=["app"])
         fenced = GaugeMetricFamily("baton_app_fenced", "1 while a handoff's fence holds the app's output", labels=["app"])
-        handoffs = CounterMetricFamily("baton_handoffs", "Handoffs in the control history read (cutover, failover)",
+        handoffs = CounterMetricFamily("baton_handoffs", "Handoffs in the control history read (cutover, failover, fence lifted: abandoned)",
                                        labels=["app", "kind"])
+        took = SummaryMetricFamily("baton_handoff_duration_seconds", "Handoffs from their fence set to the epoch's "
+                                   "change (cutover, failover) or to the fence lifted without one (abandoned)",
+                                   labels=["app", "kind"])
+        last = GaugeMetricFamily("baton_last_handoff_duration_seconds", "The app's last handoff of each kind, fence "
+                                 "set to its end", labels=["app", "kind"])
         for v in self.views:
             if not v.revision:
                 continue
             epoch.add_metric([v.app], v.epoch)
             fenced.add_metric([v.app], 1.0 if v.fence else 0.0)
-            for kind in ("cutover", "failover"):
-                handoffs.add_metric([v.app, kind], sum(1 for e in v.events if e.kind == kind))
-        yield from (epoch, fenced, handoffs)
+            for h in v.handoffs:
+                handoffs.add_metric([v.app, h.kind], h.count)
+                if h.timed:
+                    took.add_metric([v.app, h.kind], count_value=h.timed, sum_value=h.total_s)
+                    last.add_metric([v.app, h.kind], h.last_s)
+        yield from (epoch, fenced, handoffs, took, last)
 
 
 def render(views: Sequence[AppView]) -> bytes:

@@ -287,6 +287,11 @@ class StatusRecord:
     # The state store's memory (RocksDB: its block cache, memtables and pinned blocks, as Spark reports
     # memoryUsedBytes), beside state_bytes (its files on disk).
     state_memory_bytes: int = 0
+    # End-to-end latency at this batch: from the timestamps of its oldest and newest input records (the
+    # producer's send time) to the batch's end (its output committed). None: not known (a batch without
+    # input, records without timestamps, or a source read on executors). spark_apps.runtime.batch_times.
+    latency_ms: int | None = None
+    latency_newest_ms: int | None = None
     dead_letters: int = 0
     restore_ms: int | None = None
     # The last state digest this process took (carried on every later record, so a reader of the tail

@@ -37,6 +37,7 @@ from baton.handoff import taken_over_at
 from baton.health import HealthPolicy
 from baton.records import Positions, Role, Slot, SlotState, StateDigest, StatusRecord, covers
 from baton.settings import STATUS_TOPIC
+from spark_apps.runtime.batch_times import latencies_ms, read_batch_times
 from spark_apps.runtime.correction import EmittedKeys, leave_out
 from spark_apps.runtime.dead_letters import collect, purge, read_initial
 from spark_apps.runtime.decode import INVALID_PREFIX, NOT_AN_OBJECT, supported
@@ -75,6 +76,11 @@ class SlotPaths:
     @property
     def cap_file(self) -> Path:
         return self.root / "cap.json"
+
+    @property
+    def batch_times(self) -> Path:
+        """Each batch's oldest and newest record times, from the reader (spark_apps.runtime.batch_times)."""
+        return self.root / "batch-times.json"
 
     @property
     def spool(self) -> Path:
@@ -155,6 +161,7 @@ class Harness:
         self.last_progress: dict | None = None  # the last batch's progress, repeated by idle heartbeats
         self.last_batch_ms: int | None = None  # when the last batch with input started (its input rate)
         self.last_publish = 0.0
+        self._latency_of: tuple[object, tuple[int | None, int | None]] = (None, (None, None))
         self.digest: StateDigest | None = None  # the last state digest taken (restore, check or stop)
         self.active_digest: StateDigest | None = None  # the active's state at a check, digested here
         self.restored_batch: int | None = None  # the last committed batch at start: what the query restores
@@ -172,6 +179,8 @@ class Harness:
         control, marker = self.follower.snapshot()
         role = control.role_of(self.slot) if control else Role.STANDBY
         st = _status_from_progress(progress) if progress else {}
+        if progress:
+            st["latency_ms"], st["latency_newest_ms"] = self._latencies(progress)
         if st.get("input_end") is None:
             st["input_end"] = self.input_ends.latest()
         rec = StatusRecord(
@@ -186,6 +195,12 @@ class Harness:
         self.status_producer.produce(STATUS_TOPIC, rec.to_bytes(), rec.key())
         self.status_producer.poll(0)
         self.last_publish = time.monotonic()
+
+    def _latencies(self, progress: dict) -> tuple[int | None, int | None]:
+        """The batch's end-to-end latencies, read once per batch (idle heartbeats repeat its progress)."""
+        if self._latency_of[0] != progress.get("batchId"):
+            self._latency_of = (progress.get("batchId"), batch_latencies(progress, self.paths.batch_times))
+        return self._latency_of[1]
 
     def alive(self) -> bool:
         """Starting up, or the query reported a batch or idleness within stall_s (its lease holds)."""
@@ -290,7 +305,7 @@ class Harness:
         self.mark("spark session")
         return build_frame(self.spark, self.app, self.bootstrap, self.starting_offsets, self.paths.cap_file,
                            self.paths.spool, min_batch_interval_ms=self.app.trigger_ms,
-                           identity_file=self.paths.checkpoint / IDENTITY_FILE)
+                           identity_file=self.paths.checkpoint / IDENTITY_FILE, batch_times_file=self.paths.batch_times)
 
     # --- corrected output (spark_apps.runtime.correction) ---------------------------------------
     def correction_due(self, control) -> bool:
@@ -583,7 +598,8 @@ class Harness:
 
 
 def build_frame(spark, app: AppDefinition, bootstrap: str, starting_offsets: str, cap_file: Path, spool: Path,
-                min_batch_interval_ms: int = 0, identity_file: Path | None = None):
+                min_batch_interval_ms: int = 0, identity_file: Path | None = None,
+                batch_times_file: Path | None = None):
     """The streaming frame the sink sees. `cap_file` bounds how far the source reads
     (spark_apps.runtime.follower); `min_batch_interval_ms`, when above the tick, paces the batches in
     the source (the query then runs on TRIGGER_TICK_MS). The app's on_data_loss says what a restart does
@@ -613,6 +629,8 @@ def build_frame(spark, app: AppDefinition, bootstrap: str, starting_offsets: str
               .option("readOn", "driver"))
     if identity_file is not None:
         reader = reader.option("identityFile", str(identity_file))
+    if batch_times_file is not None:
+        reader = reader.option("batchTimesFile", str(batch_times_file))
     if min_batch_interval_ms > TRIGGER_TICK_MS:
         reader = reader.option("minBatchIntervalMs", str(min_batch_interval_ms))
     fields = decodable_fields(mod.VALUE_SCHEMA)
@@ -711,6 +729,17 @@ def _offsets(raw) -> dict[int, int] | None:
     if isinstance(raw, str):
         raw = json.loads(raw)
     return {int(k): int(v) for k, v in raw.items()} if raw else None
+
+
+def batch_latencies(p: dict, batch_times: Path) -> tuple[int | None, int | None]:
+    """(oldest, newest) input record's latency at the end of the progress's batch, from the times the
+    reader left for it (spark_apps.runtime.batch_times); None, None when unknown."""
+    end = _offsets((p.get("sources") or [{}])[0].get("endOffset"))
+    started = trigger_started_ms(p)
+    took = (p.get("durationMs") or {}).get("triggerExecution")
+    if not end or not p.get("numInputRows") or started is None or took is None:
+        return None, None
+    return latencies_ms(read_batch_times(batch_times, end), started + int(took))
 
 
 def _status_from_progress(p: dict) -> dict:

@@ -28,6 +28,7 @@ from typing import Any, Iterator, Optional
 from pyspark.sql.datasource import SimpleDataSourceStreamReader
 from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 
+from spark_apps.runtime.batch_times import BatchTimes, BatchTimesFile
 from spark_apps.runtime.input_check import WAY_OUT, InputDataLoss
 from spark_apps.runtime.kafka_source import (
     BatchPacer, KafkaInputPartition, KafkaStreamReader, SourceOptions, dead_columns, decode_records,
@@ -61,6 +62,7 @@ class DriverStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableN
         self._out_of_range = 0  # reads in a row that met an out-of-range position
         self.identity_every_s = IDENTITY_EVERY_S
         self._identity_at = time.monotonic()
+        self._times = BatchTimesFile(options.batch_times_file) if options.batch_times_file else None
 
     def __getstate__(self):  # shipped to executors for replays: never a client or a thread
         state = self.__dict__.copy()
@@ -122,6 +124,7 @@ class DriverStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableN
         if end == begin:
             return iter(()), start
         self._out_of_range = 0
+        self._note_times(taken, end)
         batches = []
         for p in sorted(taken):
             if taken[p].end > taken[p].start:
@@ -178,6 +181,14 @@ class DriverStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableN
             per_partition = max(10_000, MAX_BUFFERED // max(1, len(begin)))
             self._prefetch = Prefetcher(lambda: Consumer(conf), self.opts.topic, begin, width, decode, per_partition)
         return self._prefetch
+
+    def _note_times(self, taken: dict[int, Taken], end: dict[int, int]) -> None:
+        if self._times is None:
+            return
+        oldest = [t.oldest_ms for t in taken.values() if t.oldest_ms is not None]
+        newest = [t.newest_ms for t in taken.values() if t.newest_ms is not None]
+        if oldest and newest:
+            self._times.add(BatchTimes(end, min(oldest), max(newest)))
 
     def _limits(self, parts: list[int]) -> dict[int, float]:
         cap = read_cap(self.opts.cap_file, parts) if self.opts.cap_file else None

@@ -52,6 +52,9 @@ Options (Spark lower-cases option keys; any case works):
   identityFile             path of a JSON file, kept inside the checkpoint, where the source records the
                            id of the topic its positions belong to: a recreated topic is then found even
                            when it has grown past the positions (input_check.py). Optional.
+  batchTimesFile           readOn=driver: path of a file where the reader leaves the timestamps of each
+                           batch's oldest and newest records, by the batch's end offsets (batch_times.py):
+                           the slot's end-to-end latency. Optional.
 
 Schema, raw (no valueFields): key binary, value binary, topic string, partition int, offset long,
 timestamp timestamp. Key and value are binary (like Spark's own Kafka source): no decoding and no
@@ -162,13 +165,14 @@ class SourceOptions:
 
     __slots__ = ("bootstrap", "topic", "starting", "starting_timestamp", "max_records",
                  "cap_file", "poll_timeout_s", "kafka_conf", "value_fields", "required", "dead_letter_dir",
-                 "read_on", "min_batch_interval_s", "on_data_loss", "identity_file")
+                 "read_on", "min_batch_interval_s", "on_data_loss", "identity_file", "batch_times_file")
 
     def __init__(self, bootstrap: str, topic: str, starting: Any, starting_timestamp: Optional[int],
                  max_records: Optional[int], cap_file: Optional[str], poll_timeout_s: float,
                  kafka_conf: dict[str, str], value_fields: Optional[list[tuple[str, str]]] = None,
                  required: Sequence[str] = (), dead_letter_dir: Optional[str] = None, read_on: str = "executors",
-                 min_batch_interval_s: float = 0.0, on_data_loss: str = "fail", identity_file: Optional[str] = None):
+                 min_batch_interval_s: float = 0.0, on_data_loss: str = "fail", identity_file: Optional[str] = None,
+                 batch_times_file: Optional[str] = None):
         self.bootstrap = bootstrap
         self.topic = topic
         self.starting = starting  # "earliest" | "latest" | {partition: offset or EARLIEST/LATEST}
@@ -184,6 +188,7 @@ class SourceOptions:
         self.min_batch_interval_s = min_batch_interval_s
         self.on_data_loss = on_data_loss  # input_check.POLICIES
         self.identity_file = identity_file
+        self.batch_times_file = batch_times_file
 
     def __getstate__(self):
         return {k: getattr(self, k) for k in self.__slots__}
@@ -284,6 +289,7 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         raise ValueError(f"option 'readOn' must be 'executors' or 'driver', got {read_on!r}")
     on_data_loss = check_policy(opts.pop("ondataloss", FAIL), "option 'onDataLoss'")
     identity_file = opts.pop("identityfile", None) or None
+    batch_times_file = opts.pop("batchtimesfile", None) or None
 
     kafka_conf: dict[str, str] = {}
     for k in list(opts):
@@ -299,7 +305,7 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
             log.warning("baton-kafka: ignoring unknown option %r", k)
     return SourceOptions(bootstrap, topic, starting, starting_timestamp, max_records, cap_file,
                          poll_ms / 1000.0, kafka_conf, value_fields, required, dead_letter_dir, read_on,
-                         interval_ms / 1000.0, on_data_loss, identity_file)
+                         interval_ms / 1000.0, on_data_loss, identity_file, batch_times_file)
 
 
 def _parse_decoding(opts: dict) -> tuple[Optional[list[tuple[str, str]]], list[str], Optional[str]]:

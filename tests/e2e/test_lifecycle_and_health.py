@@ -180,12 +180,16 @@ def test_cutover_from_the_baton_page_under_load_is_exactly_once_and_the_page_sho
         card = page.frame_locator("iframe").locator(f"[data-app={app.name}]")
         card.locator(".head", has_text="epoch 2, green active").wait_for(timeout=30_000)
         assert card.locator("svg .series").count() >= 2 and card.locator("svg .handoff-mark").count() >= 2
+        assert card.locator("svg[data-field=latency_ms] .series").count() >= 1  # the end-to-end latency plot
+        assert card.locator(".events td", has_text="s from the fence").count() >= 1  # the cutover's duration
         assert card.locator(f".events a[href$='{quote(run_id, safe='')}']").count() >= 2  # its fence and cutover
         page.screenshot(path=str(tmp_path / "baton-page.png"), full_page=True)
     metrics = scrape(f"{airflow.url}/baton/metrics", client.token())
     assert metrics[("baton_app_epoch", app.name, None)] == 2
     assert metrics[("baton_slot_active", app.name, "green")] == 1
     assert ("baton_slot_lag_records", app.name, "blue") in metrics
+    assert 0 <= metrics[("baton_slot_latency_seconds", app.name, "green")] < 60
+    assert metrics[("baton_handoff_duration_seconds_count", app.name, None)] == 1  # the cutover, timed
     wait_until_emitted(bootstrap, app, load.sent, timeout_s=300)
     verdict = verify(load.truth, read_output(bootstrap, app.output.topic, app.output.partitions))
     assert verdict.ok, verdict.summary()

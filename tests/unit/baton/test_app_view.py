@@ -19,11 +19,12 @@ def control(revision=1, epoch=1, active=Slot.BLUE, fence=None, handoff=None, wri
                                 Slot.GREEN: SlotSpec(desired=green, version=version, restarts=(1, 2))})
 
 
-def status(slot=Slot.BLUE, ts=NOW - 1000, processed=None, end=None, rate=2000.0, batch=5, batch_ms=400):
+def status(slot=Slot.BLUE, ts=NOW - 1000, processed=None, end=None, rate=2000.0, batch=5, batch_ms=400,
+           latency=(1300, 500)):
     return StatusRecord(app="app", slot=slot, state=SlotState.RUNNING, role=Role.ACTIVE, epoch_seen=1, version="v1",
                         batch_id=batch, processed=processed or {0: 100, 1: 100}, input_end=end, input_rate=rate,
                         processing_rate=3000.0, batch_ms=batch_ms, state_rows=42, state_bytes=2048, dead_letters=3,
-                        pid=7, host="h", ts_ms=ts)
+                        latency_ms=latency[0], latency_newest_ms=latency[1], pid=7, host="h", ts_ms=ts)
 
 
 def lease(slot, ts):
@@ -45,6 +46,7 @@ def test_a_slot_s_view_has_its_lag_in_records_and_seconds_at_its_input_rate_and_
     assert blue.lag_records == 2000 and blue.lag_s == 1.0  # 2,000 records at 2,000 records/s
     assert blue.report_age_s == 0.5 and blue.lease_age_s == 0.3
     assert (blue.state_rows, blue.state_bytes, blue.dead_letters, blue.batch_ms) == (42, 2048, 3, 400)
+    assert (blue.latency_ms, blue.latency_newest_ms) == (1300, 500)
     # Never reported: its control record's wish, no figures.
     assert (green.role, green.state, green.lag_records, green.report_age_s, green.restarts) == ("standby", "", None, None, 2)
 
@@ -69,6 +71,11 @@ def test_points_keep_one_per_slot_and_spacing_within_the_window():
     # A step's newest record without the input's end keeps the lag an earlier record of the step had.
     steps = points([status(ts=NOW - 9000, end={0: 150, 1: 100}), status(ts=NOW - 8000)], NOW - 60_000, 10_000)
     assert [(p.ts_ms, p.lag_records) for p in steps] == [(NOW - 8000, 50)]
+    # Latency plots the step's worst batch; a batch with no latency known does not hide it.
+    steps = points([status(ts=NOW - 9000, latency=(4000, 10)), status(ts=NOW - 8500, latency=(900, 10)),
+                    status(ts=NOW - 8000, latency=(None, None))], NOW - 60_000, 10_000)
+    assert [p.latency_ms for p in steps] == [4000]
+    assert [p.latency_ms for p in points([status(latency=(None, None))], NOW - 60_000)] == [None]
 
 
 def test_control_changes_read_as_a_history_with_who_did_them():
@@ -95,6 +102,34 @@ def test_control_changes_read_as_a_history_with_who_did_them():
     assert describe_change(records[0], records[0]) == []  # a record that changed nothing shown
 
 
+def test_handoffs_take_from_their_fence_to_their_end_and_are_counted_over_the_whole_history():
+    fence = {0: 500, 1: 500}
+    t = NOW - 600_000
+    records = [control(revision=1, ts=t)]
+    epoch, active = 1, Slot.BLUE
+    for i in range(30):  # 30 cutovers, each 4 s from fence to cutover: more than the 50 events a view keeps
+        base = t + (i + 1) * 10_000
+        records.append(control(revision=len(records) + 1, epoch=epoch, active=active, fence=fence, ts=base))
+        epoch, active = epoch + 1, Slot.GREEN if active is Slot.BLUE else Slot.BLUE
+        records.append(control(revision=len(records) + 1, epoch=epoch, active=active, ts=base + 4000 + i))
+    records.append(control(revision=len(records) + 1, epoch=epoch, active=active, fence=fence, ts=t + 400_000))
+    records.append(control(revision=len(records) + 1, epoch=epoch, active=active, ts=t + 430_000))  # abandoned
+    view = app_view("app", True, records, [status()], {}, None, NOW)
+    assert len(view.events) == 50
+    cutovers = [e for e in events(records) if e.kind == "cutover"]
+    assert [e.duration_ms for e in cutovers[:3]] == [4000, 4001, 4002]
+    assert next(e for e in events(records) if e.kind == "fence lifted").duration_ms == 30_000
+    stats = {h.kind: h for h in view.handoffs}
+    assert (stats["cutover"].count, stats["cutover"].timed, stats["cutover"].last_s) == (30, 30, 4.029)
+    assert stats["failover"].count == 0 and stats["fence lifted"].last_s == 30.0
+    families = {f.name: f for f in text_string_to_metric_families(render([view]).decode())}
+    sample = {(s.name, s.labels.get("kind")): s.value for f in families.values() for s in f.samples}
+    assert sample[("baton_handoffs_total", "cutover")] == 30  # not only the events the view lists
+    assert sample[("baton_handoff_duration_seconds_count", "cutover")] == 30
+    assert abs(sample[("baton_handoff_duration_seconds_sum", "cutover")] - (30 * 4 + sum(range(30)) / 1000)) < 1e-9
+    assert sample[("baton_last_handoff_duration_seconds", "fence lifted")] == 30.0
+
+
 def test_an_app_never_started_has_an_empty_view_and_the_tables_say_so():
     never = app_view("other", True, [], [], {}, None, NOW)
     assert never.revision == 0 and never.points == [] and never.events == []
@@ -115,6 +150,7 @@ def test_metrics_carry_each_slot_s_figures_with_labels_and_skip_what_is_unknown(
     blue, green = (("app", "app"), ("slot", "blue")), (("app", "app"), ("slot", "green"))
     assert sample[("baton_slot_lag_records", blue)] == 1000
     assert sample[("baton_slot_batch_duration_seconds", blue)] == 0.4
+    assert sample[("baton_slot_latency_seconds", blue)] == 1.3 and sample[("baton_slot_latency_newest_seconds", blue)] == 0.5
     assert sample[("baton_slot_lease_age_seconds", blue)] == 0.25
     assert sample[("baton_slot_active", blue)] == 1 and sample[("baton_slot_active", green)] == 0
     assert ("baton_slot_lag_records", green) not in sample  # never reported: no figure, not a zero

@@ -28,7 +28,9 @@ def app(bootstrap, tmp_path, request):
 
 def test_kill_9_mid_stream_then_restart_is_exactly_once(bootstrap, app, tmp_path):
     app, path = app
+    sent_from = time.time() * 1000
     truth, bad = produce_clicks(bootstrap, app.input.topic, 30_000, users=500, bad_every=100)
+    sent_until = time.time() * 1000
     proc = start_slot(bootstrap, path, tmp_path)
     try:
         # Let a few batches commit, then kill -9 the driver (and its JVM) in the middle of the stream.
@@ -57,6 +59,12 @@ def test_kill_9_mid_stream_then_restart_is_exactly_once(bootstrap, app, tmp_path
     running = [s for s in statuses if s.batch_id >= 0]
     assert running and running[-1].dead_letters > 0 and running[-1].state_rows == len(truth)
     assert any(s.restore_ms is not None for s in running)
+    # Each batch that read input carries its end-to-end latency: from its oldest and newest records'
+    # timestamps (all sent between sent_from and sent_until) to the batch's end, shortly before the record.
+    read = [s for s in running if s.input_rows > 0]
+    assert read and all(s.latency_ms is not None and s.latency_newest_ms <= s.latency_ms for s in read), read
+    assert all(s.ts_ms - s.latency_ms >= sent_from - 1000 for s in read)
+    assert all(s.ts_ms - s.latency_newest_ms <= sent_until + 5000 for s in read)
 
 
 def read_dead(bootstrap, topic):

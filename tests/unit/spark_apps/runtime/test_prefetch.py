@@ -5,7 +5,7 @@ batch that starts elsewhere has its partition sought."""
 import threading
 import time
 
-from spark_apps.runtime.prefetch import PartitionBuffer, Prefetcher
+from spark_apps.runtime.prefetch import PartitionBuffer, Prefetcher, Stamp
 
 
 def buffer_with(good, dead=(), start=0, next_offset=None):
@@ -38,12 +38,34 @@ def test_the_end_moves_past_markers_but_never_past_the_limit_or_back():
     assert b.take(2, 10).end == 4  # a cap below the position holds the partition where it is
 
 
+def test_a_batch_knows_its_oldest_and_newest_records_times_from_the_chunks_it_took_from():
+    b = PartitionBuffer(0, 0, 1)
+    for first, last, t0 in ((0, 4, 1000), (5, 9, 1200), (10, 14, 1400)):  # three fetched chunks
+        offs = list(range(first, last + 1))
+        b.append(offs, [[o for o in offs]], [], last + 1, Stamp(first, t0, t0 + 100))
+    t = b.take(7, 100)  # records 0..6: chunks one and two
+    assert (t.oldest_ms, t.newest_ms) == (1000, 1300)
+    assert [st.offset for st in b.stamps] == [5, 10]  # the first chunk is wholly taken
+    t = b.take(float("inf"), 100)  # records 7..14: from inside the second chunk to the third
+    assert (t.oldest_ms, t.newest_ms) == (1200, 1500)
+    assert b.take(float("inf"), 100).oldest_ms is None  # nothing taken, no times
+
+
+def test_records_without_timestamps_leave_the_times_unknown():
+    b = buffer_with([0, 1, 2])  # appended without a stamp
+    t = b.take(float("inf"), 10)
+    assert (t.oldest_ms, t.newest_ms) == (None, None)
+
+
 class FakeMessage:
     def __init__(self, p, o):
         self.p, self.o = p, o
 
     def error(self):
         return None
+
+    def timestamp(self):
+        return 1, 1_000_000 + self.o  # TIMESTAMP_CREATE_TIME
 
     def partition(self):
         return self.p
@@ -122,6 +144,7 @@ def test_a_batch_takes_within_limits_and_budget_and_a_moved_start_is_sought():
         taken = pf.take({0: 0, 1: 20}, {0: 4, 1: float("inf")}, None)
         assert (taken[0].offsets, taken[0].end) == ([0, 1, 2, 3], 4)
         assert (taken[1].offsets, taken[1].end) == (list(range(20, 26)), 26)
+        assert (taken[1].oldest_ms, taken[1].newest_ms) == (1_000_020, 1_000_025)  # the records' timestamps
         # A budget of 4 split by what each has ready within its limit: 6 and 0 -> 4 from partition 0.
         taken = pf.take({0: 4, 1: 26}, {0: float("inf"), 1: float("inf")}, 4)
         assert (taken[0].offsets, taken[0].end, taken[1].end) == ([4, 5, 6, 7], 8, 26)

@@ -1,0 +1,70 @@
+"""When each batch's records were written: the driver-side reader leaves it for the harness.
+
+The reader (Spark's driver-side source process, kafka_driver_reader.py) knows, when it plans a batch,
+the timestamps of the batch's oldest and newest records (prefetch.py's stamps). The harness (the
+driver's Python process) knows when the batch ended. They are different processes, so the reader writes
+the last few batches' times to a small file in the slot's directory (write + rename, once per batch with
+input) and the harness looks up the batch it reports by its end offsets: the slot's end-to-end latency,
+record timestamp (the producer's send time, or the broker's append time) to the batch's output
+committed, for the oldest and the newest record of the batch. Across hosts it includes the clocks' skew.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+# Batches kept in the file: the harness reads a batch's entry right after it ends, a few are margin.
+KEEP = 8
+
+
+@dataclass(frozen=True)
+class BatchTimes:
+    end: dict[int, int]     # the batch's end offsets per partition
+    oldest_ms: int          # timestamp of its oldest record (within a fetch's span)
+    newest_ms: int          # timestamp of its newest record
+
+
+class BatchTimesFile:
+    """The reader's side: remembers the last KEEP batches and rewrites the file atomically."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self._entries: list[dict] = []
+
+    def add(self, times: BatchTimes) -> None:
+        self._entries.append({"end": {str(p): o for p, o in times.end.items()},
+                              "oldest_ms": times.oldest_ms, "newest_ms": times.newest_ms})
+        del self._entries[:-KEEP]
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        try:
+            tmp.write_text(json.dumps(self._entries, separators=(",", ":")))
+            os.replace(tmp, self.path)
+        except OSError:
+            pass  # the slot's directory went away (a stop): latency is a figure, never worth a failed batch
+
+
+def read_batch_times(path: str | Path, end: dict[int, int]) -> Optional[BatchTimes]:
+    """The times of the batch that ended at `end` (None: unknown, e.g. a batch with no records)."""
+    try:
+        entries = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+    want = {str(p): o for p, o in end.items()}
+    for e in reversed(entries if isinstance(entries, list) else []):
+        if isinstance(e, dict) and e.get("end") == want:
+            try:
+                return BatchTimes(end, int(e["oldest_ms"]), int(e["newest_ms"]))
+            except (KeyError, TypeError, ValueError):
+                return None
+    return None
+
+
+def latencies_ms(times: Optional[BatchTimes], batch_end_ms: Optional[int]) -> tuple[Optional[int], Optional[int]]:
+    """(oldest record's latency, newest record's) at the batch's end; None when either is unknown."""
+    if times is None or batch_end_ms is None:
+        return None, None
+    return max(0, batch_end_ms - times.oldest_ms), max(0, batch_end_ms - times.newest_ms)
