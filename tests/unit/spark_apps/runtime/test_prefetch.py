@@ -5,7 +5,7 @@ batch that starts elsewhere has its partition sought."""
 import threading
 import time
 
-from spark_apps.runtime.prefetch import PartitionBuffer, Prefetcher, Stamp
+from spark_apps.runtime.prefetch import PartitionBuffer, Prefetcher, Stamp, aligned_limits
 
 
 def buffer_with(good, dead=(), start=0, next_offset=None):
@@ -38,11 +38,19 @@ def test_the_end_moves_past_markers_but_never_past_the_limit_or_back():
     assert b.take(2, 10).end == 4  # a cap below the position holds the partition where it is
 
 
+def stamped(start, times, at_end=False):
+    """A buffer of records start, start+1, ... written at `times` (ms), each fetched on its own."""
+    b = PartitionBuffer(start, start, 1, at_end=at_end)
+    for o, t in enumerate(times, start):
+        b.append([o], [[o]], [], o + 1, Stamp(o, t, t))
+    return b
+
+
 def test_a_batch_knows_its_oldest_and_newest_records_times_from_the_chunks_it_took_from():
     b = PartitionBuffer(0, 0, 1)
     for first, last, t0 in ((0, 4, 1000), (5, 9, 1200), (10, 14, 1400)):  # three fetched chunks
         offs = list(range(first, last + 1))
-        b.append(offs, [[o for o in offs]], [], last + 1, Stamp(first, t0, t0 + 100))
+        b.append(offs, [list(offs)], [], last + 1, Stamp(first, t0, t0 + 100))
     t = b.take(7, 100)  # records 0..6: chunks one and two
     assert (t.oldest_ms, t.newest_ms) == (1000, 1300)
     assert [st.offset for st in b.stamps] == [5, 10]  # the first chunk is wholly taken
@@ -55,6 +63,31 @@ def test_records_without_timestamps_leave_the_times_unknown():
     b = buffer_with([0, 1, 2])  # appended without a stamp
     t = b.take(float("inf"), 10)
     assert (t.oldest_ms, t.newest_ms) == (None, None)
+
+
+INF = float("inf")
+
+
+def test_catching_up_partitions_move_abreast_in_time():
+    fast = stamped(0, [1000 + 100 * i for i in range(100)])   # fetched up to 10,900 ms of writes
+    slow = stamped(500, [1000 + 100 * i for i in range(20)])  # only up to 2,900 ms so far
+    done = stamped(50, [900, 9500], at_end=True)              # read to its end: holds nobody back
+    got = aligned_limits({0: fast, 1: slow, 2: done}, {0: INF, 1: INF, 2: INF})
+    # Every partition up to the slow one's newest record (2,900 ms) + the slack (1 s).
+    assert got == {0: 30, 1: 520, 2: 51}
+    # A partition behind its limit only owes up to it: at its limit it holds nobody back.
+    assert aligned_limits({0: fast, 1: slow}, {0: INF, 1: 520}) == {0: 100, 1: 520}  # all fast has
+    # Every partition at its end: no hold.
+    limits = {0: INF, 1: INF}
+    ends = {0: stamped(0, [1, 2], at_end=True), 1: stamped(0, [5], at_end=True)}
+    assert aligned_limits(ends, limits) is limits
+    # Steady state: a partition whose end is on its way, a few ms behind another, holds nothing back.
+    assert aligned_limits({0: stamped(0, [5000, 5040]), 1: stamped(0, [5010], at_end=True)}, limits) == {0: 2, 1: 1}
+    # One behind with nothing ready: the others wait where they are (ALIGN_MAX_HOLD_S bounds that).
+    assert aligned_limits({0: fast, 1: PartitionBuffer(7, 7, 1)}, limits) == {0: 0, 1: 7}
+    # Records without timestamps (-1) cannot be aligned: nothing is held.
+    blind = {0: stamped(0, [-1] * 5), 1: stamped(0, [-1] * 3)}
+    assert aligned_limits(blind, limits) == {0: 5, 1: 3}
 
 
 class FakeMessage:
@@ -74,11 +107,27 @@ class FakeMessage:
         return self.o
 
 
+class FakeEOF:
+    """librdkafka's word that the consumer reached a partition's end (enable.partition.eof)."""
+
+    def __init__(self, p):
+        self.p = p
+
+    def error(self):
+        from confluent_kafka import KafkaError
+
+        return KafkaError(KafkaError._PARTITION_EOF)
+
+    def partition(self):
+        return self.p
+
+
 class FakeConsumer:
     """Partitions of a topic as lists of offsets; consume() hands out what follows each position."""
 
     def __init__(self, logs):
         self.logs, self.pos, self.paused, self.seeks = logs, {}, set(), []
+        self.eof_at: dict[int, int] = {}  # where each partition's end was last reported
         self.lock = threading.Lock()
 
     def assign(self, tps):
@@ -108,9 +157,17 @@ class FakeConsumer:
                     if o >= at and len(out) < n:
                         out.append(FakeMessage(p, o))
                         self.pos[p] = o + 1
+                end = self.logs[p][-1] + 1 if self.logs[p] else 0
+                if self.pos[p] >= end and self.eof_at.get(p) != self.pos[p]:
+                    out.append(FakeEOF(p))
+                    self.eof_at[p] = self.pos[p]
         if not out:
             time.sleep(timeout)
         return out
+
+    def get_watermark_offsets(self, tp, cached=False):  # the ends fetch responses carried
+        log = self.logs[tp.partition]
+        return (log[0], log[-1] + 1) if log else (-1001, -1001)
 
     def position(self, tps):
         from confluent_kafka import TopicPartition
