@@ -5,11 +5,14 @@ BIN    := $(VENV)/bin
 UV     := $(BIN)/uv
 UV_VERSION := 0.13.9
 STAMP  := $(VENV)/.installed
+# Baton's JVM operators (jvm/src: the event-time state TTL), compiled against the installed Spark.
+JAR    := $(VENV)/baton-jvm.jar
+JAVA_SRC := $(shell find jvm/src -name '*.java')
 
 .PHONY: install test unit demo up down status bench lock clean
 
 # Re-runs only when the lock or the package metadata changed: a repeat `make` installs nothing.
-install: $(STAMP)
+install: $(STAMP) $(JAR)
 
 $(STAMP): requirements.txt pyproject.toml scripts/check_prereqs.py spark_apps/runtime/worker_path.py spark_apps/runtime/spark_home.py
 	@command -v $(PYTHON) >/dev/null || { echo "Python 3.11+ is required ($(PYTHON) not found; set PYTHON=...)" >&2; exit 2; }
@@ -30,6 +33,12 @@ $(STAMP): requirements.txt pyproject.toml scripts/check_prereqs.py spark_apps/ru
 	@# its classpath (slots start seconds sooner; both optional, see the modules).
 	$(BIN)/python -m spark_apps.runtime.spark_home build
 	$(BIN)/python -m spark_apps.runtime.cds build
+
+$(JAR): $(JAVA_SRC) $(STAMP)
+	@rm -rf $(VENV)/jvm-classes && mkdir -p $(VENV)/jvm-classes
+	javac -nowarn --release 17 -cp "$$($(BIN)/python -c 'import pyspark, os; print(os.path.join(os.path.dirname(pyspark.__file__), "jars"))')/*" \
+		-d $(VENV)/jvm-classes $(JAVA_SRC)
+	jar --create --file $@ -C $(VENV)/jvm-classes .
 
 # The browser tests' Chromium (Debian's package; scripts/ensure_chromium.sh), once.
 BROWSER := $(VENV)/.chromium

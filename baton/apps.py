@@ -36,6 +36,56 @@ class TopicRef:
 
 
 @dataclass(frozen=True)
+class StateTtl:
+    """`state.ttl`: a key not seen for `idle_ms` of event time leaves the state; its next event starts
+    afresh (spark_apps.runtime.idle_counts). Event time, never processing time: every slot, every
+    reprocess and every restart then count the same events, whenever each drops the key's state."""
+
+    idle_ms: int
+    # How far an event may arrive behind the newest event time and still be counted (the watermark's
+    # delay): a key's state is dropped once the watermark passes its last event + idle.
+    disorder_ms: int = 10_000
+    on: str = "event_time"
+    evicted: str = "nothing"  # what downstream sees when a key's life ends (nothing: the last count stays)
+
+
+DURATION_RE = re.compile(r"^\s*(\d+)\s*(ms|s|m|h|d)\s*$")
+DURATION_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def parse_duration_ms(value: Any, path: Path, name: str) -> int:
+    """"500ms", "60s", "5m", "2h", "7d" -> milliseconds (> 0)."""
+    m = DURATION_RE.match(value) if isinstance(value, str) else None
+    if m is None or int(m.group(1)) <= 0:
+        raise AppDefinitionError(path, name, f"must be a positive duration such as 60s, 5m, 2h or 7d, got {value!r}")
+    return int(m.group(1)) * DURATION_UNIT_MS[m.group(2)]
+
+
+def _ttl(raw: Any, path: Path) -> StateTtl | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise AppDefinitionError(path, "state.ttl", f"must be a mapping such as {{idle: 7d, on: event_time}}, got {raw!r}")
+    # YAML 1.1 reads a bare `on` key as the boolean true.
+    raw = {("on" if k is True else k): v for k, v in raw.items()}
+    unknown = sorted(str(k) for k in set(raw) - {"idle", "disorder", "on", "evicted"})
+    if unknown:
+        raise AppDefinitionError(path, f"state.ttl.{unknown[0]}", "is not a known field (known: disorder, evicted, idle, on)")
+    if "idle" not in raw:
+        raise AppDefinitionError(path, "state.ttl.idle", "is required (how long a key may go unseen, e.g. 7d)")
+    on = raw.get("on", "event_time")
+    if on != "event_time":
+        raise AppDefinitionError(path, "state.ttl.on", f"must be event_time, got {on!r}: a processing-time TTL drops a key "
+                                 "at a different input position on each slot, so their states and digests would differ")
+    evicted = raw.get("evicted", "nothing")
+    if evicted != "nothing":
+        raise AppDefinitionError(path, "state.ttl.evicted", f"must be nothing, got {evicted!r} (a tombstone on eviction is "
+                                 "not supported: slots drop a key's state at different input positions)")
+    return StateTtl(idle_ms=parse_duration_ms(raw["idle"], path, "state.ttl.idle"),
+                    disorder_ms=parse_duration_ms(raw.get("disorder", "10s"), path, "state.ttl.disorder"))
+
+
+@dataclass(frozen=True)
 class StateSettings:
     # Rows and bytes the app's state may hold before the health DAG flags it (seed: RocksDB budgets).
     max_rows: int = 5_000_000
@@ -51,6 +101,7 @@ class StateSettings:
     # defaults no snapshot had been uploaded yet and every changelog was replayed.
     snapshot_every_batches: int = 5
     snapshot_upload_interval_s: int = 10
+    ttl: StateTtl | None = None
 
 
 @dataclass(frozen=True)
@@ -126,13 +177,14 @@ def _not_negative(value: int, path: Path, name: str) -> int:
 
 
 def _state(raw: dict[str, Any], path: Path) -> StateSettings:
-    """The `state:` section: every field a positive int, no unknown ones."""
+    """The `state:` section: every field a positive int but `ttl` (_ttl), no unknown ones."""
     known = [f.name for f in fields(StateSettings)]
     unknown = sorted(set(raw) - set(known))
     if unknown:
         raise AppDefinitionError(path, f"state.{unknown[0]}", f"is not a known field (known: {', '.join(known)})")
-    return StateSettings(**{name: _positive(_get(raw, name, int, path, "state.", getattr(StateSettings, name)), path,
-                                            f"state.{name}") for name in known})
+    return StateSettings(ttl=_ttl(raw.get("ttl"), path), **{
+        name: _positive(_get(raw, name, int, path, "state.", getattr(StateSettings, name)), path, f"state.{name}")
+        for name in known if name != "ttl"})
 
 
 def _topic(d: dict[str, Any], key: str, path: Path) -> TopicRef:

@@ -1,5 +1,6 @@
-"""Check what a fresh machine must already have: Python 3.11+ and Java 17+. Standard library only:
-this runs before the project's virtualenv exists."""
+"""Check what a fresh machine must already have: Python 3.11+ and a Java 17+ JDK (Spark runs on the JVM;
+`javac` builds Baton's own JVM operators, e.g. the event-time state TTL). Standard library only: this
+runs before the project's virtualenv exists."""
 
 import re
 import shutil
@@ -13,7 +14,7 @@ if sys.version_info < (3, 11):
 java = shutil.which("java")
 if java is None:
     problems.append("Java 17 or newer is required for Spark and was not found on PATH "
-                    "(Debian/Ubuntu: apt-get install openjdk-17-jre-headless)")
+                    "(Debian/Ubuntu: apt-get install openjdk-17-jdk-headless)")
 else:
     out = subprocess.run([java, "-version"], capture_output=True, text=True).stderr
     m = re.search(r'version "(\d+)(?:\.(\d+))?', out)
@@ -22,6 +23,9 @@ else:
         major = int(m.group(2))
     if major < 17:
         problems.append(f"Java 17 or newer is required for Spark; {java} reports: {out.splitlines()[0] if out else '?'}")
+if java is not None and shutil.which("javac") is None:
+    problems.append("a Java 17+ JDK is required: javac was not found on PATH (Baton compiles its JVM operators "
+                    "with it; Debian/Ubuntu: apt-get install openjdk-17-jdk-headless)")
 if problems:
     print("Missing prerequisites:\n  - " + "\n  - ".join(problems), file=sys.stderr)
     sys.exit(2)

@@ -379,7 +379,7 @@ class Harness:
                                      ts_ms=int(time.time() * 1000))
             else:
                 with background_jobs(self.spark):  # behind the query's batches
-                    digest = digest_state(self.spark, checkpoint, batch_id, at)
+                    digest = digest_state(self.spark, checkpoint, batch_id, at, live=live_rows(self.app))
             if position is not None:
                 digest = dataclasses.replace(digest, position=dict(position))
         except Exception as exc:  # noqa: BLE001 - a digest is evidence for a gate, not the slot's job
@@ -597,6 +597,22 @@ class Harness:
         return True
 
 
+def app_transform(mod: ModuleType, app: AppDefinition, events):
+    """The app module's transform; an app with a state TTL gets it (transform(events, ttl))."""
+    return mod.transform(events) if app.state.ttl is None else mod.transform(events, ttl=app.state.ttl)
+
+
+def live_rows(app: AppDefinition):
+    """What a digest of this app's state compares (state_check.digest_state): all of it, or for an app
+    with a state TTL the rows alive at the digest's position (its module's state_live)."""
+    if app.state.ttl is None:
+        return None
+    mod = importlib.import_module(app.module)
+    if not hasattr(mod, "state_live"):
+        raise ValueError(f"{app.module} has state.ttl but no state_live(state, ttl): its slots' digests could not agree")
+    return lambda state: mod.state_live(state, app.state.ttl)
+
+
 def build_frame(spark, app: AppDefinition, bootstrap: str, starting_offsets: str, cap_file: Path, spool: Path,
                 min_batch_interval_ms: int = 0, identity_file: Path | None = None,
                 batch_times_file: Path | None = None):
@@ -638,7 +654,7 @@ def build_frame(spark, app: AppDefinition, bootstrap: str, starting_offsets: str
         events = (reader.option("valueFields", json.dumps(fields))
                   .option("requiredFields", json.dumps(list(mod.REQUIRED)))
                   .option("deadLetterDir", str(spool)).load())
-        return mod.transform(events).select(F.col("key").cast("binary").alias("key"),
+        return app_transform(mod, app, events).select(F.col("key").cast("binary").alias("key"),
                                             F.col("value").cast("binary").alias("value"))
     raw = reader.load()
     # A value that is not JSON parses to a row of nulls; Spark's corrupt-record column tells it apart.
@@ -658,7 +674,7 @@ def build_frame(spark, app: AppDefinition, bootstrap: str, starting_offsets: str
     # both filters reference keeps the filters above the parse.
     parsed = parsed.withColumn("_barrier", F.spark_partition_id())
     good = parsed.where((F.col("reason") == "") & (F.col("_barrier") >= 0)).select(*[F.col(f"e.{n}") for n in names])
-    out = mod.transform(good).select(
+    out = app_transform(mod, app, good).select(
         F.lit(KIND_OUTPUT).alias("kind"),
         F.col("key").cast("binary").alias("key"), F.col("value").cast("binary").alias("value"),
         F.lit(None).cast("string").alias("reason"),

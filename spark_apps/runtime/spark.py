@@ -28,7 +28,7 @@ SCHEDULER_POOLS = f"""<?xml version="1.0"?>
 
 
 def session_conf(app: AppDefinition) -> dict[str, str]:
-    return {
+    conf = {
         # One shuffle partition per input partition: state is partitioned like the input.
         "spark.sql.shuffle.partitions": str(app.input.partitions),
         "spark.sql.streaming.stateStore.providerClass":
@@ -58,6 +58,11 @@ def session_conf(app: AppDefinition) -> dict[str, str]:
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.scheduler.mode": "FAIR",  # the pools: SCHEDULER_POOLS
     }
+    if app.state.ttl is not None:  # its operator is Baton's own, in the JVM (spark_apps.runtime.idle_counts)
+        from spark_apps.runtime.idle_counts import jar
+
+        conf["spark.jars"] = str(jar())
+    return conf
 
 
 def scheduler_pools_file() -> Path:

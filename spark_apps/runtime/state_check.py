@@ -12,6 +12,7 @@ from __future__ import annotations
 import shutil
 import time
 from pathlib import Path
+from typing import Callable
 
 from baton.records import StateDigest
 
@@ -37,9 +38,10 @@ def state_operators(checkpoint: Path) -> list[int]:
     return sorted(int(p.name) for p in state.iterdir() if p.name.isdigit())
 
 
-def digest_state(spark, checkpoint: Path, batch_id: int, at: str) -> StateDigest:
+def digest_state(spark, checkpoint: Path, batch_id: int, at: str, live: Callable | None = None) -> StateDigest:
     """The digest of the state every operator held after `batch_id` (committed). A stateless query
-    has the empty digest (0 rows)."""
+    has the empty digest (0 rows). `live(state) -> state`: the rows alive at that position, for state
+    that slots drop at different positions (an event-time TTL: spark_apps.runtime.idle_counts)."""
     from pyspark.sql import functions as F
 
     rows, digest, schemas = 0, 0, []
@@ -47,6 +49,8 @@ def digest_state(spark, checkpoint: Path, batch_id: int, at: str) -> StateDigest
         frame = (spark.read.format("statestore").option("batchId", batch_id).option("operatorId", op)
                  .load(str(checkpoint)))
         fields = {f.name: f.dataType.simpleString() for f in frame.schema.fields}
+        if live is not None:
+            frame = live(frame)
         schemas.append(f"{op}:key={fields.get('key')};value={fields.get('value')}")
         # One task reads every state partition in turn: the digest holds one of the slot's task slots,
         # never both, so a batch of the query (an active serving output) always finds one free.

@@ -50,6 +50,14 @@ def test_defaults_and_topics(tmp_path):
     (GOOD + "state: {snapshot_every_batches: 0}\n", "state.snapshot_every_batches", "must be > 0"),
     (GOOD + "state: {snapshot_upload_interval_s: 1.5}\n", "state.snapshot_upload_interval_s", "must be int"),
     (GOOD + "state: {snapshots: 3}\n", "state.snapshots", "is not a known field"),
+    (GOOD + "state: {ttl: 7d}\n", "state.ttl", "must be a mapping"),
+    (GOOD + "state: {ttl: {on: event_time}}\n", "state.ttl.idle", "is required"),
+    (GOOD + "state: {ttl: {idle: 7 days}}\n", "state.ttl.idle", "positive duration such as 60s"),
+    (GOOD + "state: {ttl: {idle: 0s}}\n", "state.ttl.idle", "positive duration"),
+    (GOOD + "state: {ttl: {idle: 7d, on: processing_time}}\n", "state.ttl.on", "at a different input position"),
+    (GOOD + "state: {ttl: {idle: 7d, evicted: tombstone}}\n", "state.ttl.evicted", "not supported"),
+    (GOOD + "state: {ttl: {idle: 7d, disorder: -1s}}\n", "state.ttl.disorder", "positive duration"),
+    (GOOD + "state: {ttl: {idle: 7d, grace: 1s}}\n", "state.ttl.grace", "is not a known field"),
 ])
 def test_bad_definitions_name_file_field_and_problem(tmp_path, text, field, problem):
     path = write(tmp_path, text)
@@ -70,6 +78,18 @@ def test_the_state_stores_snapshot_cadence_reaches_the_slots_spark_settings(tmp_
     conf = session_conf(app)
     assert conf["spark.sql.streaming.stateStore.minDeltasForSnapshot"] == "10"
     assert conf["spark.sql.streaming.stateStore.maintenanceInterval"] == "60s"
+
+
+def test_a_state_ttl_is_read_in_event_time_and_brings_its_jvm_operator_to_the_slot(tmp_path):
+    from spark_apps.runtime.idle_counts import JAR
+    from spark_apps.runtime.spark import session_conf
+
+    assert load_definition(write(tmp_path, GOOD)).state.ttl is None
+    app = load_definition(write(tmp_path, GOOD + "state: {ttl: {idle: 7d, on: event_time}}\n"))
+    assert (app.state.ttl.idle_ms, app.state.ttl.disorder_ms) == (7 * 86_400_000, 10_000)
+    assert load_definition(write(tmp_path, GOOD + "state: {ttl: {idle: 90m, disorder: 500ms}}\n")).state.ttl.disorder_ms == 500
+    assert session_conf(app)["spark.jars"] == str(JAR)  # built by make install
+    assert "spark.jars" not in session_conf(load_definition(write(tmp_path, GOOD)))
 
 
 def test_one_bad_file_fails_the_whole_registry(tmp_path):

@@ -1,0 +1,44 @@
+"""Per-user click counts that forget a user idle for a while (click_counts with a state TTL).
+
+In:  `clicks`, JSON events {"user_id": "alice", "timestamp": 1678886400} (epoch seconds, event time)
+Out: `user_counts_ttl`, key = user_id, value = {"user_id": "alice", "count": 42, "last_seen": 1678886400}:
+     the user's count since the start of their current life, and their newest event time.
+
+A user not seen for the definition's `state.ttl.idle` of event time leaves the state; their next event
+starts a new life with count 1. Nothing is emitted when a user's life ends: the last count stays on the
+compacted output until the user comes back. spark_apps.runtime.idle_counts says how this stays the same
+on every slot.
+
+State: one row per user alive, key (user_id), value (count, lastMs: the user's newest event time).
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from baton.apps import StateTtl
+from spark_apps.runtime.idle_counts import idle_counts, live_state
+
+VALUE_SCHEMA = "user_id STRING, timestamp LONG"
+REQUIRED = ("user_id", "timestamp")
+
+
+def output(counts: DataFrame) -> DataFrame:
+    """Rows with `user_id`, `count` and `last_ms` -> the output records."""
+    return counts.select(F.col("user_id").alias("key"), F.to_json(F.struct(
+        "user_id", "count", (F.col("last_ms") / 1000).cast("long").alias("last_seen"))).alias("value"))
+
+
+def transform(events: DataFrame, ttl: StateTtl) -> DataFrame:
+    timed = events.withColumn("event_time", F.timestamp_seconds("timestamp"))
+    return output(idle_counts(timed, "user_id", "event_time", ttl).withColumnRenamed("key", "user_id"))
+
+
+def state_output(state: DataFrame) -> DataFrame:
+    return output(state.select(F.col("key.value").alias("user_id"), F.col("value.groupState.count").alias("count"),
+                               F.col("value.groupState.lastMs").alias("last_ms")))
+
+
+def state_live(state: DataFrame, ttl: StateTtl) -> DataFrame:
+    return live_state(state, ttl)
