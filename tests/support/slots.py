@@ -131,6 +131,28 @@ def read_topic(bootstrap: str, topic: str, keep, timeout_s: float = 120.0) -> li
         c.close()
 
 
+def read_json_output(bootstrap: str, topic: str, partitions: int) -> list[tuple[str, dict]]:
+    """(key, value as JSON) of every committed record of an app's output, partition by partition, read to
+    its end (each partition's EOF)."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": uuid.uuid4().hex, "isolation.level": "read_committed",
+                  "enable.partition.eof": True, "enable.auto.commit": False})
+    c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    out, done = [], set()
+    try:
+        while len(done) < partitions:
+            msgs = c.consume(10_000, 5)
+            assert msgs, f"output topic {topic} not read to its end"
+            for m in msgs:
+                if m.error():
+                    assert m.error().code() == KafkaError._PARTITION_EOF, m.error()
+                    done.add(m.partition())
+                else:
+                    out.append((m.key().decode(), json.loads(m.value())))
+    finally:
+        c.close()
+    return out
+
+
 def read_status(bootstrap: str, app_name: str, slot: str = "blue") -> list[StatusRecord]:
     key = f"{app_name}/{slot}".encode()
     return read_topic(bootstrap, STATUS_TOPIC, lambda m: StatusRecord.from_bytes(m.value()) if m.key() == key else None)

@@ -4,11 +4,10 @@ holds only users seen lately; and two slots that cut the same input into other b
 state (digests agree)."""
 
 import json
-import uuid
 from collections import defaultdict
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Producer
 
 from baton.apps import load_definition
 from baton.kafka.admin import delete_topics
@@ -17,7 +16,9 @@ from baton.records import ControlRecord, Slot, SlotSpec, SlotState
 from spark_apps.runtime.harness import live_rows, slot_paths
 from spark_apps.runtime.kafka_sink import read_last_marker
 from spark_apps.runtime.state_check import digest_state, last_committed_batch
-from tests.support.slots import kill_group, make_app, read_status, start_slot, stop_slot, wait_for, wait_until_emitted
+from tests.support.slots import (
+    kill_group, make_app, read_json_output, read_status, start_slot, stop_slot, wait_for, wait_until_emitted,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -48,24 +49,6 @@ def lives(evs) -> dict[str, list[int]]:
             out[user].append(0)
         out[user][-1] += 1
         last[user] = ts
-    return out
-
-
-def read_counts(bootstrap, topic, partitions):
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": uuid.uuid4().hex, "isolation.level": "read_committed",
-                  "enable.partition.eof": True, "enable.auto.commit": False})
-    c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-    out, done = [], set()
-    while len(done) < partitions:
-        msgs = c.consume(10_000, 5)
-        assert msgs, f"output topic {topic} not read to its end"
-        for m in msgs:
-            if m.error():
-                assert m.error().code() == KafkaError._PARTITION_EOF, m.error()
-                done.add(m.partition())
-            else:
-                out.append((m.key().decode(), json.loads(m.value())))
-    c.close()
     return out
 
 
@@ -111,7 +94,7 @@ def test_idle_users_start_afresh_exactly_through_a_kill_9_and_both_slots_hold_th
 
     # Output: each user's last count is their current life's, not every click they ever made.
     last = {}
-    for key, value in read_counts(bootstrap, app.output.topic, app.output.partitions):
+    for key, value in read_json_output(bootstrap, app.output.topic, app.output.partitions):
         last[key] = value["count"]
     wrong = {u: (last.get(u), v) for u, v in truth.items() if last.get(u) != v[-1]}
     assert not wrong and len(last) == len(truth), f"{len(wrong)} users' counts wrong (got, lives): {sorted(wrong.items())[:10]}"

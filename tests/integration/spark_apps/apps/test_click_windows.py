@@ -3,11 +3,10 @@
 keys ever seen grow (steady churn of users, event time advancing)."""
 
 import json
-import uuid
 from collections import Counter
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Producer
 
 from baton.kafka.admin import delete_topics
 from baton.kafka.control_log import write_control
@@ -16,7 +15,9 @@ from baton.tools.churn import Churn
 from baton.tools.verify import verify
 from spark_apps.apps.click_windows import WATERMARK_DELAY_S, WINDOW_S, max_windows_in_state, window_start
 from spark_apps.runtime.kafka_sink import read_last_marker
-from tests.support.slots import kill_group, make_app, read_status, read_topic, start_slot, stop_slot, wait_until_emitted
+from tests.support.slots import (
+    kill_group, make_app, read_json_output, read_status, read_topic, start_slot, stop_slot, wait_until_emitted,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -38,25 +39,6 @@ def windowed_app(bootstrap, tmp_path):
     yield make
     for app in made:
         delete_topics(bootstrap, [t.name for t in app.topics()])
-
-
-def read_windows(bootstrap, topic, partitions):
-    """(key, value dict) of every committed output record, in partition order, read to the end."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": uuid.uuid4().hex, "isolation.level": "read_committed",
-                  "enable.partition.eof": True, "enable.auto.commit": False})
-    c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-    out, done = [], set()
-    while len(done) < partitions:
-        msgs = c.consume(10_000, 5)
-        assert msgs, f"output topic {topic} not read to its end"
-        for m in msgs:
-            if m.error():
-                assert m.error().code() == KafkaError._PARTITION_EOF, m.error()
-                done.add(m.partition())
-            else:
-                out.append((m.key().decode(), json.loads(m.value())))
-    c.close()
-    return out
 
 
 def check_values(records):
@@ -111,7 +93,7 @@ def test_final_count_per_user_window_is_exact_through_a_kill_9(bootstrap, window
     finally:
         code = stop_slot(proc)
     assert code == 0
-    records = read_windows(bootstrap, app.output.topic, app.output.partitions)
+    records = read_json_output(bootstrap, app.output.topic, app.output.partitions)
     check_values(records)
     # Update mode emits each changed window every batch: counts per key strictly increase
     # (a repeat is a duplicate emission) and the last one is the window's true count.
@@ -150,6 +132,6 @@ def test_state_stays_bounded_under_steady_key_churn(bootstrap, windowed_app, tmp
     assert max(rows) <= bound, (bound, rows)
     assert max(rows) >= churn.active_users, f"state rows never reflected the open windows: {rows}"
     assert all(s.state_bytes > 0 for s in batches[-5:])
-    verdict = verify(truth, [(k, v["count"]) for k, v in read_windows(bootstrap, app.output.topic,
+    verdict = verify(truth, [(k, v["count"]) for k, v in read_json_output(bootstrap, app.output.topic,
                                                                        app.output.partitions)])
     assert verdict.ok, verdict.summary()
