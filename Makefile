@@ -68,15 +68,15 @@ status:
 # Benchmarks, each on its own broker, results as JSON + PNG in bench/results/: the Kafka source's
 # read rate, the click-count app's throughput and latency at the seed's 20,085 events/s with its
 # standby beside it (about 5 min), the highest rate it holds so (input stepped up +5k/s a minute),
-# restart to first batch with 100k and 1M keys of state, and the
-# windowed app's state, a cutover, a corrected-output cutover and a rolling upgrade v1 -> v2 under
+# restart to first batch with 100k and 1M keys of state, the windowed app's state, the state-TTL
+# app's state and latency under key churn against the app without TTL (2 x 10 min), a cutover, a corrected-output cutover and a rolling upgrade v1 -> v2 under
 # that load, each run by its steps directly (component benchmarks); the failover through the
 # platform itself (handoff.py --kind failover runs bench/dag_failover.py: 5 kill -9s of the active
 # and a 10 s SIGSTOP, the standby taking over by its lease watch, baton_health restarting the dead
 # slot; about 35 min); then the product path: the embedded platform with Airflow, the app started
 # and each handoff DAG triggered through the REST API with the form's defaults under that load
 # (rolling upgrade with steady and with bursty input, cutover, reprocess; a DAG run is given 30
-# min); last the Baton page's data with 20 apps registered (about 3 min). About 140 min in all on a
+# min); last the Baton page's data with 20 apps registered (about 3 min). About 165 min in all on a
 # quiet machine.
 # Run on a quiet machine: other load skews every figure.
 bench: install
@@ -85,6 +85,7 @@ bench: install
 	$(BIN)/python bench/max_rate.py
 	$(BIN)/python bench/restart.py
 	$(BIN)/python bench/window_state.py
+	$(BIN)/python bench/ttl_state.py
 	$(BIN)/python bench/handoff.py --kind cutover
 	$(BIN)/python bench/handoff.py --kind corrected_cutover
 	$(BIN)/python bench/handoff.py --kind failover
