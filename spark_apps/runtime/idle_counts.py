@@ -13,9 +13,9 @@ partition gives (a batch's events of a key are sorted first). An event further b
 time than `disorder_ms` (e.g. a partition lagging the others) may find its key already dropped on one
 slot and not on another: keep `disorder` above the input's skew.
 
-Measured against Spark's alternatives (README, state TTL): session windows cannot emit a running
-count (update mode is refused for them), and a Python per-group state API pays a Python call per key
-per batch.
+Chosen over Spark's alternatives (README, state TTL): session windows cannot emit a running count
+(Spark refuses update mode for them), and a Python per-group state API pays a Python call per key per
+batch.
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ from baton.apps import StateTtl
 
 # Built by `make install` (Makefile: javac against the installed Spark's jars).
 JAR = Path(__file__).resolve().parents[2] / ".venv" / "baton-jvm.jar"
-CLASS = "baton.ttl.IdleCounts"
 
 
 def jar() -> Path:

@@ -13,12 +13,12 @@ re-planned after a failed batch) has its partition sought and the buffer emptied
 `next` is the consumer's position, which moves past transaction markers (they use offsets but are
 never delivered), so a batch can end after trailing markers, as the executor read does.
 
-Catching up, partitions move abreast in time: while any partition still owes records (its buffer is
-behind the end its last fetch reported), a batch takes from each partition only records written no later
-than the newest record every such partition has ready (record timestamps, + ALIGN_SLACK_MS), so no partition runs ahead of
-the others while a backlog is read (a restart, a standby catching up, a reprocess). An event-time
-watermark is the newest event time seen minus a delay, over every partition: one partition read minutes
-ahead would make the others' events late, and dropped. ALIGN_MAX_HOLD_S bounds how long a partition
+Catching up, partitions move abreast in time: while any partition still owes records (the consumer has
+not reached its end since its last records), a batch takes from each partition only records written no
+later than the newest record every such partition has ready (record timestamps, + ALIGN_SLACK_MS), so
+no partition runs ahead of the others while a backlog is read (a restart, a standby catching up, a
+reprocess). An event-time watermark is the newest event time seen minus a delay, over every partition:
+one partition read minutes ahead would make the others' events late, and dropped. ALIGN_MAX_HOLD_S bounds how long a partition
 whose fetch brings nothing may hold the others back.
 
 Event times: each fetched chunk of a partition leaves one stamp (its first offset, its first and last

@@ -4,6 +4,7 @@ holds only users seen lately; and two slots that cut the same input into other b
 state (digests agree)."""
 
 import json
+import time
 from collections import defaultdict
 
 import pytest
@@ -23,7 +24,9 @@ from tests.support.slots import (
 pytestmark = pytest.mark.integration
 
 IDLE_S, DISORDER_S = 30, 5
-BASE_TS = 1_700_000_000
+# Recent event times: the records carry them as their timestamps, and a real broker's retention (7 days by
+# default) deletes records stamped older than that as soon as they arrive.
+BASE_TS = int(time.time()) // 3600 * 3600 - 3600
 USERS, ON_S, PERIOD_S = 600, 15, 200  # each user clicks for 15 event seconds every 200: 3 lives in 600 s
 RATE, SECONDS = 60, 600               # events per event second
 
