@@ -401,6 +401,38 @@ def machine() -> dict:
             "load_avg_at_start": [round(x, 2) for x in os.getloadavg()]}
 
 
+def stop_run(b: "Bench", watch: "StatusWatch", producer, slot: str = "blue") -> None:
+    """End a one-slot run: the load thread (if it started), the slot, the status watch; a slot that did
+    not stop cleanly fails the run, with its log's tail."""
+    if producer is not None:
+        producer.stop.set()
+        producer.join()
+    code = b.procs.stop(slot)
+    watch.close()
+    if code != 0:
+        raise RuntimeError(f"the slot stopped with exit code {code}:\n{b.procs.tail(slot)}")
+
+
+def churn_args(ap, name: str, minutes: float, rate: int, new_users_per_s: int, active_users: int) -> None:
+    """The options of a benchmark that sends baton.tools.churn events, with its defaults."""
+    ap.add_argument("--minutes", type=float, default=minutes)
+    ap.add_argument("--rate", type=int, default=rate, help="events per second")
+    ap.add_argument("--new-users-per-s", type=int, default=new_users_per_s)
+    ap.add_argument("--active-users", type=int, default=active_users)
+    ap.add_argument("--name", default=name, help="results file name (bench/results/NAME.json/.png)")
+
+
+def save_lower_axes(fig, bx, ylabel: str, path: Path) -> None:
+    """Finish a two-plot figure whose lower plot `bx` is over time since the load started; write it."""
+    bx.set_ylabel(ylabel)
+    bx.set_xlabel("seconds since the load started")
+    bx.legend(loc="upper left", fontsize=8)
+    bx.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    pyplot().close(fig)
+
+
 def pyplot():
     import matplotlib
 

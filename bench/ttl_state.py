@@ -29,7 +29,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import StatusWatch, batch_records, bench, create_app, log, machine, pyplot, start_slot, total, wait_processed, write_result  # noqa: E402,E501
+from common import (  # noqa: E402
+    StatusWatch, batch_records, bench, churn_args, create_app, log, machine, pyplot, save_lower_axes, start_slot,
+    stop_run, total, wait_processed, write_result,
+)
 from confluent_kafka import Producer  # noqa: E402
 
 from baton.apps import APPS_DIR, load_definition  # noqa: E402
@@ -102,13 +105,7 @@ def run_app(app_file: str, args, env_note: dict) -> dict:
             wait_processed(watch, Slot.BLUE, sent, 300, alive)
             drained_s = time.time() - start - duration_s
         finally:
-            if producer is not None:
-                producer.stop.set()
-                producer.join()
-            code = b.procs.stop("blue")
-            watch.close()
-        if code != 0:
-            raise RuntimeError(f"the slot stopped with exit code {code}:\n{b.procs.tail('blue')}")
+            stop_run(b, watch, producer)
     batches = [r for r in batch_records(watch, Slot.BLUE) if r.input_rows > 0]
     starts = [0] + [total(r.processed) for r in batches[:-1]]
     span_s = max(-(-(total(r.processed) - s) // churn.rate) + 1 for s, r in zip(starts, batches))
@@ -149,25 +146,20 @@ def plot(result: dict, path: Path) -> None:
                  f"{result['ttl']['ttl']['idle_ms'] // 1000} s of event time")
     ax.legend(loc="upper left", fontsize=8)
     ax.grid(alpha=0.3)
-    bx.set_ylabel("ms")
-    bx.set_xlabel("seconds since the load started")
-    bx.legend(loc="upper left", fontsize=8)
-    bx.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_lower_axes(fig, bx, "ms", path)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--minutes", type=float, default=10.0)
-    ap.add_argument("--rate", type=int, default=20085, help="events per second")
-    ap.add_argument("--new-users-per-s", type=int, default=200)
-    ap.add_argument("--active-users", type=int, default=2000)
-    ap.add_argument("--name", default=NAME, help="results file name (bench/results/NAME.json/.png)")
+    churn_args(ap, NAME, minutes=10.0, rate=20085, new_users_per_s=200, active_users=2000)
+    ap.add_argument("--first", choices=("ttl", "plain"), default="ttl",
+                    help="which app runs first (the host drifts: A/B in both orders)")
     args = ap.parse_args()
     env = machine()
-    result = {"ttl": run_app("click_counts_ttl.yaml", args, env), "plain": run_app("click_counts.yaml", args, env)}
+    files = {"ttl": "click_counts_ttl.yaml", "plain": "click_counts.yaml"}
+    order = [args.first] + [k for k in files if k != args.first]
+    result = {k: run_app(files[k], args, env) for k in order}
+    result["order"] = order
     t, p = result["ttl"], result["plain"]
     result["summary"] = {
         "max_state_rows": t["max_state_rows"], "bound_rows": t["bound_rows"], "within_bound": t["max_state_rows"] <= t["bound_rows"],

@@ -31,7 +31,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import (  # noqa: E402
-    StatusWatch, bench, create_app, log, machine, pyplot, start_slot, total, wait_processed, write_result,
+    StatusWatch, bench, churn_args, create_app, log, machine, pyplot, save_lower_axes, start_slot, stop_run, total,
+    wait_processed, write_result,
 )
 from confluent_kafka import Producer  # noqa: E402
 
@@ -144,24 +145,14 @@ def plot(result: dict, path: Path) -> None:
             label="status state_bytes (RocksDB memory until the first snapshot, then SST files)")
     bx.plot([d["t_s"] for d in disk], [d["bytes"] / 1e6 for d in disk], color="tab:purple",
             label="state checkpoint on disk (changelogs + snapshots)")
-    bx.set_ylabel("MB")
-    bx.set_xlabel("seconds since the load started")
-    bx.legend(loc="upper left", fontsize=8)
-    bx.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_lower_axes(fig, bx, "MB", path)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--minutes", type=float, default=5.0)
     # 1000 events/s leaves a 2-core machine ahead of the input, so batches stay a second or two of
     # traffic and the figure shows the steady state rather than a backlog being worked off.
-    ap.add_argument("--rate", type=int, default=1000, help="events per second")
-    ap.add_argument("--new-users-per-s", type=int, default=100)
-    ap.add_argument("--active-users", type=int, default=1000)
-    ap.add_argument("--name", default=NAME, help="results file name (bench/results/NAME.json/.png)")
+    churn_args(ap, NAME, minutes=5.0, rate=1000, new_users_per_s=100, active_users=1000)
     ap.add_argument("--logs", type=Path, help="keep the slot's log in this directory")
     args = ap.parse_args()
 
@@ -203,13 +194,7 @@ def main() -> int:
             log(f"slot log:\n{b.procs.tail('blue')}")
             raise
         finally:
-            if producer is not None:
-                producer.stop.set()
-                producer.join()
-            code = b.procs.stop("blue")
-            watch.close()
-        if code != 0:
-            raise RuntimeError(f"the slot stopped with exit code {code}:\n{b.procs.tail('blue')}")
+            stop_run(b, watch, producer)
         records = [(t, r) for t, r in watch.records if r.slot is Slot.BLUE]
 
     pts = series(records, start, producer)

@@ -9,7 +9,8 @@ starts a new life with count 1. Nothing is emitted when a user's life ends: the 
 compacted output until the user comes back. spark_apps.runtime.idle_counts says how this stays the same
 on every slot.
 
-State: one row per user alive, key (user_id), value (count, lastMs: the user's newest event time).
+State: one row per user alive, key (the user id), value (count, lastMs: the user's newest event time).
+`state_output` and `check_state` get the state's key and value columns flattened (`value`, `groupState`).
 """
 
 from __future__ import annotations
@@ -35,9 +36,25 @@ def transform(events: DataFrame, ttl: StateTtl) -> DataFrame:
     return output(idle_counts(timed, "user_id", "event_time", ttl).withColumnRenamed("key", "user_id"))
 
 
+def users(state: DataFrame) -> DataFrame:
+    """The state's key and value columns (spark_apps.runtime.state_check.state_frame: `value`, the user,
+    and `groupState`: count, lastMs) -> `user_id`, `count`, `last_ms`."""
+    return state.select(F.col("value").alias("user_id"), F.col("groupState.count").alias("count"),
+                        F.col("groupState.lastMs").alias("last_ms"))
+
+
 def state_output(state: DataFrame) -> DataFrame:
-    return output(state.select(F.col("key.value").alias("user_id"), F.col("value.groupState.count").alias("count"),
-                               F.col("value.groupState.lastMs").alias("last_ms")))
+    """The output record of every user in the state (a reprocess's corrected output). A user whose life
+    ended before it is not in the state: their last count stays as it was downstream."""
+    return output(users(state))
+
+
+def check_state(state: DataFrame) -> DataFrame:
+    """Violations of the app's invariants, one row each with a `problem`: a life counts at least one click,
+    at an event time after 1970."""
+    return users(state).where((F.col("count") < 1) | (F.col("last_ms") <= 0)).select(F.concat(
+        F.lit("user "), F.col("user_id"), F.lit(": count "), F.col("count").cast("string"), F.lit(", last event ms "),
+        F.col("last_ms").cast("string")).alias("problem"))
 
 
 def state_live(state: DataFrame, ttl: StateTtl) -> DataFrame:

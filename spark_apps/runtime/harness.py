@@ -379,7 +379,7 @@ class Harness:
                                      ts_ms=int(time.time() * 1000))
             else:
                 with background_jobs(self.spark):  # behind the query's batches
-                    digest = digest_state(self.spark, checkpoint, batch_id, at, live=live_rows(self.app))
+                    digest = digest_state(self.spark, checkpoint, batch_id, at, live=live_rows(self.app, at))
             if position is not None:
                 digest = dataclasses.replace(digest, position=dict(position))
         except Exception as exc:  # noqa: BLE001 - a digest is evidence for a gate, not the slot's job
@@ -602,10 +602,13 @@ def app_transform(mod: ModuleType, app: AppDefinition, events):
     return mod.transform(events) if app.state.ttl is None else mod.transform(events, ttl=app.state.ttl)
 
 
-def live_rows(app: AppDefinition):
-    """What a digest of this app's state compares (state_check.digest_state): all of it, or for an app
-    with a state TTL the rows alive at the digest's position (its module's state_live)."""
-    if app.state.ttl is None:
+def live_rows(app: AppDefinition, at: str):
+    """What a digest of this app's state taken `at` compares (state_check.digest_state): all of it, or,
+    for a check of an app with a state TTL, the rows alive at the check's position (its module's
+    state_live). A check compares two slots, which drop idle keys at other batches; a stop and its
+    restore compare one checkpoint with itself, every row (the stop's figure is its query's row count,
+    dropped keys not yet removed included)."""
+    if app.state.ttl is None or at != "check":
         return None
     mod = importlib.import_module(app.module)
     if not hasattr(mod, "state_live"):

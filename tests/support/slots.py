@@ -40,12 +40,12 @@ def make_app(bootstrap: str, directory: Path, module: str = "spark_apps.apps.cli
 
 
 def start_slot(bootstrap: str, path: Path, state_dir: Path, slot: str = "blue",
-               starting_offsets: str = "earliest") -> subprocess.Popen:
+               starting_offsets: str = "earliest", generation: int = 0) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     log = open(state_dir / f"{path.stem}-{slot}.log", "ab")
     return subprocess.Popen([sys.executable, "-m", "spark_apps.runtime.run", "--app", str(path), "--slot", slot,
                              "--bootstrap", bootstrap, "--state-dir", str(state_dir),
-                             "--starting-offsets", starting_offsets], env=env,
+                             "--starting-offsets", starting_offsets, "--generation", str(generation)], env=env,
                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
 

@@ -1,7 +1,8 @@
 """The click count with a state TTL, in its harness on the real broker and real Spark: a user idle for
-the TTL starts a new count, exact through a kill -9 of the active and the standby's takeover; the state
-holds only users seen lately; and two slots that cut the same input into other batches hold the same live
-state (digests agree)."""
+the TTL starts a new count, exact through a kill -9 of the active and the standby's takeover; a restart
+restores every row its slot left; the state holds only users seen lately; two slots that cut the same
+input into other batches hold the same live state (digests agree); and a reprocess from the earliest
+offsets, cut over with corrected output, ends with the same live state and output."""
 
 import json
 import time
@@ -11,12 +12,16 @@ import pytest
 from confluent_kafka import Producer
 
 from baton.apps import load_definition
+from baton.control_plane import ControlPlane, KafkaControlStore
+from baton.handoff import cut_over_at_fence, with_fence
 from baton.kafka.admin import delete_topics
 from baton.kafka.control_log import write_control
 from baton.records import ControlRecord, Slot, SlotSpec, SlotState
+from baton.upgrade import restore_check
 from spark_apps.runtime.harness import live_rows, slot_paths
 from spark_apps.runtime.kafka_sink import read_last_marker
-from spark_apps.runtime.state_check import digest_state, last_committed_batch
+from spark_apps.apps import click_counts_ttl
+from spark_apps.runtime.state_check import digest_state, last_committed_batch, state_frame
 from tests.support.slots import (
     kill_group, make_app, read_json_output, read_status, start_slot, stop_slot, wait_for, wait_until_emitted,
 )
@@ -66,8 +71,25 @@ def ttl_app(bootstrap, tmp_path):
     delete_topics(bootstrap, [t.name for t in app.topics()])
 
 
-def test_idle_users_start_afresh_exactly_through_a_kill_9_and_both_slots_hold_the_same_live_state(
-        bootstrap, ttl_app, tmp_path, spark):
+def last_digest(bootstrap, app, slot, at, since_ms=0):
+    return next((s.state_digest for s in reversed(read_status(bootstrap, app.name, slot))
+                 if s.ts_ms >= since_ms and s.state_digest is not None and s.state_digest.at == at), None)
+
+
+def live_digest(spark, app, tmp_path, slot: Slot, generation: int = 0) -> tuple[int, str]:
+    """(rows, digest) of the live state in the slot's checkpoint, at its last batch."""
+    checkpoint = slot_paths(tmp_path, app.name, slot, generation).checkpoint
+    d = digest_state(spark, checkpoint, last_committed_batch(checkpoint), "end", live=live_rows(app, "check"))
+    return d.rows, d.digest
+
+
+def settled(check):
+    """wait_for's answer for a baton Check: itself once met or failed, else None (look again)."""
+    return check if check.met or check.failed else None
+
+
+def test_idle_users_start_afresh_exactly_through_a_kill_9_a_restart_and_a_reprocess(bootstrap, ttl_app, tmp_path,
+                                                                                    spark):
     app, path = ttl_app
     evs = events()
     truth = lives(evs)
@@ -77,47 +99,92 @@ def test_idle_users_start_afresh_exactly_through_a_kill_9_and_both_slots_hold_th
         p.produce(app.input.topic, json.dumps({"user_id": user, "timestamp": ts}).encode(), user.encode(),
                   timestamp=ts * 1000)
     assert p.flush(30) == 0
-    blue = start_slot(bootstrap, path, tmp_path, "blue")
-    green = start_slot(bootstrap, path, tmp_path, "green")  # the standby: follows blue in batches of its own
+    procs = {"blue": start_slot(bootstrap, path, tmp_path, "blue"),
+             "green": start_slot(bootstrap, path, tmp_path, "green")}  # green follows blue in batches of its own
+
+    def restart(slot: str, **kw) -> int:
+        since = int(time.time() * 1000)
+        procs[slot] = start_slot(bootstrap, path, tmp_path, slot, **kw)
+        return since
+
+    def processed_all(slot: str) -> bool:
+        s = read_status(bootstrap, app.name, slot)
+        return bool(s) and sum(s[-1].processed.values()) == len(evs)
+
     try:
         wait_until_emitted(bootstrap, app, len(evs) // 3, timeout_s=300)
         # Green takes over when blue's lease lapses; blue restarts from its checkpoint (with the users it had
         # dropped) as the standby and follows green.
-        kill_group(blue)
+        kill_group(procs["blue"])
         assert sum(read_last_marker(bootstrap, app.commits_topic, app.name).emitted.values()) < len(evs)
-        blue = start_slot(bootstrap, path, tmp_path, "blue")
+        since = restart("blue")
+        # Stopped while it catches up and started again, blue restores every row it left, users past their
+        # TTL not yet dropped included (what it left is its query's own row count at its last batch).
+        wait_for("blue's first batch after its restart", lambda: any(
+            s.ts_ms >= since and s.batch_id >= 0 and s.input_rows > 0 for s in read_status(bootstrap, app.name, "blue")),
+            timeout_s=180, procs=(procs["blue"],))
+        assert stop_slot(procs["blue"]) == 0
+        left = last_digest(bootstrap, app, "blue", "stop", since)
+        assert left is not None and left.rows > 0
+        since = restart("blue")
+        restored = wait_for("blue's restore check", lambda: settled(restore_check(
+            left, read_status(bootstrap, app.name, "blue"), since)), timeout_s=180, procs=(procs["blue"],))
+        assert restored.met, restored.message
+
         wait_until_emitted(bootstrap, app, len(evs), timeout_s=300)
-        for slot, proc in (("blue", blue), ("green", green)):
-            wait_for(f"{slot} to process every event",
-                     lambda slot=slot: (s := read_status(bootstrap, app.name, slot)) and sum(s[-1].processed.values()) == len(evs),
-                     timeout_s=300, procs=(proc,))
+        for slot in ("blue", "green"):
+            wait_for(f"{slot} to process every event", lambda slot=slot: processed_all(slot), timeout_s=300,
+                     procs=(procs[slot],))
+
+        # Output: each user's last count is their current life's, not every click they ever made.
+        def wrong_counts():
+            last = dict((key, value["count"]) for key, value in
+                        read_json_output(bootstrap, app.output.topic, app.output.partitions))
+            assert len(last) == len(truth) and sum(last.values()) < len(evs) / 2  # earlier lives forgotten
+            return {u: (last.get(u), v) for u, v in truth.items() if last.get(u) != v[-1]}
+        wrong = wrong_counts()
+        assert not wrong, f"{len(wrong)} users' counts wrong (got, lives): {sorted(wrong.items())[:10]}"
+
+        # State: only the users seen within idle + disorder + a batch of event time, never all the users.
+        batches = [s for slot in ("blue", "green") for s in read_status(bootstrap, app.name, slot)
+                   if s.batch_id >= 0 and s.input_rows > 0]
+        batch_span_s = -(-app.max_records_per_trigger // RATE) + 1
+        recent = max(len({u for t in range(max(0, t0 - IDLE_S - DISORDER_S - 2 * batch_span_s), t0 + 1)
+                          for u in active(t)}) for t0 in range(SECONDS))
+        assert max(s.state_rows for s in batches) <= recent < USERS / 2, (recent, [s.state_rows for s in batches])
+
+        # The two slots' batches differed, so they dropped users at different points; the users alive at
+        # the end are the same, with the same counts.
+        ends = {slot: [s.processed for s in read_status(bootstrap, app.name, slot) if s.batch_id >= 0 and s.input_rows > 0]
+                for slot in ("blue", "green")}
+        assert ends["blue"] != ends["green"]  # other batch boundaries
+        assert stop_slot(procs["blue"]) == 0
+        uninterrupted = live_digest(spark, app, tmp_path, Slot.GREEN)
+        assert uninterrupted[0] > 0 and uninterrupted == live_digest(spark, app, tmp_path, Slot.BLUE), uninterrupted
+
+        # A reprocess, as baton_reprocess does it: blue starts a new generation from the earliest offsets,
+        # follows green to the end (nothing more arrives: the fence is green's end) and takes over with
+        # corrected output. Its live state and the output are the uninterrupted run's.
+        plane = ControlPlane(KafkaControlStore(bootstrap), writer="test")
+        plane.move_slot(app.name, Slot.BLUE, SlotState.STARTING, generation=1, reason="test: reprocess")
+        restart("blue", generation=1)
+        fence = read_last_marker(bootstrap, app.commits_topic, app.name).emitted
+        epoch = plane.current(app.name).epoch
+        plane.update(app.name, with_fence(fence, epoch=epoch, by="test"))
+        cut = wait_for("the cutover to the new generation", lambda: settled(cut_over_at_fence(
+            plane, app.name, Slot.BLUE, epoch, fence, lambda: read_last_marker(bootstrap, app.commits_topic, app.name),
+            lambda: read_status(bootstrap, app.name, "blue"), trail_records=app.max_lag_records, correct=True)),
+            timeout_s=300, procs=tuple(procs.values()))
+        assert cut.met, cut.message
+        wait_for("the corrected output", lambda: read_last_marker(
+            bootstrap, app.commits_topic, app.name).corrected_epoch == epoch + 1, timeout_s=120, procs=tuple(procs.values()))
+        wait_for("blue to process every event", lambda: processed_all("blue"), timeout_s=120, procs=(procs["blue"],))
+        wrong = wrong_counts()
+        assert not wrong, f"after the reprocess, {len(wrong)} users' counts wrong: {sorted(wrong.items())[:10]}"
     finally:
-        codes = stop_slot(blue), stop_slot(green)
-    assert codes == (0, 0)
-
-    # Output: each user's last count is their current life's, not every click they ever made.
-    last = {}
-    for key, value in read_json_output(bootstrap, app.output.topic, app.output.partitions):
-        last[key] = value["count"]
-    wrong = {u: (last.get(u), v) for u, v in truth.items() if last.get(u) != v[-1]}
-    assert not wrong and len(last) == len(truth), f"{len(wrong)} users' counts wrong (got, lives): {sorted(wrong.items())[:10]}"
-    assert sum(last.values()) < len(evs) / 2  # the counts forgot the users' earlier lives
-
-    # State: only the users seen within idle + disorder + a batch of event time, never all the users.
-    batches = [s for slot in ("blue", "green") for s in read_status(bootstrap, app.name, slot)
-               if s.batch_id >= 0 and s.input_rows > 0]
-    batch_span_s = -(-app.max_records_per_trigger // RATE) + 1
-    recent = max(len({u for t in range(max(0, t0 - IDLE_S - DISORDER_S - 2 * batch_span_s), t0 + 1) for u in active(t)})
-                 for t0 in range(SECONDS))
-    assert max(s.state_rows for s in batches) <= recent < USERS / 2, (recent, [s.state_rows for s in batches])
-
-    # The two slots' batches differed, so they dropped users at different points; the users alive at the
-    # end are the same, with the same counts.
-    digests = []
-    for slot in (Slot.BLUE, Slot.GREEN):
-        checkpoint = slot_paths(tmp_path, app.name, slot, 0).checkpoint
-        digests.append(digest_state(spark, checkpoint, last_committed_batch(checkpoint), "end", live=live_rows(app)))
-    assert digests[0].rows > 0 and (digests[0].rows, digests[0].digest) == (digests[1].rows, digests[1].digest), digests
-    ends = {slot: [s.processed for s in read_status(bootstrap, app.name, slot) if s.batch_id >= 0 and s.input_rows > 0]
-            for slot in ("blue", "green")}
-    assert ends["blue"] != ends["green"]  # other batch boundaries
+        codes = {slot: stop_slot(proc) for slot, proc in procs.items()}
+    assert codes == {"blue": 0, "green": 0}
+    assert live_digest(spark, app, tmp_path, Slot.BLUE, generation=1) == uninterrupted
+    # The reprocess's invariant check (baton_reprocess runs the app's check_state) reads the same state.
+    checkpoint = slot_paths(tmp_path, app.name, Slot.BLUE, 1).checkpoint
+    assert click_counts_ttl.check_state(state_frame(spark, checkpoint, last_committed_batch(checkpoint))).count() == 0
