@@ -32,8 +32,8 @@ IDLE_S, DISORDER_S = 30, 5
 # Recent event times: the records carry them as their timestamps, and a real broker's retention (7 days by
 # default) deletes records stamped older than that as soon as they arrive.
 BASE_TS = int(time.time()) // 3600 * 3600 - 3600
-USERS, ON_S, PERIOD_S = 600, 15, 200  # each user clicks for 15 event seconds every 200: 3 lives in 600 s
-RATE, SECONDS = 60, 600               # events per event second
+USERS, ON_S, PERIOD_S = 400, 15, 200  # each user clicks for 15 event seconds every 200: 3 lives in 600 s
+RATE, SECONDS = 40, 600               # events per event second (24,000 events)
 
 
 def active(t: int) -> list[int]:
@@ -62,7 +62,7 @@ def lives(evs) -> dict[str, list[int]]:
 
 @pytest.fixture
 def ttl_app(bootstrap, tmp_path):
-    app, path = make_app(bootstrap, tmp_path, module="spark_apps.apps.click_counts_ttl", max_records=400, prefix="ct")
+    app, path = make_app(bootstrap, tmp_path, module="spark_apps.apps.click_counts_ttl", max_records=600, prefix="ct")
     path.write_text(path.read_text() + f"state:\n  ttl: {{idle: {IDLE_S}s, on: event_time, disorder: {DISORDER_S}s}}\n")
     app = load_definition(path)
     write_control(bootstrap, ControlRecord(app=app.name, revision=1, epoch=1, active=Slot.BLUE, slots={
@@ -112,7 +112,7 @@ def test_idle_users_start_afresh_exactly_through_a_kill_9_a_restart_and_a_reproc
         return bool(s) and sum(s[-1].processed.values()) == len(evs)
 
     try:
-        wait_until_emitted(bootstrap, app, len(evs) // 3, timeout_s=300)
+        wait_until_emitted(bootstrap, app, len(evs) // 4, timeout_s=300)
         # Green takes over when blue's lease lapses; blue restarts from its checkpoint (with the users it had
         # dropped) as the standby and follows green.
         kill_group(procs["blue"])
