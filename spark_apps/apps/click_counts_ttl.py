@@ -10,7 +10,8 @@ compacted output until the user comes back. spark_apps.runtime.idle_counts says 
 on every slot.
 
 State: one row per user alive, key (the user id), value (count, lastMs: the user's newest event time).
-`state_output` and `check_state` get the state's key and value columns flattened (`value`, `groupState`).
+`state_output` and `check_state` get the state's key and value columns flattened (`value`, `groupState`);
+`state_live` gets the raw frame (`key`, `value` structs), which the state digest hashes.
 """
 
 from __future__ import annotations
@@ -58,4 +59,6 @@ def check_state(state: DataFrame) -> DataFrame:
 
 
 def state_live(state: DataFrame, ttl: StateTtl) -> DataFrame:
+    """The users alive at the state's position, for a state check's digest. Unlike state_output and
+    check_state, `state` is Spark's raw state frame (`key` and `value` structs): the digest hashes those."""
     return live_state(state, ttl)

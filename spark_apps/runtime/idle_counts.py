@@ -48,7 +48,8 @@ def idle_counts(events, key: str, event_time: str, ttl: StateTtl):
 
 
 def live_state(state, ttl: StateTtl):
-    """The rows of an IdleCounts state still alive at the position the state stands at: a key whose
+    """The rows of an IdleCounts state (Spark's raw state frame: `key` and `value` structs, as
+    state_check.digest_state reads it) still alive at the position the state stands at: a key whose
     last event + idle is behind the watermark there (the newest last event time in the state minus
     disorder) is gone or about to go, depending on the slot's batches, so it is left out. Both slots'
     digests at one position then see the same rows."""
