@@ -130,7 +130,7 @@ def run(b: Bench, args, during=None) -> dict:
     if args.profile:
         from profiling import Profiler
 
-        profiler = Profiler(b.tmp / "profile", seconds=max(10.0, args.seconds - 10))
+        profiler = Profiler((args.logs or b.tmp) / "profile", seconds=max(10.0, args.seconds - 10))
         profiler.start_slot("blue", procs[Slot.BLUE].pid)
     marks, handoff_error = [], None
     if during is not None:
