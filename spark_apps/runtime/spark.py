@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 import sys
 import tempfile
 from contextlib import contextmanager
@@ -94,22 +93,16 @@ def background_jobs(spark):
         sc.setLocalProperty("spark.scheduler.pool", None)
 
 
-# The slot JVM's collector, unless the given options name one. A slot's heap holds a batch's rows and
-# Spark's bookkeeping (its state lives off the heap, in RocksDB): the throughput collector spends less
-# CPU on it than G1, the JVM's default, whose concurrent and remembered-set work buys short pauses a
-# heap this small does not need. A/B at the seed's rate: slots 1.32 -> 1.25 cores (README, the hot path).
-GC_OPTION = "-XX:+UseParallelGC"
-
-
 def driver_java_options(given: str) -> str:
-    """The driver JVM's options: the class-data-sharing archive (spark_apps.runtime.cds), the collector
-    (GC_OPTION, unless `given` names one), then any given."""
+    """The driver JVM's options: the class-data-sharing archive (spark_apps.runtime.cds), then any given.
+    The collector stays G1, the JVM's default: the throughput collector (-XX:+UseParallelGC) used ~5 %
+    less CPU at the seed's rate, but its full collections of the 1 GB heap, every few minutes as the
+    old generation filled (~10 % of it a minute), stopped a slot for up to 1.0 s (README, the hot path)."""
     from spark_apps.runtime import cds
 
     if "ArchiveClassesAtExit" in given:  # building the archive
         return given
-    gc = "" if re.search(r"-XX:\+Use\w+GC\b", given) else GC_OPTION
-    return " ".join(o for o in (cds.java_options(), gc, given) if o)
+    return " ".join(o for o in (cds.java_options(), given) if o)
 
 
 def session(name: str, app: AppDefinition, extra: dict[str, str] | None = None):
