@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -238,23 +239,30 @@ def wait_processed(watch: StatusWatch, slot: Slot, records: int, timeout_s: floa
 
 # --- CPU accounting -----------------------------------------------------------------------------
 
-def jit_cpu_s(pid: int) -> float:
-    """CPU seconds of a JVM's JIT compiler threads (HotSpot names them "C1/C2 CompilerThre...")."""
+# HotSpot's thread names: the JIT's "C1/C2 CompilerThre..."; the collector's "GC Thread#N" (both
+# collectors' workers), G1's "G1 Conc#N" / "G1 Refine#N" / "G1 Main Marker" / "G1 Service", and the
+# "VM Thread", which runs the safepoint operations a collection is one of.
+GC_THREAD = re.compile(r"^(GC Thread|G1 |VM Thread)")
+
+
+def jvm_split_cpu_s(pid: int) -> tuple[float, float]:
+    """CPU seconds of a JVM's JIT compiler threads and of its garbage collector's threads."""
     from profiling import thread_cpu
 
     try:
         threads = thread_cpu(pid)
     except OSError:  # the JVM has exited
-        return 0.0
-    return sum(cpu for name, cpu in threads.values() if "Compiler" in name)
+        return 0.0, 0.0
+    jit = sum(cpu for name, cpu in threads.values() if "Compiler" in name)
+    return jit, sum(cpu for name, cpu in threads.values() if GC_THREAD.match(name))
 
 
 class CpuMeter:
     """CPU seconds (user + system) per role over a window, sampled with psutil.
 
     Roles are named process trees: `track(role, pid)`. A slot's tree is split into its Python
-    driver (the root), its JVM (java processes; its JIT compiler threads apart, as `jvm_jit`) and
-    its Python workers (everything under the JVM).
+    driver (the root), its JVM (java processes; its JIT compiler threads apart, as `jvm_jit`, and its
+    collector's, as `jvm_gc`) and its Python workers (everything under the JVM).
     A process seen for the first time after `start()` counts from zero (it was born inside the
     window); the CPU of children their parent has reaped is taken from the parent's children_*
     times, less what those children were already counted for when last sampled (a child that
@@ -267,7 +275,7 @@ class CpuMeter:
         self._psutil = psutil
         self.interval_s = interval_s
         self.roots: dict[str, tuple[int, bool, Callable | None]] = {}
-        self._base: dict[object, float] = {}  # by pid, and (pid, "jit") for a JVM's compiler threads
+        self._base: dict[object, float] = {}  # by pid, and (pid, "jit" | "gc") for a JVM's compiler / GC threads
         self._last: dict[object, tuple[str, float]] = {}
         self._seen: dict[int, tuple[int, float]] = {}  # pid -> (parent pid, its CPU with children_*) when last sampled
         self._reaped: dict[int, float] = {}  # pid -> CPU of its dead children already counted for them
@@ -329,9 +337,10 @@ class CpuMeter:
                 if slot:
                     label = f"{role}.{part}"
                 counted = [(p.pid, label, cpu)]
-                if part == "jvm":  # the JIT apart: a young JVM spends a third of its CPU compiling
-                    jit = jit_cpu_s(p.pid)
-                    counted = [(p.pid, label, cpu - jit), ((p.pid, "jit"), f"{role}.jvm_jit", jit)]
+                if part == "jvm":  # the JIT apart (a young JVM spends a third of its CPU compiling), and GC
+                    jit, gc = jvm_split_cpu_s(p.pid)
+                    counted = [(p.pid, label, cpu - jit - gc), ((p.pid, "jit"), f"{role}.jvm_jit", jit),
+                               ((p.pid, "gc"), f"{role}.jvm_gc", gc)]
                 for key, name, seconds in counted:
                     if first:
                         self._base[key] = seconds
