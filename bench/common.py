@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -239,21 +238,16 @@ def wait_processed(watch: StatusWatch, slot: Slot, records: int, timeout_s: floa
 
 # --- CPU accounting -----------------------------------------------------------------------------
 
-# HotSpot's thread names: the JIT's "C1/C2 CompilerThre..."; the collector's "GC Thread#N" (both
-# collectors' workers), G1's "G1 Conc#N" / "G1 Refine#N" / "G1 Main Marker" / "G1 Service", and the
-# "VM Thread", which runs the safepoint operations a collection is one of.
-GC_THREAD = re.compile(r"^(GC Thread|G1 |VM Thread)")
-
-
 def jvm_split_cpu_s(pid: int) -> tuple[float, float]:
-    """CPU seconds of a JVM's JIT compiler threads and of its garbage collector's threads."""
-    from profiling import thread_cpu
+    """CPU seconds of a JVM's JIT compiler threads and of its garbage collector's threads (by the
+    thread names profiling.JIT_THREAD and GC_THREAD match)."""
+    from profiling import GC_THREAD, JIT_THREAD, thread_cpu
 
     try:
         threads = thread_cpu(pid)
     except OSError:  # the JVM has exited
         return 0.0, 0.0
-    jit = sum(cpu for name, cpu in threads.values() if "Compiler" in name)
+    jit = sum(cpu for name, cpu in threads.values() if JIT_THREAD.search(name))
     return jit, sum(cpu for name, cpu in threads.values() if GC_THREAD.match(name))
 
 

@@ -41,10 +41,16 @@ JVM_COMPONENTS = [
     ("py4j gateway", re.compile(r"py4j")),
 ]
 
+# HotSpot's thread names: the JIT's "C1/C2 CompilerThre..."; the collector's "GC Thread#N" (both
+# collectors' workers), G1's "G1 Conc#N" / "G1 Refine#N" / "G1 Main Marker" / "G1 Service", and the
+# "VM Thread", which runs the safepoint operations a collection is one of.
+JIT_THREAD = re.compile(r"Compiler")
+GC_THREAD = re.compile(r"^(GC Thread|G1 |VM Thread)")
+
 THREAD_GROUPS = [
     ("Spark tasks", re.compile(r"^Executor task")),
-    ("JIT compiler", re.compile(r"Compiler")),
-    ("GC", re.compile(r"^(GC Thread|G1 |VM Periodic|VM Thread)")),
+    ("JIT compiler", JIT_THREAD),
+    ("GC", GC_THREAD),
     ("micro-batch loop", re.compile(r"^stream execut")),
     ("Python worker I/O", re.compile(r"(stdout writer|stdin writer|Worker Monitor|python)", re.I)),
     ("py4j gateway", re.compile(r"^Thread-\d+")),
