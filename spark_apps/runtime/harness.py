@@ -285,16 +285,26 @@ class Harness:
                 wrote = active and not res.skipped
                 self.follower.note_processed(end, emitted_epoch=control.epoch if wrote else None)
 
-    def fenced_meanwhile(self, epoch: int, exc: Exception) -> None:
+    def fenced_meanwhile(self, epoch: int, exc: Exception, wait_s: float = 10.0) -> None:
         """A commit that failed after the role moved on was fenced (the new active initialised the shared
         writer id first), whatever error it got: Tansu answers a commit it aborted that way with a closed
         connection (_TIMED_OUT), seen when this slot woke up from a stall it was failed over for. Raised as
-        WriterFenced, so the slot goes on as the standby (rejoin_as_standby) instead of failing."""
-        now, _ = self.follower.snapshot()
-        if now is not None and now.epoch != epoch:
-            self.emitter.release()
-            raise WriterFenced(f"{self.app.name}/{self.slot.value}: the commit at epoch {epoch} failed ({exc}) "
-                               f"after epoch {now.epoch} began: fenced") from exc
+        WriterFenced, so the slot goes on as the standby (rejoin_as_standby) instead of failing.
+
+        The new epoch may not be known here yet: a taker fences the writer before it writes the control
+        record (runtime.lease), and a slot waking from a stall has its follower read on from where it
+        stopped. So the follower gets `wait_s` to see it (as in rejoin_as_standby) before the error is
+        left to fail the query: seen in CI as a woken active that exited instead of rejoining."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            now, _ = self.follower.snapshot()
+            if now is not None and now.epoch != epoch:
+                self.emitter.release()
+                raise WriterFenced(f"{self.app.name}/{self.slot.value}: the commit at epoch {epoch} failed ({exc}) "
+                                   f"after epoch {now.epoch} began: fenced") from exc
+            if time.monotonic() >= deadline:
+                return
+            time.sleep(0.1)
 
     def split(self, table, start, end) -> tuple[list, list]:
         """The batch's output (key, value) pairs and dead letters (key, value, headers)."""

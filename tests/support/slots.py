@@ -42,11 +42,14 @@ def make_app(bootstrap: str, directory: Path, module: str = "spark_apps.apps.cli
 def start_slot(bootstrap: str, path: Path, state_dir: Path, slot: str = "blue",
                starting_offsets: str = "earliest", generation: int = 0) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    log = open(state_dir / f"{path.stem}-{slot}.log", "ab")
-    return subprocess.Popen([sys.executable, "-m", "spark_apps.runtime.run", "--app", str(path), "--slot", slot,
+    log_path = state_dir / f"{path.stem}-{slot}.log"
+    log = open(log_path, "ab")
+    proc = subprocess.Popen([sys.executable, "-m", "spark_apps.runtime.run", "--app", str(path), "--slot", slot,
                              "--bootstrap", bootstrap, "--state-dir", str(state_dir),
                              "--starting-offsets", starting_offsets, "--generation", str(generation)], env=env,
                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    proc.log_path = log_path  # what wait_for shows of a slot that exited
+    return proc
 
 
 def stop_slot(proc: subprocess.Popen, timeout_s: float = 90) -> int:
@@ -165,6 +168,16 @@ def wait_for(what: str, check, timeout_s: float = 180, procs=(), every_s: float 
         if (value := check()):
             return value
         for p in procs:
-            assert p.poll() is None, f"a slot exited (code {p.returncode}) while waiting for {what}"
+            assert p.poll() is None, f"a slot exited (code {p.returncode}) while waiting for {what}{log_tail(p)}"
         time.sleep(every_s)
     raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+
+
+def log_tail(proc, lines: int = 40) -> str:
+    """The end of a slot's log, without the JVM's and librdkafka's noise: why it exited, in the failure."""
+    path = getattr(proc, "log_path", None)
+    if path is None or not path.exists():
+        return ""
+    keep = [ln for ln in path.read_text(errors="replace").splitlines()
+            if ln.strip() and "rdkafka" not in ln and " WARN " not in ln and not ln.lstrip().startswith("at ")]
+    return f"; the end of {path.name}:\n" + "\n".join(keep[-lines:])
