@@ -8,6 +8,7 @@ from typing import Iterable
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
+from baton.kafka.client_config import kafka_config
 
 
 @dataclass(frozen=True)
@@ -39,7 +40,7 @@ def ensure_topics(bootstrap: str, specs: Iterable[TopicSpec], timeout_s: float =
     offsets vectors and fences are per partition.
     """
     specs = unique_specs(specs)
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient(kafka_config(bootstrap))
     created: list[str] = []
     futures = admin.create_topics(
         [NewTopic(s.name, s.partitions, 1, config=dict(s.config)) for s in specs],
@@ -77,7 +78,7 @@ def delete_topics(bootstrap: str, names: Iterable[str], timeout_s: float = 15.0)
     names = list(names)
     if not names:
         return
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient(kafka_config(bootstrap))
     for _, fut in admin.delete_topics(names, operation_timeout=timeout_s).items():
         try:
             fut.result()

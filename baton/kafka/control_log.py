@@ -32,6 +32,7 @@ import uuid
 from typing import Iterable
 
 from baton.records import ControlRecord, RecordError
+from baton.kafka.client_config import kafka_config
 
 # A control transaction is open for the few milliseconds of its commit. Kept short: an open
 # transaction holds back every read_committed reader of the topic (all apps), and Apache Kafka aborts
@@ -131,8 +132,7 @@ class ControlWriter:
         from confluent_kafka import Producer
 
         if self._producer is None:
-            p = Producer({
-                "bootstrap.servers": self.bootstrap,
+            p = Producer(kafka_config(self.bootstrap, {
                 "transactional.id": control_transactional_id(self.app),
                 # Held in the client until commit_transaction flushes it: the record reaches the broker
                 # inside the commit, so a writer fenced before its commit sends nothing (on Tansu a
@@ -140,7 +140,7 @@ class ControlWriter:
                 # which librdkafka requires.
                 "linger.ms": TRANSACTION_TIMEOUT_MS // 2,
                 "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS,
-            })
+            }))
             # Connected first: librdkafka asks again for the transaction coordinator only 500 ms after
             # a first query that found no broker up, which a new client's init would otherwise pay.
             p.list_topics(timeout=WRITE_TIMEOUT_S)
@@ -252,11 +252,11 @@ def _was_applied(record: ControlRecord, records: list[ControlRecord]) -> bool:
 def _consumer(bootstrap: str):
     from confluent_kafka import Consumer
 
-    return Consumer({
-        "bootstrap.servers": bootstrap, "group.id": f"baton-control-{uuid.uuid4().hex[:8]}",  # assign only: no group
+    return Consumer(kafka_config(bootstrap, {
+        "group.id": f"baton-control-{uuid.uuid4().hex[:8]}",  # assign only: no group
         "enable.auto.commit": False, "isolation.level": "read_committed", "enable.partition.eof": True,
         "fetch.wait.max.ms": 1,  # the empty fetch at the end answers at once: EOF in a millisecond
-    })
+    }))
 
 
 class HeldBack(TimeoutError):
@@ -276,8 +276,8 @@ def abort_open_transactions(bootstrap: str, topic: str, stable: int, end: int, b
     Returns the apps. `but`: the caller's own app (initialised by the caller already)."""
     from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"baton-control-{uuid.uuid4().hex[:8]}",
-                  "enable.auto.commit": False, "isolation.level": "read_uncommitted", "enable.partition.eof": True})
+    c = Consumer(kafka_config(bootstrap, {"group.id": f"baton-control-{uuid.uuid4().hex[:8]}", "enable.auto.commit": False,
+                                          "isolation.level": "read_uncommitted", "enable.partition.eof": True}))
     apps: set[str] = set()
     try:
         c.assign([TopicPartition(topic, 0, stable)])
@@ -294,7 +294,7 @@ def abort_open_transactions(bootstrap: str, topic: str, stable: int, end: int, b
     finally:
         c.close()
     for app in sorted(apps - {but}):
-        p = Producer({"bootstrap.servers": bootstrap, "transactional.id": control_transactional_id(app)})
+        p = Producer(kafka_config(bootstrap, {"transactional.id": control_transactional_id(app)}))
         p.list_topics(timeout=timeout_s)
         p.init_transactions(timeout_s)
         p.flush(1)

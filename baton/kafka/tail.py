@@ -14,6 +14,7 @@ import uuid
 from typing import Callable, Iterable, Mapping, TypeVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+from baton.kafka.client_config import kafka_config
 
 T = TypeVar("T")
 # consume(n, t) returns after n messages or t seconds, whichever comes first: with n large, t is
@@ -22,11 +23,11 @@ READ_WAIT_S = 0.05
 
 
 def _consumer(bootstrap: str, **extra) -> Consumer:
-    return Consumer({**extra,
-        "bootstrap.servers": bootstrap, "group.id": f"baton-tail-{uuid.uuid4().hex[:8]}",
+    return Consumer(kafka_config(bootstrap, {**extra,
+        "group.id": f"baton-tail-{uuid.uuid4().hex[:8]}",
         "enable.auto.commit": False, "isolation.level": "read_committed", "enable.partition.eof": True,
         "fetch.wait.max.ms": 10,  # an empty fetch at the end is answered at once: EOF in milliseconds
-    })
+    }))
 
 
 def read_tail(bootstrap: str, topic: str, keep: Callable[[Message], T | None], last_n: int | None = 2000,

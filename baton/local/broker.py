@@ -50,6 +50,9 @@ class Broker:
     state_dir: Path
     port: int
     host: str = "127.0.0.1"
+    # What clients are told to connect to after their bootstrap: another port when a TLS terminator
+    # stands in front of the broker (the tests of TLS), else the broker's own.
+    advertised_port: int | None = None
 
     @property
     def bootstrap(self) -> str:
@@ -64,7 +67,7 @@ class Broker:
         argv = [
             tansu_binary(), "broker",
             "--listener-url", url,
-            "--advertised-listener-url", url,
+            "--advertised-listener-url", f"tcp://{self.host}:{self.advertised_port or self.port}",
             "--storage-engine", "memory://tansu/",
         ]
         # RUST_LOG=warn keeps the log to what matters; the broker is chatty at info.

@@ -37,6 +37,7 @@ import numpy as np
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
 from baton.records import CORRECTION_HEADER
+from baton.kafka.client_config import kafka_config
 
 FETCH_WAIT_MS = 50
 CONSUME_WAIT_S = 0.02
@@ -62,8 +63,8 @@ class Verdict:
 
 def read_output(bootstrap: str, topic: str, partitions: int, timeout_s: float = 60.0) -> list[tuple[str, int]]:
     """(user_id, count) of every committed output record, in partition order."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"baton-verify-{uuid.uuid4().hex}",
-                  "isolation.level": "read_committed", "enable.partition.eof": True, "enable.auto.commit": False})
+    c = Consumer(kafka_config(bootstrap, {"group.id": f"baton-verify-{uuid.uuid4().hex}",
+                  "isolation.level": "read_committed", "enable.partition.eof": True, "enable.auto.commit": False}))
     c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
     out, done, deadline = [], set(), time.monotonic() + timeout_s
     try:
@@ -150,9 +151,9 @@ class OutputTailer:
         self._next: dict[int, int] = {p: OFFSET_BEGINNING for p in range(partitions)}
 
     def _consumer(self) -> Consumer:
-        c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": f"baton-tail-{uuid.uuid4().hex}",
+        c = Consumer(kafka_config(self.bootstrap, {"group.id": f"baton-tail-{uuid.uuid4().hex}",
                       "isolation.level": "read_committed", "enable.partition.eof": True,
-                      "enable.auto.commit": False, "fetch.wait.max.ms": FETCH_WAIT_MS})
+                      "enable.auto.commit": False, "fetch.wait.max.ms": FETCH_WAIT_MS}))
         c.assign([TopicPartition(self.topic, p, off) for p, off in self._next.items()])
         return c
 

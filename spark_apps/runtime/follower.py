@@ -41,6 +41,7 @@ from baton.handoff import taken_over_at
 from baton.kafka.control_log import apply_records, decode_for_app
 from baton.records import CommitMarker, ControlRecord, Positions, RecordError, Role, Slot, covers
 from baton.settings import CONTROL_TOPIC
+from baton.kafka.client_config import kafka_config
 
 
 # The least a first batch as the active may read on each partition (one the previous active's last
@@ -115,11 +116,11 @@ class Follower:
         self.last_batch: Positions | None = None  # per partition, what the active's last batch held
         self._emitted_epoch: int | None = None    # the epoch this slot last emitted a batch at
         self._topics = (control_topic, commits_topic)
-        self._consumer = Consumer({
-            "bootstrap.servers": bootstrap, "group.id": f"baton-follower-{app}-{slot.value}",
+        self._consumer = Consumer(kafka_config(bootstrap, {
+            "group.id": f"baton-follower-{app}-{slot.value}",
             "enable.auto.commit": False, "isolation.level": "read_committed",
             "enable.partition.eof": True, "fetch.wait.max.ms": 50,
-        })
+        }))
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None

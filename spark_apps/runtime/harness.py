@@ -50,6 +50,7 @@ from spark_apps.runtime.spark import background_jobs
 from spark_apps.runtime.state_check import (
     committed_batches, digest_state, last_committed_batch, state_operators, state_output,
 )
+from baton.kafka.client_config import kafka_config
 
 KIND_OUTPUT, KIND_DEAD = "o", "d"
 CORRUPT = "_baton_corrupt"  # from_json's corrupt-record column (the path where Spark parses events)
@@ -159,7 +160,7 @@ class Harness:
                                  standby_pace_s=app.standby_pace_ms / 1000)
         self.emitter = TransactionalEmitter(bootstrap, app.name, slot, generation, app.output.topic,
                                             app.dead_letter_topic, app.commits_topic)
-        self.status_producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20})
+        self.status_producer = Producer(kafka_config(bootstrap, {"linger.ms": 20}))
         self.input_ends = InputEnds(bootstrap, app.input.topic, app.input.partitions)  # lag in each status record
         self.counters = Counters()
         self.state = SlotState.STARTING

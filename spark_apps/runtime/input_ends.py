@@ -18,6 +18,7 @@ import uuid
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from baton.kafka.tail import probe_ends
+from baton.kafka.client_config import kafka_config
 
 log = logging.getLogger(__name__)
 
@@ -27,9 +28,9 @@ class InputEnds(threading.Thread):
         super().__init__(name="baton-input-ends", daemon=True)
         self.topic, self.partitions, self.interval_s, self.fresh_s = topic, partitions, interval_s, fresh_s
         self._read_at = 0.0
-        self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"baton-ends-{uuid.uuid4().hex[:8]}",
+        self.consumer = Consumer(kafka_config(bootstrap, {"group.id": f"baton-ends-{uuid.uuid4().hex[:8]}",
                                   "enable.auto.commit": False, "isolation.level": "read_committed",
-                                  "enable.partition.eof": True, "fetch.wait.max.ms": 10})
+                                  "enable.partition.eof": True, "fetch.wait.max.ms": 10}))
         self._latest: dict[int, int] | None = None
         self._halt = threading.Event()
 

@@ -33,6 +33,7 @@ from typing import Iterable, Sequence
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from baton.records import CORRECTION_HEADER, CommitMarker, Positions, Slot, covers
+from baton.kafka.client_config import kafka_config
 
 
 class WriterFenced(RuntimeError):
@@ -58,8 +59,7 @@ class TransactionalEmitter:
                  dead_letter_topic: str, commits_topic: str, extra: dict | None = None):
         self.app, self.slot, self.generation = app, slot, generation
         self.output_topic, self.dead_letter_topic, self.commits_topic = output_topic, dead_letter_topic, commits_topic
-        self._config = {
-            "bootstrap.servers": bootstrap,
+        self._config = kafka_config(bootstrap, {
             "transactional.id": writer_transactional_id(app),
             "enable.idempotence": True,
             # Below message.timeout.ms (librdkafka refuses more), far above a batch's duration.
@@ -70,7 +70,7 @@ class TransactionalEmitter:
             "transaction.timeout.ms": 60_000,
             "compression.type": "lz4",
             **(extra or {}),
-        }
+        })
         self._producer: Producer | None = None
         self.epoch: int | None = None
         self.last: CommitMarker | None = None

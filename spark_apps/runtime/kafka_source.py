@@ -129,6 +129,7 @@ from spark_apps.runtime.input_check import (
     BEFORE_START, FAIL, WAY_OUT, Decision, InputDataLoss, check_policy, decide, observe, read_identity, skipped,
     topic_id, write_identity,
 )
+from baton.kafka.client_config import kafka_config
 
 log = logging.getLogger(__name__)
 
@@ -584,15 +585,14 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _conf(self, **tuning) -> dict:
         """Consumer settings: the source's own (not overridable: parse_options rejects them), then
         per-role tuning, then the user's kafka.* pass-through (which may override the tuning)."""
-        conf = {
-            "bootstrap.servers": self.opts.bootstrap,
+        conf = kafka_config(self.opts.bootstrap, {
             "group.id": GROUP_ID,  # required by librdkafka; no subscription, nothing committed
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
             "isolation.level": "read_committed",
             "enable.partition.eof": True,
             "auto.offset.reset": "error",  # a position that no longer exists fails, never skips
-        }
+        })
         conf.update(tuning)
         conf.update(self.opts.kafka_conf)
         return conf
@@ -830,7 +830,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._admin is None:
             from confluent_kafka.admin import AdminClient
 
-            self._admin = AdminClient({"bootstrap.servers": self.opts.bootstrap, **self.opts.kafka_conf})
+            self._admin = AdminClient(kafka_config(self.opts.bootstrap, self.opts.kafka_conf))
         return topic_id(self._admin, self.opts.topic, timeout_s)
 
     # -- executors: the hot path

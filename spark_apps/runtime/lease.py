@@ -44,6 +44,7 @@ from baton.records import Role, Slot, SlotState
 from baton.settings import LEASES_TOPIC, LEASES_TOPIC_CONFIG
 from spark_apps.runtime.follower import Follower
 from spark_apps.runtime.kafka_sink import read_last_marker, writer_transactional_id
+from baton.kafka.client_config import kafka_config
 
 log = logging.getLogger(__name__)
 
@@ -71,15 +72,15 @@ class LeaseKeeper:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         ensure_topics(bootstrap, [TopicSpec(LEASES_TOPIC, 1, LEASES_TOPIC_CONFIG)])
-        self._producer = Producer({
-            "bootstrap.servers": bootstrap, "linger.ms": 0, "acks": "all",
+        self._producer = Producer(kafka_config(bootstrap, {
+            "linger.ms": 0, "acks": "all",
             # A renewal older than the ttl says nothing any more: dropped rather than delivered late.
             "message.timeout.ms": app.lease_ttl_ms, "reconnect.backoff.max.ms": 1000,
-        })
-        self._consumer = Consumer({
-            "bootstrap.servers": bootstrap, "group.id": f"baton-lease-{app.name}-{slot.value}",
+        }))
+        self._consumer = Consumer(kafka_config(bootstrap, {
+            "group.id": f"baton-lease-{app.name}-{slot.value}",
             "enable.auto.commit": False, "fetch.wait.max.ms": 50, "reconnect.backoff.max.ms": 1000,
-        })
+        }))
 
     # --- lifecycle --------------------------------------------------------------------------------
     def start(self) -> None:
@@ -183,8 +184,8 @@ def fence_writer(bootstrap: str, app: str, timeout_s: float = 10.0) -> None:
     """Fence the app's active writer: initialise a producer with the shared transactional.id (its
     commits fail from now on, its open transaction is aborted), then let it go; the slot's own
     emitter initialises again when it emits (kafka_sink.TransactionalEmitter.acquire)."""
-    p = Producer({"bootstrap.servers": bootstrap, "transactional.id": writer_transactional_id(app),
-                  "enable.idempotence": True})
+    p = Producer(kafka_config(bootstrap, {"transactional.id": writer_transactional_id(app),
+                                          "enable.idempotence": True}))
     p.init_transactions(timeout_s)
     p.flush(1)
 

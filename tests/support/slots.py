@@ -16,6 +16,7 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 from baton.apps import AppDefinition, load_definition
 from baton.kafka.admin import TopicSpec, ensure_topics
+from baton.kafka.client_config import kafka_config
 from baton.records import StatusRecord
 from baton.settings import CONTROL_TOPIC, STATUS_TOPIC
 from spark_apps.runtime.kafka_sink import read_last_marker
@@ -76,7 +77,7 @@ def click(user: str, ts: int) -> bytes:
 
 def produce_clicks(bootstrap: str, topic: str, n: int, users: int, bad_every: int = 0, start: int = 0):
     """n click events round-robin over `users` users; every `bad_every`-th one malformed. -> (truth, bad)."""
-    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    p = Producer(kafka_config(bootstrap, {"linger.ms": 5}))
     truth, bad = Counter(), 0
     for i in range(start, start + n):
         if bad_every and i % bad_every == 0:
@@ -107,8 +108,8 @@ def read_topic(bootstrap: str, topic: str, keep, timeout_s: float = 120.0) -> li
     Bounded by the end offset taken first: Tansu's end is the last batch's base + 1, so with slots
     publishing status all the time an EOF may never come and a read to the live end never ended (a
     600 s hang in CI)."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": uuid.uuid4().hex, "isolation.level": "read_committed",
-                  "enable.partition.eof": True})
+    c = Consumer(kafka_config(bootstrap, {"group.id": uuid.uuid4().hex, "isolation.level": "read_committed",
+                                          "enable.partition.eof": True}))
     try:
         tp = TopicPartition(topic, 0, 0)
         end = c.get_watermark_offsets(tp, timeout=10, cached=False)[1]
@@ -137,8 +138,8 @@ def read_topic(bootstrap: str, topic: str, keep, timeout_s: float = 120.0) -> li
 def read_json_output(bootstrap: str, topic: str, partitions: int) -> list[tuple[str, dict]]:
     """(key, value as JSON) of every committed record of an app's output, partition by partition, read to
     its end (each partition's EOF)."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": uuid.uuid4().hex, "isolation.level": "read_committed",
-                  "enable.partition.eof": True, "enable.auto.commit": False})
+    c = Consumer(kafka_config(bootstrap, {"group.id": uuid.uuid4().hex, "isolation.level": "read_committed",
+                                          "enable.partition.eof": True, "enable.auto.commit": False}))
     c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
     out, done = [], set()
     try:

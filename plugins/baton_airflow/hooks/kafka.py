@@ -2,6 +2,12 @@
 
 Settings precedence (one, stated): hook argument > Airflow Connection `baton_kafka` extra >
 BATON_KAFKA_BOOTSTRAP environment > baton.settings default.
+
+Security settings (TLS, SASL) are not the connection's: every Kafka client Baton creates, the slots'
+and the triggers' included, reads them from the file BATON_KAFKA_CLIENT_CONFIG names
+(baton.kafka.client_config), so that they reach processes that never see a connection and never
+pass through a command line or a trigger's serialized arguments. A connection that carries them
+is refused with that said, rather than half used.
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ from typing import Any, Iterable, Sequence
 from airflow.sdk import BaseHook
 
 from baton.kafka.admin import TopicSpec, ensure_topics
+from baton.kafka.client_config import ALLOWED_PREFIXES, CLIENT_CONFIG_ENV, kafka_config
 from baton.kafka.tail import end_offsets
 from baton.settings import Settings
 
@@ -35,7 +42,13 @@ class BatonKafkaHook(BaseHook):
             if "isn't defined" not in str(exc) and "not found" not in str(exc).lower():
                 raise
         bootstrap = self._bootstrap_arg or extra.pop("bootstrap.servers", None) or Settings.load().kafka_bootstrap
-        return {**extra, "bootstrap.servers": bootstrap}
+        security = sorted(k for k in extra if k.startswith(ALLOWED_PREFIXES) and not k.startswith(("client.", "socket.")))
+        if security:
+            raise ValueError(
+                f"connection {self.kafka_conn_id}: {', '.join(security)} belong in the file {CLIENT_CONFIG_ENV} names "
+                f"(a JSON object of librdkafka settings, readable by Airflow's processes and the slots they start), "
+                f"not in the connection: the slots and triggers never see a connection")
+        return kafka_config(bootstrap, extra)
 
     @property
     def bootstrap(self) -> str:

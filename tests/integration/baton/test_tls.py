@@ -1,0 +1,86 @@
+"""Baton on a Kafka that only speaks TLS with client certificates: the broker (the embedded Tansu)
+sits behind a TLS terminator and advertises the terminator's port, so a client that leaves out the
+security settings gets nowhere. With BATON_KAFKA_CLIENT_CONFIG naming a file of them, everything
+Baton runs goes through TLS: topic creation (admin), the control log, a slot (its source, sink,
+follower, lease and status), a deferrable trigger's check, the verifier's read. The client key's
+password is a secret: it is in neither a process's command line nor the slot's log nor a trigger's
+serialized arguments."""
+
+import asyncio
+import uuid
+
+import psutil
+import pytest
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient
+
+from baton.kafka.admin import delete_topics
+from baton.kafka.client_config import CLIENT_CONFIG_ENV
+from baton.kafka.control_log import read_control, write_control
+from baton.local.broker import Broker
+from baton.local.procs import free_port
+from baton.records import ControlRecord, Slot, SlotSpec, SlotState
+from baton.tools.verify import read_output, verify
+from tests.support.slots import make_app, produce_clicks, start_slot, stop_slot, wait_until_emitted
+from tests.support.tls import TlsTerminator, make_pki
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def tls_broker(tmp_path, monkeypatch):
+    """(TLS bootstrap, the key's password, the terminator): BATON_KAFKA_CLIENT_CONFIG set for this
+    process and the slots it starts."""
+    password = f"pw-{uuid.uuid4().hex}"
+    pki = make_pki(tmp_path / "pki", password)
+    tls_port, plain_port = free_port(), free_port()
+    terminator = TlsTerminator(pki, tls_port, plain_port).start()
+    broker = Broker(state_dir=tmp_path / "broker", port=plain_port, advertised_port=tls_port)
+    broker.start()
+    monkeypatch.setenv(CLIENT_CONFIG_ENV, str(pki.write_client_config(tmp_path / "kafka-client.json")))
+    try:
+        yield f"127.0.0.1:{tls_port}", password, terminator
+    finally:
+        broker.stop()
+        terminator.stop()
+
+
+def test_a_client_without_the_security_settings_is_refused(tls_broker):
+    bootstrap, _, _ = tls_broker
+    with pytest.raises(KafkaException):
+        AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=3)
+
+
+def test_a_slot_runs_exactly_once_through_tls_and_no_secret_shows(tls_broker, tmp_path):
+    from baton_airflow.triggers.status import SlotStatusTrigger
+
+    bootstrap, password, terminator = tls_broker
+    app, path = make_app(bootstrap, tmp_path)  # its topics made through TLS
+    write_control(bootstrap, ControlRecord(app=app.name, revision=1, epoch=1, active=Slot.BLUE,
+                                           slots={Slot.BLUE: SlotSpec(SlotState.RUNNING, "v1")}))
+    assert read_control(bootstrap, app.name).epoch == 1
+    truth, bad = produce_clicks(bootstrap, app.input.topic, 3_000, users=50, bad_every=50)
+    proc = start_slot(bootstrap, path, tmp_path)
+    try:
+        wait_until_emitted(bootstrap, app, 3_000)
+        verdict = verify(truth, read_output(bootstrap, app.output.topic, app.output.partitions))
+        assert verdict.ok, verdict.summary()
+
+        trigger = SlotStatusTrigger(app.name, "blue", "running", bootstrap, timeout_s=60, poll_s=0.5)
+        event = asyncio.run(anext(trigger.run()))
+        assert event.payload["status"] == "met", event.payload
+        assert password not in repr(trigger.serialize())
+
+        command_lines = []
+        for p in [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]:
+            try:
+                command_lines.append(" ".join(p.cmdline()))
+            except (psutil.ZombieProcess, psutil.NoSuchProcess):  # a Python worker that just ended
+                continue
+        assert any("java" in c for c in command_lines), command_lines  # the slot's JVM is among them
+        assert not [c for c in command_lines if password in c]
+    finally:
+        assert stop_slot(proc) == 0
+    assert password not in proc.log_path.read_text(errors="replace")
+    assert terminator.accepted >= 5  # every client came through TLS: the app's, the control log's, the tests'
+    delete_topics(bootstrap, [t.name for t in app.topics()])
