@@ -37,15 +37,21 @@ class Settings:
     airflow_port: int
     kafka_bootstrap: str
     spark_master: str
+    # BATON_KAFKA_BOOTSTRAP names a cluster other than the embedded broker's port: `make up` starts no
+    # broker and makes Baton's topics there.
+    external_kafka: bool = False
 
     @classmethod
     def load(cls) -> "Settings":
         state_dir = Path(os.environ.get("BATON_HOME", REPO_ROOT / ".state")).resolve()
         kafka_port = _env_int("BATON_KAFKA_PORT", 29092)
+        embedded = f"127.0.0.1:{kafka_port}"
+        bootstrap = os.environ.get("BATON_KAFKA_BOOTSTRAP", "").strip() or embedded
         return cls(
             state_dir=state_dir,
             kafka_port=kafka_port,
             airflow_port=_env_int("BATON_AIRFLOW_PORT", 28080),
-            kafka_bootstrap=os.environ.get("BATON_KAFKA_BOOTSTRAP", f"127.0.0.1:{kafka_port}"),
+            kafka_bootstrap=bootstrap,
             spark_master=os.environ.get("BATON_SPARK_MASTER", "local[2]"),
+            external_kafka=bootstrap not in (embedded, f"localhost:{kafka_port}"),
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Iterable
@@ -16,6 +17,24 @@ class TopicSpec:
     name: str
     partitions: int = 1
     config: dict[str, str] = field(default_factory=dict)
+
+
+REPLICATION_FACTOR_ENV = "BATON_KAFKA_REPLICATION_FACTOR"
+
+
+def replication_factor(environ=None) -> int:
+    """The replication factor of the topics Baton creates: BATON_KAFKA_REPLICATION_FACTOR (-1: the
+    cluster's default.replication.factor), else 1 (the embedded broker, a one-node cluster)."""
+    raw = (os.environ if environ is None else environ).get(REPLICATION_FACTOR_ENV, "").strip()
+    if not raw:
+        return 1
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value == 0 or value < -1:
+        raise ValueError(f"{REPLICATION_FACTOR_ENV}={raw!r} must be a positive integer, or -1 for the cluster's default")
+    return value
 
 
 class TopicMismatch(RuntimeError):
@@ -33,17 +52,20 @@ def unique_specs(specs: Iterable[TopicSpec]) -> list[TopicSpec]:
     return list(seen.values())
 
 
-def ensure_topics(bootstrap: str, specs: Iterable[TopicSpec], timeout_s: float = 15.0) -> list[str]:
+def ensure_topics(bootstrap: str, specs: Iterable[TopicSpec], timeout_s: float = 15.0,
+                  replicas: int | None = None) -> list[str]:
     """Create the topics that are missing; "already exists" is success. Returns the names created.
+    `replicas`: each new topic's replication factor (default: replication_factor()).
 
     An existing topic with fewer or more partitions than asked is an error, not a silent pass:
     offsets vectors and fences are per partition.
     """
     specs = unique_specs(specs)
+    replicas = replication_factor() if replicas is None else replicas
     admin = AdminClient(kafka_config(bootstrap))
     created: list[str] = []
     futures = admin.create_topics(
-        [NewTopic(s.name, s.partitions, 1, config=dict(s.config)) for s in specs],
+        [NewTopic(s.name, s.partitions, replicas, config=dict(s.config)) for s in specs],
         operation_timeout=timeout_s, request_timeout=timeout_s,
     )
     for name, fut in futures.items():
@@ -74,8 +96,9 @@ def listed_partitions(admin, names: list[str], timeout_s: float, every_s: float 
 
 
 def delete_topics(bootstrap: str, names: Iterable[str], timeout_s: float = 15.0) -> None:
-    """Delete topics; a topic that does not exist is already deleted."""
-    names = list(names)
+    """Delete topics; a topic that does not exist is already deleted. Each name once: a broker may answer
+    a repeated name twice, which librdkafka cannot parse (as in unique_specs)."""
+    names = list(dict.fromkeys(names))
     if not names:
         return
     admin = AdminClient(kafka_config(bootstrap))

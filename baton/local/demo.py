@@ -66,7 +66,7 @@ A rolling upgrade to v2, from the Baton page ("Rolling upgrade...") or the DAG's
         would take gigabytes), started again by watch() each time it ends."""
         with open(self.platform.settings.state_dir / "demo-loadgen.log", "ab") as out:
             self.load = subprocess.Popen(
-                [sys.executable, "-m", "baton.tools.loadgen", "--bootstrap", self.platform.broker.bootstrap,
+                [sys.executable, "-m", "baton.tools.loadgen", "--bootstrap", self.platform.settings.kafka_bootstrap,
                  "--topic", self.topic, "--rate", str(DEMO_RATE), "--keys", str(DEMO_USERS),
                  "--seconds", str(LOAD_CHUNK_S), "--quiet"], stdout=out, stderr=subprocess.STDOUT,
                 # Its own session: a terminal's Ctrl-C reaches the demo, which stops it (stop()).
@@ -77,7 +77,7 @@ A rolling upgrade to v2, from the Baton page ("Rolling upgrade...") or the DAG's
         from baton.app_table import apps_table
         from baton.status_feed import StatusFeed
 
-        feed = StatusFeed(self.platform.broker.bootstrap, status_tail=2_000)
+        feed = StatusFeed(self.platform.settings.kafka_bootstrap, status_tail=2_000)
         while not should_stop():
             if self.load is not None and self.load.poll() == 0:
                 self.start_load()  # a chunk ended: the next one

@@ -24,6 +24,21 @@ def platform_topics() -> list[TopicSpec]:
     return specs
 
 
+def require_reachable(bootstrap: str, timeout_s: float = 15.0) -> None:
+    """The cluster answers a metadata request, or a clear error that names it (not a hang)."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    from baton.kafka.client_config import kafka_config
+
+    try:
+        AdminClient(kafka_config(bootstrap)).list_topics(timeout=timeout_s)
+    except KafkaException as exc:
+        raise RuntimeError(f"the Kafka cluster at {bootstrap} (BATON_KAFKA_BOOTSTRAP) did not answer within "
+                           f"{timeout_s:g} s: {exc.args[0]}; check the address, and BATON_KAFKA_CLIENT_CONFIG "
+                           f"if it needs TLS or SASL") from None
+
+
 @dataclass(frozen=True)
 class Platform:
     settings: Settings
@@ -39,10 +54,16 @@ class Platform:
     def up(self, with_airflow: bool = True, say=print) -> None:
         # Validate app definitions before starting anything: a bad file must start nothing.
         topics = platform_topics()
-        say(f"broker: starting Tansu on {self.broker.bootstrap} ...")
-        self.broker.start()
-        created = ensure_topics(self.broker.bootstrap, topics)
-        say(f"topics: {len(topics)} ready ({len(created)} created)")
+        bootstrap = self.settings.kafka_bootstrap
+        if self.settings.external_kafka:  # bring your own Kafka: nothing of ours to start
+            say(f"broker: the Kafka cluster at {bootstrap} (BATON_KAFKA_BOOTSTRAP); no embedded broker")
+            require_reachable(bootstrap)
+        else:
+            say(f"broker: starting Tansu on {self.broker.bootstrap} ...")
+            self.broker.start()
+            bootstrap = self.broker.bootstrap
+        created = ensure_topics(bootstrap, topics)
+        say(f"topics: {len(topics)} ready on {bootstrap} ({len(created)} created)")
         if with_airflow:
             say(f"airflow: starting standalone on {self.airflow.url} (about a minute) ...")
             self.airflow.start()
@@ -71,7 +92,9 @@ class Platform:
         s = self.settings
         lines = [f"state dir: {s.state_dir}"]
         b = self.broker
-        if b.running():
+        if s.external_kafka:
+            lines.append(f"broker:  the Kafka cluster at {s.kafka_bootstrap} (BATON_KAFKA_BOOTSTRAP), not started here")
+        elif b.running():
             lines.append(f"broker:  running (pid {b.proc.pid()}), bootstrap {b.bootstrap}, healthy={b.healthy()}")
         else:
             lines.append("broker:  stopped")
