@@ -55,6 +55,14 @@ class AirflowClient:
                 return sorted(dags, key=lambda d: d["dag_id"])
             time.sleep(2)
 
+    def connection_types(self) -> dict[str, str]:
+        """Connection type -> its name, as the connection form lists them (the UI's API: Airflow 3's
+        public one has no such list)."""
+        r = self._http.get("/ui/connections/hook_meta", headers=self._headers())
+        if r.status_code >= 300:
+            raise AirflowAPIError(r.status_code, r.text, "list connection types")
+        return {t["connection_type"]: t["hook_name"] for t in r.json()}
+
     def import_errors(self) -> list[dict[str, Any]]:
         return self.request("GET", "/importErrors", "list import errors")["import_errors"]
 

@@ -75,9 +75,9 @@ class Airflow:
             "BATON_KAFKA_BOOTSTRAP": self.kafka_bootstrap,
             # Tasks launch slots under the platform's state dir (identity records, logs, checkpoints).
             "BATON_HOME": str(self.state_dir),
-            # Baton's Kafka connection, read by the hooks (argument > connection extra > BATON_* env).
+            # Baton's Kafka connection (type baton_kafka: the bootstrap as its host), read by the hooks.
             "AIRFLOW_CONN_BATON_KAFKA": json.dumps(
-                {"conn_type": "generic", "extra": {"bootstrap.servers": self.kafka_bootstrap}}
+                {"conn_type": "baton_kafka", "host": self.kafka_bootstrap}
             ),
             "PYTHONPATH": os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH", "")) if p),
         }

@@ -31,3 +31,10 @@ def test_topics_positions_group_offsets_and_lag(bootstrap):
         assert hook.group_lag(group, topic, [0, 1]) == {0: 5, 1: 15}
     finally:
         delete_topics(bootstrap, [topic])
+
+
+def test_the_connection_test_reaches_the_cluster_or_says_why(bootstrap):
+    ok, message = BatonKafkaHook(bootstrap_servers=bootstrap).test_connection()
+    assert ok and message.startswith(f"{bootstrap}: 1 broker(s),"), message
+    ok, message = BatonKafkaHook(bootstrap_servers="127.0.0.1:1").test_connection()
+    assert not ok and "KafkaException" in message, message

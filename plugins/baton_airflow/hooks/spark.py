@@ -22,13 +22,19 @@ from airflow.sdk.exceptions import AirflowNotFoundException
 from baton.launcher import ExitInfo, Launcher, LaunchSpec, SlotProcess, StopResult, backend_of
 from baton.records import Slot
 from baton.settings import Settings
+from baton_airflow.provider_info import SPARK_CONN_TYPE, ui_field_behaviour
 
 
 class BatonSparkHook(BaseHook):
     conn_name_attr = "spark_conn_id"
     default_conn_name = "baton_spark"
-    conn_type = "generic"
+    conn_type = SPARK_CONN_TYPE
     hook_name = "Baton Spark"
+
+    @classmethod
+    def get_ui_field_behaviour(cls) -> dict[str, Any]:
+        """The connection form (Airflow < 3.2; later ones read provider_info's declaration)."""
+        return ui_field_behaviour(SPARK_CONN_TYPE)
 
     def __init__(self, master: str | None = None, conn_id: str = default_conn_name, state_dir: Path | None = None):
         super().__init__()

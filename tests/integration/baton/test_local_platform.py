@@ -35,6 +35,9 @@ def test_up_status_dags_down(platform):
     dag_ids = [d["dag_id"] for d in client.wait_for_dags()]
     assert "baton_topics" in dag_ids
     assert client.import_errors() == []
+    # Baton's provider (the editable install's entry point): its connection types in the form's list.
+    types = client.connection_types()
+    assert (types.get("baton_kafka"), types.get("baton_spark")) == ("Baton Kafka", "Baton Spark")
     run = client.trigger("baton_topics", {})
     assert client.wait_for_run("baton_topics", run["dag_run_id"], timeout_s=180)["state"] == "success"
     client.close()

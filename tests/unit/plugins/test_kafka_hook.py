@@ -35,3 +35,11 @@ def test_a_connection_carrying_security_settings_is_refused_with_where_they_belo
     with pytest.raises(ValueError, match=f"sasl.password, security.protocol belong in the file {CLIENT_CONFIG_ENV}") as err:
         hook.client_config()
     assert "s3cret" not in str(err.value)
+
+
+def test_the_connections_host_is_the_bootstrap_before_its_extra(monkeypatch):
+    monkeypatch.delenv(CLIENT_CONFIG_ENV, raising=False)
+    monkeypatch.setattr(BatonKafkaHook, "get_connection", classmethod(lambda cls, conn_id: SimpleNamespace(
+        host="k1:9092,k2:9092", extra_dejson={"bootstrap.servers": "old:9092", "client.id": "airflow"})))
+    assert BatonKafkaHook().client_config() == {"client.id": "airflow", "bootstrap.servers": "k1:9092,k2:9092"}
+    assert BatonKafkaHook(bootstrap_servers="arg:9092").bootstrap == "arg:9092"

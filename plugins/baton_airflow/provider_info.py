@@ -1,0 +1,67 @@
+"""Baton as an Airflow provider: what `pip install` of the `baton` package gives an Airflow 3
+deployment, found through the `apache_airflow_provider` entry point (pyproject.toml).
+
+Connection fields are declared here (`conn-fields`, `ui-field-behaviour`), Airflow's way since 3.2:
+its providers manager reads them without importing the hooks. The hooks' get_ui_field_behaviour
+returns the same declaration for older Airflows, so there is one definition.
+
+Kept free of imports beyond the standard library: every Airflow process loads this at start.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+PACKAGE = "baton"
+KAFKA_CONN_TYPE = "baton_kafka"
+SPARK_CONN_TYPE = "baton_spark"
+
+_KAFKA_BEHAVIOUR = {
+    "hidden-fields": ["schema", "port", "login", "password"],
+    "relabeling": {"host": "Bootstrap servers"},
+    "placeholders": {
+        "host": "kafka-1:9092,kafka-2:9092",
+        "extra": '{"client.id": "baton-airflow"}  (TLS/SASL settings: the file BATON_KAFKA_CLIENT_CONFIG names)',
+    },
+}
+_SPARK_BEHAVIOUR = {
+    "hidden-fields": ["schema", "login", "password"],
+    "relabeling": {"host": "Spark master host (spark://...)", "port": "Spark master port"},
+    "placeholders": {
+        "host": "spark://spark-master",
+        "port": "7077",
+        "extra": '{"master": "local[2]", "conf": {"spark.driver.memory": "2g"}}',
+    },
+}
+
+
+def get_provider_info() -> dict[str, Any]:
+    return {
+        "package-name": PACKAGE,
+        "name": "Baton",
+        "description": "Keeps stateful PySpark Structured Streaming apps on Kafka available: hot standby, exact "
+                       "cutover, rolling upgrades, failover and reprocessing, orchestrated by Airflow.",
+        "integrations": [{"integration-name": "Baton", "external-doc-url": "https://example.invalid/baton",
+                          "tags": ["software"]}],
+        "operators": [{"integration-name": "Baton", "python-modules": [
+            "baton_airflow.operators.generations", "baton_airflow.operators.handoff",
+            "baton_airflow.operators.health", "baton_airflow.operators.reprocess", "baton_airflow.operators.slots",
+            "baton_airflow.operators.topics", "baton_airflow.operators.upgrade"]}],
+        "sensors": [{"integration-name": "Baton", "python-modules": ["baton_airflow.sensors.slot"]}],
+        "hooks": [{"integration-name": "Baton", "python-modules": [
+            "baton_airflow.hooks.kafka", "baton_airflow.hooks.spark", "baton_airflow.hooks.control"]}],
+        "triggers": [{"integration-name": "Baton", "python-modules": ["baton_airflow.triggers.status"]}],
+        "connection-types": [
+            {"connection-type": KAFKA_CONN_TYPE, "hook-class-name": "baton_airflow.hooks.kafka.BatonKafkaHook",
+             "hook-name": "Baton Kafka", "ui-field-behaviour": _KAFKA_BEHAVIOUR},
+            {"connection-type": SPARK_CONN_TYPE, "hook-class-name": "baton_airflow.hooks.spark.BatonSparkHook",
+             "hook-name": "Baton Spark", "ui-field-behaviour": _SPARK_BEHAVIOUR},
+        ],
+    }
+
+
+def ui_field_behaviour(conn_type: str) -> dict[str, Any]:
+    """The declared behaviour of `conn_type`'s form, in the hooks' (pre-3.2) get_ui_field_behaviour form."""
+    behaviour = {KAFKA_CONN_TYPE: _KAFKA_BEHAVIOUR, SPARK_CONN_TYPE: _SPARK_BEHAVIOUR}[conn_type]
+    return {"hidden_fields": list(behaviour["hidden-fields"]), "relabeling": dict(behaviour["relabeling"]),
+            "placeholders": dict(behaviour["placeholders"])}
