@@ -146,11 +146,12 @@ def one_run(b: Bench, keys: int, args) -> dict:
 
 
 def startup_phases(log_text: str) -> dict[str, float]:
-    """The last 'baton: start-up' line of a slot's log -> {phase: seconds since the harness began}."""
-    lines = [ln for ln in log_text.splitlines() if "baton: start-up" in ln]
+    """The last start-up line of a slot's log -> {phase: seconds since the harness began}."""
+    tag = "start-up (since the harness began):"
+    lines = [ln for ln in log_text.splitlines() if tag in ln]
     if not lines:
         return {}
-    marks = lines[-1].split("baton: start-up", 1)[1].split(":", 1)[1].split(";", 1)[0]
+    marks = lines[-1].split(tag, 1)[1].split(";", 1)[0]
     return {m.rsplit(" ", 1)[0].strip(): float(m.rsplit(" ", 1)[1].rstrip("s")) for m in marks.split(",") if m.strip()}
 
 

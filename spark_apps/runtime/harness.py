@@ -17,11 +17,11 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import json
+import logging
 import os
 import re
 import signal
 import socket
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -51,6 +51,8 @@ from spark_apps.runtime.state_check import (
     committed_batches, digest_state, last_committed_batch, state_operators, state_output,
 )
 from baton.kafka.client_config import kafka_config
+
+log = logging.getLogger(__name__)
 
 KIND_OUTPUT, KIND_DEAD = "o", "d"
 CORRUPT = "_baton_corrupt"  # from_json's corrupt-record column (the path where Spark parses events)
@@ -228,8 +230,7 @@ class Harness:
         marks = ", ".join(f"{phase} {t:.1f}s" for phase, t in self.counters.startup)
         spark = ", ".join(f"{k} {v / 1000:.1f}s" for k, v in sorted((progress.get("durationMs") or {}).items(),
                                                                    key=lambda kv: -kv[1]) if v >= 50)
-        print(f"baton: start-up (since the harness began): {marks}; first batch {progress.get('batchId')}: "
-              f"{spark}", file=sys.stderr, flush=True)
+        log.info("start-up (since the harness began): %s; first batch %s: %s", marks, progress.get("batchId"), spark)
 
     # --- the batch ----------------------------------------------------------------------------
     def on_batch(self, df, batch_id: int) -> None:
@@ -255,8 +256,8 @@ class Harness:
                 if table is None and not self.emitter.already_emitted(end or {}, start):
                     # Run as the standby, and the role came meanwhile with this batch's output owed
                     # (never expected: a standby's batch ends within what the active emitted).
-                    print(f"baton: batch {batch_id} ran as the standby and is owed as the active: run again "
-                          f"with its output", file=sys.stderr, flush=True)
+                    log.warning("batch %s ran as the standby and is owed as the active: run again with its output",
+                                batch_id)
                     table = df.toArrow()
             if table is not None:
                 out, dead = self.split(table, start, end or {})
@@ -390,12 +391,11 @@ class Harness:
                 self.emitted_keys.clear()
                 publish_s = time.monotonic() - locked
         except WriterFenced as exc:  # the role moved on meanwhile: the new writer's to do
-            print(f"baton: corrected output not published: {exc}", file=sys.stderr, flush=True)
+            log.error("corrected output not published: %s", exc)
             return
-        print(f"baton: published the state at batch {batch} as corrected output at epoch {control.epoch}: "
-              f"{len(published)} of {len(rows)} keys (the rest emitted since) in {time.monotonic() - started:.1f}s "
-              f"(state read {read_s:.1f}s, published under the batch lock in {publish_s:.1f}s)",
-              file=sys.stderr, flush=True)
+        log.info("published the state at batch %s as corrected output at epoch %s: %d of %d keys (the rest emitted "
+                 "since) in %.1fs (state read %.1fs, published under the batch lock in %.1fs)", batch, control.epoch,
+                 len(published), len(rows), time.monotonic() - started, read_s, publish_s)
 
     # --- state digests (spark_apps.runtime.state_check) -----------------------------------------
     def take_digest(self, batch_id: int | None, at: str, position: Positions | None = None) -> None:
@@ -421,10 +421,10 @@ class Harness:
             if position is not None:
                 digest = dataclasses.replace(digest, position=dict(position))
         except Exception as exc:  # noqa: BLE001 - a digest is evidence for a gate, not the slot's job
-            print(f"baton: state digest ({at}, batch {batch_id} of {checkpoint}) failed: {exc}", file=sys.stderr, flush=True)
+            log.error("state digest (%s, batch %s of %s) failed: %s", at, batch_id, checkpoint, exc)
             return None
-        print(f"baton: state digest ({at}, batch {batch_id} of {checkpoint}): {digest.rows} rows in "
-              f"{time.monotonic() - started:.1f}s", file=sys.stderr, flush=True)
+        log.info("state digest (%s, batch %s of %s): %d rows in %.1fs", at, batch_id, checkpoint, digest.rows,
+                 time.monotonic() - started)
         return digest
 
     def note_left(self) -> None:
@@ -492,8 +492,7 @@ class Harness:
         if batch is not None:
             return True, self.digest_checkpoint(checkpoint, batch, "check", position=target)
         if passed:
-            print(f"baton: no committed batch of {checkpoint} ends at {target}: no state digest there",
-                  file=sys.stderr, flush=True)
+            log.warning("no committed batch of %s ends at %s: no state digest there", checkpoint, target)
             return True, StateDigest(at="missed", batch_id=-1, rows=0, digest="", schema="",
                                      ts_ms=int(time.time() * 1000), position=target)
         return False, None
@@ -517,8 +516,8 @@ class Harness:
         try:
             return self.build_frame()
         except Exception as exc:
-            print(f"baton: staged start-up failed ({type(exc).__name__}: {exc}); it is reported once this "
-                  "launch is the slot's", file=sys.stderr, flush=True)
+            log.warning("staged start-up failed (%s: %s); it is reported once this launch is the slot's",
+                        type(exc).__name__, exc)
             return None
 
     def run(self) -> int:
@@ -604,7 +603,7 @@ class Harness:
             if exc is not None and not isinstance(exc, WriterFenced) and not self._refused_batch:
                 self.state, code = SlotState.FAILED, 1
                 reason = failure_reason(str(exc))
-                print(f"baton: the query failed: {reason}", file=sys.stderr, flush=True)
+                log.error("the query failed: %s", reason)
                 self.publish(error=reason)
             else:
                 self.publish()
@@ -629,8 +628,7 @@ class Harness:
         if self.follower.role() is Role.ACTIVE:
             return False
         self.emitter.release()
-        print("baton: this slot's writer was fenced (another slot took the active role): rejoining as the standby",
-              file=sys.stderr, flush=True)
+        log.warning("this slot's writer was fenced (another slot took the active role): rejoining as the standby")
         self.query = writer.start()
         return True
 

@@ -19,10 +19,38 @@ from baton.records import Slot
 from baton.settings import Settings
 
 
+LOG_FORMAT = "%(asctime)s %(levelname)s [%(slot)s] %(name)s: %(message)s"
+
+
+class SlotIdentity(logging.Filter):
+    """Stamps every record with the slot it comes from (app/slot, generation if not 0): a slot's log
+    lines can be told apart once logs are gathered in one place."""
+
+    def __init__(self, identity: str):
+        super().__init__()
+        self.identity = identity
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.slot = self.identity
+        return True
+
+
+def configure_logging(identity: str = "-") -> None:
+    """The slot's log (stderr): the runtime's own lines (spark_apps, baton) from INFO, other
+    libraries' from WARNING, each with a time and the slot's identity."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(LOG_FORMAT))
+    handler.addFilter(SlotIdentity(identity))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(logging.WARNING)
+    for name in ("spark_apps", "baton"):
+        logging.getLogger(name).setLevel(logging.INFO)
+
+
 def main(argv: list[str] | None = None) -> int:
     settings = Settings.load()
-    # The runtime's own warnings (a takeover, a lease not renewed) go to the slot's log with a time.
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging()  # bad arguments are said with a time too; the identity once it is known
     ap = argparse.ArgumentParser(prog="spark_apps.runtime.run")
     ap.add_argument("--app", required=True, help="app name (include/apps/<name>.yaml) or a path to a definition")
     ap.add_argument("--slot", required=True, choices=[s.value for s in Slot])
@@ -35,16 +63,18 @@ def main(argv: list[str] | None = None) -> int:
                     help="a staged launch (baton.launcher.stage): start up, then hold until this record names it")
     ap.add_argument(HOLD_TIMEOUT_ARG, type=float, default=600.0, help="a staged launch never promoted exits after this")
     args = ap.parse_args(argv)
+    log = logging.getLogger("spark_apps.runtime.run")
     try:
         app = load_app(args.app)
     except AppDefinitionError as exc:
-        print(f"bad app definition: {exc}", file=sys.stderr)
+        log.error("bad app definition: %s", exc)
         return 2
+    configure_logging(f"{app.name}/{args.slot}" + (f"/gen-{args.generation}" if args.generation else ""))
     conf = {}
     for item in args.conf:
         key, sep, value = item.partition("=")
         if not sep:
-            print(f"--conf {item!r}: expected KEY=VALUE", file=sys.stderr)
+            log.error("--conf %r: expected KEY=VALUE", item)
             return 2
         conf[key] = value
     from spark_apps.runtime.harness import Harness
