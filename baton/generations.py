@@ -131,3 +131,30 @@ def _read_note(path: Path) -> dict | None:
     except (OSError, ValueError):
         return None
     return note if isinstance(note, dict) else None
+
+
+@dataclass
+class SlotPaths:
+    root: Path
+
+    @property
+    def checkpoint(self) -> Path:
+        return self.root / "checkpoint"
+
+    @property
+    def cap_file(self) -> Path:
+        return self.root / "cap.json"
+
+    @property
+    def batch_times(self) -> Path:
+        """Each batch's oldest and newest record times, from the reader (spark_apps.runtime.batch_times)."""
+        return self.root / "batch-times.json"
+
+    @property
+    def spool(self) -> Path:
+        """Dead letters from the read tasks to the sink (spark_apps.runtime.dead_letters)."""
+        return self.root / "dead-letters"
+
+
+def slot_paths(state_dir: Path, app: str, slot: Slot, generation: int) -> SlotPaths:
+    return SlotPaths(slot_root(state_dir, app, slot, generation))

@@ -46,7 +46,7 @@ from baton.handoff import cut_over, fence_reached, plan_fence, with_fence, witho
 from baton.kafka.tail import end_offsets  # noqa: E402
 from baton.records import Slot  # noqa: E402
 from baton.upgrade import Policy, ask_state_check, restore_check, states_agree  # noqa: E402
-from spark_apps.runtime.kafka_sink import read_last_marker  # noqa: E402
+from baton.kafka.markers import read_last_marker  # noqa: E402
 
 GAP_TARGET_S, P99_99_TARGET_MS = 2.0, 5000
 

@@ -44,7 +44,7 @@ from baton.records import Slot, SlotState  # noqa: E402
 from baton.tools.loadgen import LoadSpec  # noqa: E402
 from baton.tools.loadgen import run as produce  # noqa: E402
 from baton.tools.verify import read_output, verify  # noqa: E402
-from spark_apps.runtime.harness import slot_paths  # noqa: E402
+from baton.generations import slot_paths  # noqa: E402
 from sparklog import event_log_conf, jobs  # noqa: E402
 
 TARGET_S = 10.0

@@ -40,7 +40,7 @@ from baton.apps import APPS_DIR, load_definition  # noqa: E402
 from baton.records import Slot, SlotState, StatusRecord  # noqa: E402
 from baton.tools.churn import Churn  # noqa: E402
 from spark_apps.apps.click_windows import WATERMARK_DELAY_S, WINDOW_S, max_windows_in_state, window_start  # noqa: E402
-from spark_apps.runtime.harness import slot_paths  # noqa: E402
+from baton.generations import slot_paths  # noqa: E402
 
 NAME = "window_state"
 

@@ -32,7 +32,7 @@ from types import ModuleType
 from confluent_kafka import KafkaException, Producer
 
 from baton.apps import AppDefinition
-from baton.generations import slot_root
+from baton.generations import slot_paths
 from baton.handoff import taken_over_at
 from baton.health import HealthPolicy
 from baton.records import Positions, Role, Slot, SlotState, StateDigest, StatusRecord, covers
@@ -47,9 +47,8 @@ from spark_apps.runtime.hold import Hold
 from spark_apps.runtime.kafka_sink import TransactionalEmitter, WriterFenced
 from spark_apps.runtime.lease import LeaseKeeper
 from spark_apps.runtime.spark import background_jobs
-from spark_apps.runtime.state_check import (
-    committed_batches, digest_state, last_committed_batch, state_operators, state_output,
-)
+from spark_apps.runtime.state_check import digest_state, state_output
+from baton.checkpoints import committed_batches, last_committed_batch, state_operators
 from baton.kafka.client_config import kafka_config
 
 log = logging.getLogger(__name__)
@@ -66,33 +65,6 @@ LEFT_PROGRESS_WAIT_S = 2.0
 TRIGGER_TICK_MS = 100
 # Inside the checkpoint (a copy of it carries it): the id of the input topic its positions belong to.
 IDENTITY_FILE = "baton-input.json"
-
-
-@dataclass
-class SlotPaths:
-    root: Path
-
-    @property
-    def checkpoint(self) -> Path:
-        return self.root / "checkpoint"
-
-    @property
-    def cap_file(self) -> Path:
-        return self.root / "cap.json"
-
-    @property
-    def batch_times(self) -> Path:
-        """Each batch's oldest and newest record times, from the reader (spark_apps.runtime.batch_times)."""
-        return self.root / "batch-times.json"
-
-    @property
-    def spool(self) -> Path:
-        """Dead letters from the read tasks to the sink (spark_apps.runtime.dead_letters)."""
-        return self.root / "dead-letters"
-
-
-def slot_paths(state_dir: Path, app: str, slot: Slot, generation: int) -> SlotPaths:
-    return SlotPaths(slot_root(state_dir, app, slot, generation))
 
 
 def _is_active(control, slot: Slot) -> bool:

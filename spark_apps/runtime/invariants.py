@@ -38,7 +38,8 @@ def _reason(exc: Exception) -> str:
 
 def check(app, checkpoint: Path) -> dict:
     from spark_apps.runtime.spark import session
-    from spark_apps.runtime.state_check import last_committed_batch, state_frame
+    from spark_apps.runtime.state_check import state_frame
+    from baton.checkpoints import last_committed_batch
 
     module = importlib.import_module(app.module)
     if not hasattr(module, "check_state"):

@@ -34,6 +34,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 
 from baton.records import CORRECTION_HEADER, CommitMarker, Positions, Slot, covers
 from baton.kafka.client_config import kafka_config
+from baton.kafka.markers import read_last_marker
 
 
 class WriterFenced(RuntimeError):
@@ -179,17 +180,3 @@ class TransactionalEmitter:
 def rewound(start: Positions, end: Positions) -> bool:
     """A batch that moves some partition back: the source's resume batch after a data loss."""
     return any(o < start[p] for p, o in end.items() if p in start)
-
-
-def read_last_marker(bootstrap: str, commits_topic: str, app: str, timeout_s: float = 15.0) -> CommitMarker | None:
-    """The newest committed marker of `app` (read_committed, to the partition's true end).
-
-    The commits topic has one partition and one small record per batch, appended in order: its
-    tail holds the newest marker (baton.kafka.tail reads to EOF, not to Tansu's ListOffsets end)."""
-    from baton.kafka.tail import read_tail
-
-    key = app.encode()
-    markers = read_tail(bootstrap, commits_topic,
-                        lambda m: CommitMarker.from_bytes(m.value()) if m.key() == key else None,
-                        last_n=2000, timeout_s=timeout_s)
-    return markers[-1] if markers else None

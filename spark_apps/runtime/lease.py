@@ -43,7 +43,8 @@ from baton.leases import (Lease, LeaseJudge, decode_lease, decide_takeover, my_p
 from baton.records import Role, Slot, SlotState
 from baton.settings import LEASES_TOPIC, LEASES_TOPIC_CONFIG
 from spark_apps.runtime.follower import Follower
-from spark_apps.runtime.kafka_sink import read_last_marker, writer_transactional_id
+from spark_apps.runtime.kafka_sink import writer_transactional_id
+from baton.kafka.markers import read_last_marker
 from baton.kafka.client_config import kafka_config
 
 log = logging.getLogger(__name__)

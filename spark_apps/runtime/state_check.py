@@ -9,33 +9,12 @@ through different batch boundaries agree. The schema is the state's key and valu
 
 from __future__ import annotations
 
-import shutil
 import time
 from pathlib import Path
 from typing import Callable
 
+from baton.checkpoints import state_operators
 from baton.records import StateDigest
-
-
-def committed_batches(checkpoint: Path) -> list[int]:
-    """Batch ids with a commit file, ascending."""
-    commits = checkpoint / "commits"
-    if not commits.is_dir():
-        return []
-    return sorted(int(p.name) for p in commits.iterdir() if p.name.isdigit())
-
-
-def last_committed_batch(checkpoint: Path) -> int | None:
-    batches = committed_batches(checkpoint)
-    return batches[-1] if batches else None
-
-
-def state_operators(checkpoint: Path) -> list[int]:
-    """The stateful operators' ids (state/<id>/ folders)."""
-    state = checkpoint / "state"
-    if not state.is_dir():
-        return []
-    return sorted(int(p.name) for p in state.iterdir() if p.name.isdigit())
 
 
 def digest_state(spark, checkpoint: Path, batch_id: int, at: str, live: Callable | None = None) -> StateDigest:
@@ -80,36 +59,3 @@ def state_output(spark, checkpoint: Path, batch_id: int, module) -> list[tuple[b
     table = module.state_output(state_frame(spark, checkpoint, batch_id).coalesce(1)).select(
         F.col("key").cast("binary").alias("key"), F.col("value").cast("binary").alias("value")).toArrow()
     return list(zip(table.column("key").to_pylist(), table.column("value").to_pylist()))
-
-
-def copy_checkpoint(source: Path, target: Path) -> int | None:
-    """Copy a checkpoint; the copy's last committed batch (None: none). The source is never written.
-    Safe while the source's query runs: Spark writes each log and state file whole (rename), and
-    whatever the copy caught beyond its last commit is dropped by `uncommit`."""
-    if target.exists():
-        shutil.rmtree(target)
-    shutil.copytree(source, target, ignore=shutil.ignore_patterns("*.tmp"), copy_function=_copy_if_present)
-    return last_committed_batch(target)
-
-
-def _copy_if_present(src: str, dst: str) -> str:
-    """A file the running query's maintenance removed between listing and copying (an old batch's log
-    or state file, seen in CI) is skipped: the copy's last commit and what it needs are newer."""
-    try:
-        return shutil.copy2(src, dst)
-    except FileNotFoundError:
-        return dst
-
-
-def truncate_after(checkpoint: Path, batch_id: int) -> None:
-    """Make `batch_id` the checkpoint's last batch: drop every later commit and offset log entry (a
-    batch the source had planned but not committed when it was copied; re-planned on start)."""
-    _drop_log_entries(checkpoint, lambda log, batch: batch > batch_id)
-
-
-def _drop_log_entries(checkpoint: Path, drop) -> None:
-    for log in ("commits", "offsets"):
-        for entry in (checkpoint / log).iterdir():
-            name = entry.name.lstrip(".").removesuffix(".crc")
-            if name.isdigit() and drop(log, int(name)):
-                entry.unlink()

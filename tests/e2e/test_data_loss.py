@@ -10,7 +10,7 @@ import pytest
 
 from baton.kafka.admin import TopicSpec
 from baton.records import Slot, SlotState
-from spark_apps.runtime.kafka_sink import read_last_marker
+from baton.kafka.markers import read_last_marker
 from tests.support.e2e import desired, run_dag
 from tests.support.slots import produce_clicks, read_status, wait_until_emitted
 from tests.support.topics import recreate_topic

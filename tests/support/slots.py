@@ -19,7 +19,7 @@ from baton.kafka.admin import TopicSpec, ensure_topics
 from baton.kafka.client_config import kafka_config
 from baton.records import StatusRecord
 from baton.settings import CONTROL_TOPIC, STATUS_TOPIC
-from spark_apps.runtime.kafka_sink import read_last_marker
+from baton.kafka.markers import read_last_marker
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -35,7 +35,7 @@ def read_slot_status(bootstrap: str, app: str, slot: Slot | str | None = None, l
 
 
 def read_last_commit(bootstrap: str, app: AppDefinition) -> CommitMarker | None:
-    from spark_apps.runtime.kafka_sink import read_last_marker
+    from baton.kafka.markers import read_last_marker
 
     return read_last_marker(bootstrap, app.commits_topic, app.name)
 

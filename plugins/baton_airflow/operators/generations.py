@@ -79,7 +79,7 @@ class RebuildStandbyOperator(NewGenerationOperator):
         return f"confirmation of generation {self.plan['generation']} ({context['run_id']})"
 
     def prepare(self, spark: BatonSparkHook, app: str, slot: Slot, left: SlotSpec, why: str) -> None:
-        from spark_apps.runtime.state_check import copy_checkpoint, truncate_after
+        from baton.checkpoints import copy_checkpoint, truncate_after
 
         generation, now_ms = int(self.plan["generation"]), int(time.time() * 1000)
         for gen, version in ((left.generation, left.version), (generation, "")):

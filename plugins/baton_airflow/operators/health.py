@@ -29,7 +29,7 @@ from baton_airflow.alerts import SENT_VARIABLE, configured_notifiers, send
 from baton_airflow.hooks.control import BatonControlHook
 from baton_airflow.hooks.kafka import BatonKafkaHook
 from baton_airflow.hooks.spark import BatonSparkHook
-from spark_apps.runtime.follower import compute_cap
+from baton.caps import compute_cap
 
 FAILED_PREFIX = "FAILED: "  # an action marking a slot FAILED (an alert)
 LAG_VARIABLE = "baton_health_lag"  # (ts_ms, lag) samples per slot between runs: lag growth, input waiting

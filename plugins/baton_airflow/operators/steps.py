@@ -89,7 +89,7 @@ def subprocess_env() -> dict[str, str]:
 
 
 def slot_checkpoint(spark: BatonSparkHook, app: str, slot: Slot, generation: int) -> Path:
-    from spark_apps.runtime.harness import slot_paths
+    from baton.generations import slot_paths
 
     return slot_paths(spark.state_dir, app, slot, generation).checkpoint
 

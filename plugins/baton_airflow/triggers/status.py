@@ -110,7 +110,7 @@ class SlotStatusTrigger(BaseTrigger):
         from baton.apps import load_app
         from baton.records import Slot
         from baton_airflow.hooks.control import read_slot_status
-        from spark_apps.runtime.kafka_sink import read_last_marker
+        from baton.kafka.markers import read_last_marker
 
         app = load_app(self.app)
         marker = read_last_marker(self.bootstrap, app.commits_topic, app.name)
@@ -126,7 +126,7 @@ class SlotStatusTrigger(BaseTrigger):
         from baton.handoff import cut_over_at_fence
         from baton.records import Slot
         from baton_airflow.hooks.control import read_slot_status
-        from spark_apps.runtime.kafka_sink import read_last_marker
+        from baton.kafka.markers import read_last_marker
 
         return cut_over_at_fence(
             ControlPlane(KafkaControlStore(self.bootstrap), writer=self.writer), self.app, Slot(self.slot), self.epoch,
@@ -141,7 +141,7 @@ class SlotStatusTrigger(BaseTrigger):
         from baton.apps import load_app
         from baton.kafka.tail import end_offsets
         from baton.records import StateDigest
-        from spark_apps.runtime.kafka_sink import read_last_marker
+        from baton.kafka.markers import read_last_marker
 
         fence = {int(p): int(o) for p, o in self.target.items()}
         if self.condition == "restore":
@@ -197,8 +197,8 @@ class SlotStatusTrigger(BaseTrigger):
         from baton.kafka.control_log import read_control
         from baton.kafka.tail import end_offsets
         from baton.records import Slot
-        from spark_apps.runtime.follower import compute_cap
-        from spark_apps.runtime.kafka_sink import read_last_marker
+        from baton.caps import compute_cap
+        from baton.kafka.markers import read_last_marker
 
         app, slot = load_app(self.app), Slot(self.slot)
         record = read_control(self.bootstrap, app.name)

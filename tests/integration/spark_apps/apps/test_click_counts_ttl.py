@@ -18,10 +18,12 @@ from baton.kafka.admin import delete_topics
 from baton.kafka.control_log import write_control
 from baton.records import ControlRecord, Slot, SlotSpec, SlotState
 from baton.upgrade import restore_check
-from spark_apps.runtime.harness import live_rows, slot_paths
-from spark_apps.runtime.kafka_sink import read_last_marker
+from spark_apps.runtime.harness import live_rows
+from baton.generations import slot_paths
+from baton.kafka.markers import read_last_marker
 from spark_apps.apps import click_counts_ttl
-from spark_apps.runtime.state_check import digest_state, last_committed_batch, state_frame
+from spark_apps.runtime.state_check import digest_state, state_frame
+from baton.checkpoints import last_committed_batch
 from tests.support.slots import (
     kill_group, make_app, read_json_output, read_status, start_slot, stop_slot, wait_for, wait_until_emitted,
 )

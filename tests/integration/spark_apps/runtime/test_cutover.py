@@ -16,7 +16,7 @@ from baton.handoff import cut_over, cut_over_at_fence, fence_reached, plan_fence
 from baton.kafka.tail import end_offsets
 from baton.records import CommitMarker, Slot, covers
 from baton.tools.verify import read_output, verify
-from spark_apps.runtime.kafka_sink import read_last_marker
+from baton.kafka.markers import read_last_marker
 from tests.support.slots import (produce_clicks, read_status, read_topic, start_slot, stop_slot, wait_for,
                                  wait_until_emitted)
 

@@ -14,7 +14,7 @@ from baton.handoff import FAILOVER, take_over
 from baton.kafka.control_log import read_control
 from baton.records import CommitMarker, Role, Slot
 from baton.tools.verify import read_output, verify
-from spark_apps.runtime.kafka_sink import read_last_marker
+from baton.kafka.markers import read_last_marker
 from spark_apps.runtime.lease import fence_writer
 from tests.integration.spark_apps.runtime.test_cutover import Load
 from tests.support.slots import (read_status, read_topic, start_slot, stop_slot, wait_for, wait_until_emitted)

@@ -15,7 +15,7 @@ from baton.records import CommitMarker, Slot, covers
 from baton.tools.verify import read_output, verify
 from baton.upgrade import Policy, states_agree
 from baton_airflow.triggers.status import SlotStatusTrigger
-from spark_apps.runtime.kafka_sink import read_last_marker
+from baton.kafka.markers import read_last_marker
 from tests.support.slots import produce_clicks, read_status, read_topic, start_slot, stop_slot, wait_for
 
 pytestmark = pytest.mark.integration

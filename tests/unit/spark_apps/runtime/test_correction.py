@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from baton.apps import AppDefinition, TopicRef
+from baton.generations import SlotPaths
 from baton.records import CommitMarker, ControlRecord, Handoff, Slot
 from spark_apps.runtime import harness
 from spark_apps.runtime.correction import EmittedKeys, leave_out
@@ -50,7 +51,7 @@ def slot(monkeypatch):
     h = Harness.__new__(Harness)
     h.app = AppDefinition(name="a", module="spark_apps.apps.click_counts", version="v2",
                           input=TopicRef(topic="in", partitions=2), output=TopicRef(topic="out", partitions=2))
-    h.slot, h.paths, h.spark = Slot.GREEN, harness.SlotPaths(Path("/nowhere")), object()
+    h.slot, h.paths, h.spark = Slot.GREEN, SlotPaths(Path("/nowhere")), object()
     h._batch_lock, h._stopping = threading.Lock(), False
     h.emitted_keys, h.emitter, h.follower = EmittedKeys(), Emitter(), Follower(control())
     h.at = {5: {0: 100, 1: 100}}

@@ -3,7 +3,8 @@
 import json
 
 from baton.records import CommitMarker, ControlRecord, Slot
-from spark_apps.runtime.follower import compute_cap, write_cap_file
+from spark_apps.runtime.follower import write_cap_file
+from baton.caps import compute_cap
 
 
 def control(active=Slot.BLUE, fence=None):

@@ -1,10 +1,10 @@
-"""Copying a live checkpoint for the preflight replay."""
+"""A checkpoint on disk: copying a live one (for the preflight replay, a standby), cutting it back to a batch."""
 
 
 def test_a_checkpoint_copy_skips_files_removed_while_it_runs(tmp_path, monkeypatch):
     import shutil
 
-    from spark_apps.runtime import state_check
+    from baton import checkpoints
 
     src = tmp_path / "ck"
     (src / "commits").mkdir(parents=True)
@@ -17,8 +17,8 @@ def test_a_checkpoint_copy_skips_files_removed_while_it_runs(tmp_path, monkeypat
             (src / "commits" / "1").unlink()
         return real(a, b)
 
-    monkeypatch.setattr(state_check.shutil, "copy2", racing)
-    assert state_check.copy_checkpoint(src, tmp_path / "copy") == 3
+    monkeypatch.setattr(checkpoints.shutil, "copy2", racing)
+    assert checkpoints.copy_checkpoint(src, tmp_path / "copy") == 3
     assert sorted(p.name for p in (tmp_path / "copy" / "commits").iterdir()) == ["2", "3"]
 
 
@@ -37,7 +37,7 @@ def make_checkpoint(tmp_path):
 
 
 def test_a_copy_for_a_standby_ends_at_its_last_commit(tmp_path):
-    from spark_apps.runtime.state_check import truncate_after
+    from baton.checkpoints import truncate_after
 
     ck = make_checkpoint(tmp_path)
     truncate_after(ck, 4)
