@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import importlib
 import json
-import subprocess
 import sys
 import time
 from typing import Any
@@ -28,6 +27,7 @@ from baton_airflow.hooks.spark import BatonSparkHook
 from baton_airflow.operators.slots import resolve
 from baton_airflow.operators.steps import (
     AbortStepsOperator, AppOperator, PlanStepOperator, fail_with_reason, first_reason, lift_own_fence, slot_checkpoint,
+    HelperProcess,
     subprocess_env,
 )
 from baton_airflow.triggers.status import SlotStatusTrigger
@@ -185,6 +185,10 @@ class InvariantsOperator(AppOperator):
         kwargs.setdefault("retries", 2)
         super().__init__(**kwargs)
         self.plan, self.timeout_s = plan, timeout_s
+        self.helper = HelperProcess()
+
+    def on_kill(self) -> None:
+        self.helper.kill()
 
     def execute(self, context: Any) -> dict[str, Any]:
         app, slot = resolve(self.app, self.plan["standby"])
@@ -192,10 +196,9 @@ class InvariantsOperator(AppOperator):
         checkpoint = slot_checkpoint(spark, app.name, slot, int(self.plan["generation"]))
         # Niced: the check is a third Spark application beside both slots, and the active's batches
         # come first (at the seed's rate the two cores are nearly all taken).
-        out = subprocess.run(["nice", "-n", str(INVARIANTS_NICE), sys.executable, "-m", "spark_apps.runtime.invariants",
-                              "--app", self.plan["definition"], "--checkpoint", str(checkpoint)],
-                             cwd=REPO_ROOT, capture_output=True, text=True,
-                             stdin=subprocess.DEVNULL, timeout=self.timeout_s, env=subprocess_env())
+        out = self.helper.run(["nice", "-n", str(INVARIANTS_NICE), sys.executable, "-m", "spark_apps.runtime.invariants",
+                               "--app", self.plan["definition"], "--checkpoint", str(checkpoint)],
+                              self.timeout_s, cwd=REPO_ROOT, env=subprocess_env())
         if out.returncode != 0 or not out.stdout.strip():
             raise AirflowException(f"the invariant check could not run (exit {out.returncode}): {out.stderr[-2000:]}")
         result = json.loads(out.stdout.strip().splitlines()[-1])

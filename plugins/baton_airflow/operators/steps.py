@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
+import subprocess
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, Sequence
@@ -86,6 +88,41 @@ def subprocess_env() -> dict[str, str]:
     """For Spark helper processes (the invariants check): this checkout importable."""
     path = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH", "")) if p)
     return {**os.environ, "PYTHONPATH": path}
+
+
+class HelperProcess:
+    """A Spark helper process an operator runs to its end (the invariants check): in a session of its
+    own, so that `kill` (the operator's on_kill, or a timeout) ends it and everything it started (its
+    JVM, Python workers) rather than leaving a third Spark application beside the slots."""
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen | None = None
+
+    def run(self, argv: Sequence[str], timeout_s: float, **kwargs: Any) -> subprocess.CompletedProcess:
+        self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     text=True, start_new_session=True, **kwargs)
+        try:
+            out, err = self.proc.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise
+        return subprocess.CompletedProcess(argv, self.proc.returncode, out, err)
+
+    def kill(self, grace_s: float = 10.0) -> None:
+        """SIGTERM to its session, SIGKILL after `grace_s`; nothing if it has ended."""
+        proc = self.proc
+        if proc is None or proc.poll() is not None:
+            return
+        for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
+            try:
+                os.killpg(proc.pid, sig)
+            except ProcessLookupError:
+                return
+            try:  # wait, not communicate: run() may be reading its pipes in the task's thread
+                proc.wait(timeout=wait_s)
+                return
+            except subprocess.TimeoutExpired:
+                continue
 
 
 def slot_checkpoint(spark: BatonSparkHook, app: str, slot: Slot, generation: int) -> Path:
