@@ -8,6 +8,7 @@ import os
 import shutil
 import signal
 import subprocess
+import time
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, Sequence
@@ -109,20 +110,34 @@ class HelperProcess:
         return subprocess.CompletedProcess(argv, self.proc.returncode, out, err)
 
     def kill(self, grace_s: float = 10.0) -> None:
-        """SIGTERM to its session, SIGKILL after `grace_s`; nothing if it has ended."""
+        """SIGTERM to its session's process group, SIGKILL to what is left of it after `grace_s`
+        (the group, not only the leader: a JVM may outlive its driver by a moment)."""
         proc = self.proc
-        if proc is None or proc.poll() is not None:
+        if proc is None:
             return
-        for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
+        group = proc.pid  # start_new_session: the leader's pid is the group's id
+        for sig in (signal.SIGTERM, signal.SIGKILL):
             try:
-                os.killpg(proc.pid, sig)
+                os.killpg(group, sig)
             except ProcessLookupError:
-                return
-            try:  # wait, not communicate: run() may be reading its pipes in the task's thread
-                proc.wait(timeout=wait_s)
-                return
-            except subprocess.TimeoutExpired:
-                continue
+                break
+            deadline = time.monotonic() + (grace_s if sig is signal.SIGTERM else 5.0)
+            while time.monotonic() < deadline and _group_alive(group):
+                proc.poll()  # reap the leader (run() may be reading its pipes in the task's thread)
+                time.sleep(0.05)
+            if not _group_alive(group):
+                break
+        proc.poll()
+
+
+def _group_alive(group: int) -> bool:
+    try:
+        os.killpg(group, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
 
 
 def slot_checkpoint(spark: BatonSparkHook, app: str, slot: Slot, generation: int) -> Path:
