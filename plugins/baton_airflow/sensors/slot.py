@@ -7,7 +7,7 @@ from datetime import timedelta
 from typing import Any
 
 from airflow.sdk import BaseSensorOperator
-from airflow.sdk.exceptions import AirflowException
+from airflow.sdk.exceptions import AirflowFailException
 
 from baton.apps import load_app
 from baton.kafka.control_log import read_control
@@ -17,26 +17,52 @@ from baton_airflow.triggers.status import SlotStatusTrigger, met_or_raise
 
 
 class _SlotSensor(BaseSensorOperator):
+    """A gate on a slot's status records, on the sensor API: deferred by default (the wait holds no
+    worker slot), or `deferrable=False` to poke in `mode` "poke" or "reschedule" every
+    `poke_interval`. The wait's limit is `wait_timeout_s`, else the sensor's own `timeout`; either
+    way the same check decides (SlotStatusTrigger.check), and a failed one fails the task with its
+    reason (XCom "reason", for an abort or rollback step)."""
+
     template_fields = ("app", "slot", "wait_timeout_s")
 
-    def __init__(self, *, app: str, slot: str, wait_timeout_s: float = 600.0,
+    def __init__(self, *, app: str, slot: str, wait_timeout_s: float | str | None = 600.0, deferrable: bool = True,
                  kafka_conn_id: str = BatonKafkaHook.default_conn_name, **kwargs: Any):
         kwargs.setdefault("retry_delay", timedelta(seconds=10))
         kwargs.setdefault("retries", 2)  # apache/airflow#71580: a deferred task can end "success but queued"
         super().__init__(**kwargs)
         self.app, self.slot, self.wait_timeout_s, self.kafka_conn_id = app, slot, wait_timeout_s, kafka_conn_id
+        self.deferrable = deferrable
+        self._poking: SlotStatusTrigger | None = None  # poke mode: one check across pokes (a moved state check)
 
     def trigger_args(self, context: Any) -> dict[str, Any]:
         raise NotImplementedError
 
-    def execute(self, context: Any) -> None:
-        app = load_app(self.app)
-        self.defer(trigger=SlotStatusTrigger(
-            app=app.name, slot=self.slot, bootstrap=BatonKafkaHook(self.kafka_conn_id).bootstrap,
-            timeout_s=float(self.wait_timeout_s), **self.trigger_args(context)), method_name="execute_complete")
+    def wait_s(self) -> float:
+        """How long the wait may take: wait_timeout_s, else the sensor API's timeout."""
+        return float(self.wait_timeout_s) if self.wait_timeout_s not in (None, "") else float(self.timeout)
 
-    def poke(self, context: Any) -> bool:  # deferrable only; never poked
-        raise AirflowException(f"{type(self).__name__} only runs deferred")
+    def status_trigger(self, context: Any) -> SlotStatusTrigger:
+        app = load_app(self.app)
+        return SlotStatusTrigger(app=app.name, slot=self.slot, bootstrap=BatonKafkaHook(self.kafka_conn_id).bootstrap,
+                                 timeout_s=self.wait_s(), **self.trigger_args(context))
+
+    def execute(self, context: Any) -> Any:
+        if not self.deferrable:
+            self.timeout = self.wait_s()
+            return super().execute(context)  # pokes until met, failed (raised) or timed out
+        self.defer(trigger=self.status_trigger(context), method_name="execute_complete")
+
+    def poke(self, context: Any) -> bool:
+        """One check (deferrable=False): met -> True, not yet -> False, failed -> the task fails with why."""
+        if self._poking is None:
+            self._poking = self.status_trigger(context)
+        result = self._poking.check()
+        if result.failed:
+            context["ti"].xcom_push(key="reason", value=result.message)
+            raise AirflowFailException(result.message)
+        if not result.met:
+            self.log.info("%s/%s: waiting: %s", self.app, self.slot, result.message)
+        return bool(result.met)
 
     def execute_complete(self, context: Any, event: dict[str, Any]) -> str:
         message = met_or_raise(context, event)
@@ -113,7 +139,7 @@ class RestoreCheckSensor(_SlotSensor):
         self.upgrade = upgrade
 
     def execute(self, context: Any) -> None:
-        self.slot, self.wait_timeout_s = self.upgrade["slot"], float(self.wait_timeout_s)
+        self.slot, self.wait_timeout_s = self.upgrade["slot"], self.wait_s()
         super().execute(context)
 
     def trigger_args(self, context: Any) -> dict[str, Any]:
@@ -133,7 +159,7 @@ class StatesAgreeSensor(_SlotSensor):
         self.check, self.policy = check, policy
 
     def execute(self, context: Any) -> None:
-        self.slot, self.wait_timeout_s = self.check["standby"], float(self.wait_timeout_s)
+        self.slot, self.wait_timeout_s = self.check["standby"], self.wait_s()
         super().execute(context)
 
     def trigger_args(self, context: Any) -> dict[str, Any]:

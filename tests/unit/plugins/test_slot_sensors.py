@@ -1,0 +1,62 @@
+"""The slot sensors on the sensor API: deferred by default; with deferrable=False each poke runs the
+same check the trigger runs (met, not yet, failed with its reason), one check across pokes; the
+wait's limit is wait_timeout_s, else the sensor's own timeout."""
+
+from types import SimpleNamespace
+
+import pytest
+from airflow.sdk.exceptions import AirflowFailException
+
+from baton.conditions import Check
+from baton_airflow.sensors import slot as sensors
+from baton_airflow.sensors.slot import SlotHealthySensor
+
+
+class Ti:
+    def __init__(self):
+        self.pushed = {}
+
+    def xcom_push(self, key, value):
+        self.pushed[key] = value
+
+
+@pytest.fixture
+def checks(monkeypatch):
+    """The check's answers, one per poke; records each trigger built."""
+    answers, built = [], []
+
+    class FakeTrigger:
+        def __init__(self, **kwargs):
+            built.append(kwargs)
+
+        def check(self):
+            return answers.pop(0)
+    monkeypatch.setattr(sensors, "SlotStatusTrigger", FakeTrigger)
+    monkeypatch.setattr(sensors, "load_app", lambda name: SimpleNamespace(name=name))
+    monkeypatch.setattr(sensors.BatonKafkaHook, "bootstrap", property(lambda self: "b:9092"))
+    return answers, built
+
+
+def test_pokes_wait_until_met_with_one_check_across_them(checks):
+    answers, built = checks
+    answers += [Check(message="lag 5000 > 1000"), Check(met=True, message="healthy")]
+    sensor = SlotHealthySensor(task_id="t", app="cc", slot="green", deferrable=False, mode="reschedule")
+    context = {"ti": Ti()}
+    assert sensor.poke(context) is False
+    assert sensor.poke(context) is True
+    assert len(built) == 1 and built[0]["condition"] == "healthy" and built[0]["timeout_s"] == 600.0
+
+
+def test_a_failed_check_fails_the_poke_with_its_reason_for_the_next_step(checks):
+    answers, _ = checks
+    answers.append(Check(failed=True, message="green is dead"))
+    ti = Ti()
+    with pytest.raises(AirflowFailException, match="green is dead"):
+        SlotHealthySensor(task_id="t", app="cc", slot="green", deferrable=False).poke({"ti": ti})
+    assert ti.pushed == {"reason": "green is dead"}
+
+
+def test_the_waits_limit_is_wait_timeout_s_else_the_sensor_timeout():
+    assert SlotHealthySensor(task_id="a", app="cc", slot="blue").wait_s() == 600.0
+    assert SlotHealthySensor(task_id="b", app="cc", slot="blue", wait_timeout_s=None, timeout=90).wait_s() == 90.0
+    assert SlotHealthySensor(task_id="c", app="cc", slot="blue", wait_timeout_s="45", timeout=90).wait_s() == 45.0
