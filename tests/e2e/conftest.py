@@ -1,15 +1,22 @@
 """One platform (broker, Airflow standalone, Spark slots in local mode) for every e2e test of the session:
-starting it costs about a minute. Each test uses its own app from APPS (its own topics and slots)."""
+starting it costs about a minute. Each test uses its own app from APPS (its own topics and slots).
+
+BATON_TEST_KAFKA_BOOTSTRAP: the platform uses that Kafka cluster instead of starting the embedded
+broker (as `make up` does with BATON_KAFKA_BOOTSTRAP). The apps' names then get a suffix unique to
+the run, so a cluster that ran the suite before holds nothing of theirs (the control topic keeps
+every app's record), and their topics are deleted at the end."""
 
 import json
 import os
 import re
 import time
+import uuid
 
 import pytest
 
 from baton.airflow_api import AirflowClient
 from baton.apps import load_registry
+from baton.kafka.admin import delete_topics
 from baton.local.platform import Platform
 from baton.local.procs import free_port
 from baton.settings import Settings
@@ -46,11 +53,14 @@ def stack(tmp_path_factory):
     root = tmp_path_factory.mktemp("e2e")
     apps_dir = root / "apps"
     apps_dir.mkdir()
-    for name, body in APPS.items():
+    external = os.environ.get("BATON_TEST_KAFKA_BOOTSTRAP", "").strip()
+    suffix = f"_{uuid.uuid4().hex[:6]}" if external else ""
+    for short, body in APPS.items():
+        name = short + suffix
         (apps_dir / f"{name}.yaml").write_text(
             f"name: {name}\nversion: v1\ninput: {{topic: in-{name}, partitions: 2}}\n"
             f"output: {{topic: out-{name}, partitions: 2}}\n{body}")
-        for version, module in VERSIONS.get(name, {}).items():
+        for version, module in VERSIONS.get(short, {}).items():
             (apps_dir / "versions" / name).mkdir(parents=True, exist_ok=True)
             v1 = (apps_dir / f"{name}.yaml").read_text().replace("version: v1", f"version: {version}")
             (apps_dir / "versions" / name / f"{version}.yaml").write_text(
@@ -63,7 +73,8 @@ def stack(tmp_path_factory):
         [{"class": "tests.support.recording_notifier.RecordingNotifier", "kwargs": {"path": str(root / ALERTS)}}])
     kafka_port = free_port()
     platform = Platform(Settings(state_dir=root / "state", kafka_port=kafka_port, airflow_port=free_port(),
-                                 kafka_bootstrap=f"127.0.0.1:{kafka_port}", spark_master="local[2]"))
+                                 kafka_bootstrap=external or f"127.0.0.1:{kafka_port}", spark_master="local[2]",
+                                 external_kafka=bool(external)))
     try:
         platform.up(say=lambda *_: None)
         client = AirflowClient(platform.airflow.url, "admin", platform.airflow.password())
@@ -73,10 +84,13 @@ def stack(tmp_path_factory):
             time.sleep(3)
             ids = {d["dag_id"] for d in client.dags()}
         assert client.import_errors() == []
-        yield platform, client, load_registry()
+        registry = load_registry()
+        yield platform, client, {short: registry[short + suffix] for short in APPS}
         client.close()
     finally:
         platform.down(say=lambda *_: None)
+        if external:  # the run's apps' own topics (the shared control, status and leases topics stay)
+            delete_topics(external, [t.name for short in APPS for t in load_registry()[short + suffix].topics()])
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)

@@ -22,7 +22,7 @@ DAG = "baton_lifecycle"
 
 def test_a_start_after_the_input_lost_its_data_fails_with_the_reason(stack):
     platform, client, apps = stack
-    app, bootstrap = apps["cc_lost"], platform.broker.bootstrap
+    app, bootstrap = apps["cc_lost"], platform.settings.kafka_bootstrap
     produce_clicks(bootstrap, app.input.topic, 2_000, users=100)
     started = run_dag(client, DAG, {"app": app.name, "action": "start", "slot": "blue"})
     assert started["state"] == "success", started

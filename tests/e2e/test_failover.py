@@ -37,7 +37,7 @@ def restarted_and_running(client, platform, app, slot: Slot, restarts: int) -> b
 
 def test_a_dead_standby_is_restarted_and_dead_slots_come_back_exactly_once(stack):
     platform, client, apps = stack
-    app, bootstrap = apps["cc_fail"], platform.broker.bootstrap
+    app, bootstrap = apps["cc_fail"], platform.settings.kafka_bootstrap
     launcher = Launcher(platform.settings.state_dir)
     with both_slots_running(client, app), LiveLoad(bootstrap, app.input.topic, per_tick=250) as load:
         wait_until_emitted(bootstrap, app, 5000, timeout_s=240)

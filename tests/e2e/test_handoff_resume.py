@@ -126,7 +126,7 @@ def transitions(bootstrap: str, app: str, since_revision: int) -> list[tuple]:
 @pytest.mark.timeout(900)
 def test_a_cutover_whose_tasks_are_killed_mid_step_converges_exactly_once(stack):
     platform, client, apps = stack
-    app, bootstrap = apps["cc_resume"], platform.broker.bootstrap
+    app, bootstrap = apps["cc_resume"], platform.settings.kafka_bootstrap
     broker_port = int(bootstrap.rsplit(":", 1)[1])
     started = run_dag(client, "baton_lifecycle", {"app": app.name, "action": "start", "slot": "both"})
     assert started["state"] == "success", started

@@ -43,8 +43,8 @@ def running(stack):
     platform, client, apps = stack
     app = apps[APP]
     with both_slots_running(client, app):
-        truth, _ = produce_clicks(platform.broker.bootstrap, app.input.topic, 4_000, users=300)
-        wait_until_emitted(platform.broker.bootstrap, app, 4_000, timeout_s=300)
+        truth, _ = produce_clicks(platform.settings.kafka_bootstrap, app.input.topic, 4_000, users=300)
+        wait_until_emitted(platform.settings.kafka_bootstrap, app, 4_000, timeout_s=300)
         yield platform, client, app, truth
 
 
@@ -56,17 +56,17 @@ def running(stack):
 ])
 def test_a_bad_request_is_refused_with_its_reason_and_changes_nothing(running, conf, words):
     platform, client, app, _ = running
-    before = read_control(platform.broker.bootstrap, app.name)
+    before = read_control(platform.settings.kafka_bootstrap, app.name)
     run = run_dag(client, "baton_reprocess", {"app": app.name, "version": "v2", **conf}, timeout_s=300)
     assert run["state"] == "failed"
     why = reason(client, run, "validate")
     assert words in why and "nothing was changed" in why, why
-    assert read_control(platform.broker.bootstrap, app.name) == before
+    assert read_control(platform.settings.kafka_bootstrap, app.name) == before
 
 
 def test_a_reprocess_corrects_every_key_without_stopping_the_output_and_has_a_way_back(running):
     platform, client, app, truth = running
-    bootstrap = platform.broker.bootstrap
+    bootstrap = platform.settings.kafka_bootstrap
     assert compacted(bootstrap, app) == buggy(truth)  # the bug, as downstream sees it
     before = read_control(bootstrap, app.name)
     with LiveLoad(bootstrap, app.input.topic, per_tick=400, start=4_000, truth=truth) as load:
@@ -149,7 +149,7 @@ def test_a_staged_reprocess_ends_with_the_new_generation_hot_in_the_standby_slot
     """end=standby: the new generation replays, catches up and passes its checks in the standby slot,
     and the run ends there: no fence, no cutover, downstream untouched, the app free again."""
     platform, client, app, truth = running
-    bootstrap = platform.broker.bootstrap
+    bootstrap = platform.settings.kafka_bootstrap
     before = read_control(bootstrap, app.name)
     standby = before.active.other
     with LiveLoad(bootstrap, app.input.topic, per_tick=400, start=sum(truth.values()), truth=truth) as load:

@@ -51,7 +51,7 @@ def test_a_version_with_another_state_schema_is_refused_and_the_standby_put_back
     Spark application beside the slots): Spark refuses the schema before the standby could emit, and the
     abort puts the standby back on v1 from the state it left."""
     platform, client, app, truth = running
-    bootstrap = platform.broker.bootstrap
+    bootstrap = platform.settings.kafka_bootstrap
     part, _ = produce_clicks(bootstrap, app.input.topic, 3_000, users=300)
     truth.update(part)
     wait_until_emitted(bootstrap, app, 3_000, timeout_s=300)
@@ -77,7 +77,7 @@ def test_a_version_with_another_state_schema_is_refused_and_the_standby_put_back
 
 def test_a_rolling_upgrade_under_load_is_exactly_once(running):
     platform, client, app, truth = running
-    bootstrap = platform.broker.bootstrap
+    bootstrap = platform.settings.kafka_bootstrap
     with LiveLoad(bootstrap, app.input.topic) as load:
         run = run_dag(client, "baton_rolling_upgrade", {"app": app.name, "version": "v2", "settle_s": 10},
                       timeout_s=900)
@@ -134,7 +134,7 @@ def committed(bootstrap, topic, partition):
 
 def test_a_version_that_breaks_the_sla_after_the_cutover_is_rolled_back(running):
     platform, client, app, truth = running
-    bootstrap = platform.broker.bootstrap
+    bootstrap = platform.settings.kafka_bootstrap
     before = read_control(bootstrap, app.name)  # green active on v2 at epoch 2
     # Input in bursts (6 s on, 8 s off): the warm-up, the fences and the settle check meet pauses.
     with LiveLoad(bootstrap, app.input.topic, on_s=6, off_s=8) as load:

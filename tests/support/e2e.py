@@ -19,7 +19,7 @@ def run_dag(client, dag_id, conf=None, timeout_s=420):
 
 
 def desired(platform, app, slot):
-    rec = read_control(platform.broker.bootstrap, app)
+    rec = read_control(platform.settings.kafka_bootstrap, app)
     return rec.slots.get(slot) if rec else None
 
 
