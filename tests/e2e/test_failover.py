@@ -39,29 +39,32 @@ def test_a_dead_standby_is_restarted_and_dead_slots_come_back_exactly_once(stack
     platform, client, apps = stack
     app, bootstrap = apps["cc_fail"], platform.settings.kafka_bootstrap
     launcher = Launcher(platform.settings.state_dir)
-    with both_slots_running(client, app), LiveLoad(bootstrap, app.input.topic, per_tick=250) as load:
-        wait_until_emitted(bootstrap, app, 5000, timeout_s=240)
-        wait_for("green running as the standby", lambda: any(
-            s.batch_id >= 0 for s in read_status(bootstrap, app.name, "green")), 180, every_s=1)
+    with both_slots_running(client, app):
+        with LiveLoad(bootstrap, app.input.topic, per_tick=250) as load:
+            wait_until_emitted(bootstrap, app, 5000, timeout_s=240)
+            wait_for("green running as the standby", lambda: any(
+                s.batch_id >= 0 for s in read_status(bootstrap, app.name, "green")), 180, every_s=1)
 
-        # 1. The standby dies: the active keeps the role; baton_health restarts the standby.
-        kill_driver(bootstrap, app, Slot.GREEN)
-        time.sleep(3 * app.lease_ttl_ms / 1000)
-        assert (read_control(bootstrap, app.name).epoch, read_control(bootstrap, app.name).active) == (1, Slot.BLUE)
-        wait_for("baton_health to bring green back", lambda: restarted_and_running(client, platform, app, Slot.GREEN, 1),
-                 400, every_s=1)
-        assert launcher.find(app.name, Slot.GREEN) is not None
+            # 1. The standby dies: the active keeps the role; baton_health restarts the standby.
+            kill_driver(bootstrap, app, Slot.GREEN)
+            time.sleep(3 * app.lease_ttl_ms / 1000)
+            assert (read_control(bootstrap, app.name).epoch, read_control(bootstrap, app.name).active) == (1, Slot.BLUE)
+            wait_for("baton_health to bring green back", lambda: restarted_and_running(client, platform, app, Slot.GREEN, 1),
+                     400, every_s=1)
+            assert launcher.find(app.name, Slot.GREEN) is not None
 
-        # 2. Both die: baton_health restarts both; blue is still the active and resumes from its checkpoint.
-        time.sleep(5)
-        kill_driver(bootstrap, app, Slot.BLUE)
-        kill_driver(bootstrap, app, Slot.GREEN)
-        wait_for("baton_health to bring both back", lambda: restarted_and_running(client, platform, app, Slot.BLUE, 1)
-                 and desired(platform, app.name, Slot.GREEN).desired is SlotState.RUNNING
-                 and len(desired(platform, app.name, Slot.GREEN).restarts) >= 2, 600, every_s=1)
-        time.sleep(5)
-    # Green may have taken over from the restarted blue (its restore took longer than green's), or not:
-    # either way one slot is active, and the output is exactly once.
-    wait_until_emitted(bootstrap, app, load.sent, timeout_s=300)
+            # 2. Both die: baton_health restarts both; blue is still the active and resumes from its checkpoint.
+            time.sleep(5)
+            kill_driver(bootstrap, app, Slot.BLUE)
+            kill_driver(bootstrap, app, Slot.GREEN)
+            wait_for("baton_health to bring both back", lambda: restarted_and_running(client, platform, app, Slot.BLUE, 1)
+                     and desired(platform, app.name, Slot.GREEN).desired is SlotState.RUNNING
+                     and len(desired(platform, app.name, Slot.GREEN).restarts) >= 2, 600, every_s=1)
+            time.sleep(5)
+        # The load has stopped; the slots still run until the output holds every event (stopping them
+        # first raced their catch-up after the restart: seen in CI on a slow host).
+        # Green may have taken over from the restarted blue (its restore took longer than green's), or not:
+        # either way one slot is active, and the output is exactly once.
+        wait_until_emitted(bootstrap, app, load.sent, timeout_s=300)
     verdict = verify(load.truth, read_output(bootstrap, app.output.topic, app.output.partitions))
     assert verdict.ok, verdict.summary()
