@@ -52,16 +52,15 @@ def unique_specs(specs: Iterable[TopicSpec]) -> list[TopicSpec]:
     return list(seen.values())
 
 
-def ensure_topics(bootstrap: str, specs: Iterable[TopicSpec], timeout_s: float = 15.0,
-                  replicas: int | None = None) -> list[str]:
+def ensure_topics(bootstrap: str, specs: Iterable[TopicSpec], timeout_s: float = 15.0) -> list[str]:
     """Create the topics that are missing; "already exists" is success. Returns the names created.
-    `replicas`: each new topic's replication factor (default: replication_factor()).
+    New topics get replication_factor() replicas.
 
     An existing topic with fewer or more partitions than asked is an error, not a silent pass:
     offsets vectors and fences are per partition.
     """
     specs = unique_specs(specs)
-    replicas = replication_factor() if replicas is None else replicas
+    replicas = replication_factor()
     admin = AdminClient(kafka_config(bootstrap))
     created: list[str] = []
     futures = admin.create_topics(
