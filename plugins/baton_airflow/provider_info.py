@@ -50,7 +50,8 @@ def get_provider_info() -> dict[str, Any]:
         "sensors": [{"integration-name": "Baton", "python-modules": ["baton_airflow.sensors.slot"]}],
         "hooks": [{"integration-name": "Baton", "python-modules": [
             "baton_airflow.hooks.kafka", "baton_airflow.hooks.spark", "baton_airflow.hooks.control"]}],
-        "triggers": [{"integration-name": "Baton", "python-modules": ["baton_airflow.triggers.status"]}],
+        "triggers": [{"integration-name": "Baton", "python-modules": [
+            "baton_airflow.triggers.status", "baton_airflow.triggers.upgrade", "baton_airflow.triggers.cutover"]}],
         "connection-types": [
             {"connection-type": KAFKA_CONN_TYPE, "hook-class-name": "baton_airflow.hooks.kafka.BatonKafkaHook",
              "hook-name": "Baton Kafka", "ui-field-behaviour": _KAFKA_BEHAVIOUR},

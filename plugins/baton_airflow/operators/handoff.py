@@ -18,7 +18,8 @@ from baton.records import ControlRecord, Handoff, Slot, SlotState
 from baton_airflow.hooks.control import BatonControlHook
 from baton_airflow.hooks.kafka import BatonKafkaHook
 from baton_airflow.operators.slots import resolve
-from baton_airflow.triggers.status import SlotStatusTrigger, met_or_raise
+from baton_airflow.triggers.base import met_or_raise
+from baton_airflow.triggers.cutover import CutoverTrigger
 
 
 def plan_ahead(control: BatonControlHook, app: AppDefinition, rec: ControlRecord, ahead_s: float,
@@ -120,9 +121,8 @@ class CutoverOperator(_HandoffOperator):
         rec = control.plane().current(app.name)
         if rec is not None and rec.active is to and rec.epoch == epoch + 1:  # done before (a retry)
             return self.cut(app, rec)
-        self.defer(trigger=SlotStatusTrigger(
-            app=app.name, slot=to.value, condition="cutover", bootstrap=control.bootstrap,
-            target={str(p): int(o) for p, o in self.plan["fence"].items()}, epoch=epoch,
+        self.defer(trigger=CutoverTrigger(
+            app=app.name, slot=to.value, bootstrap=control.bootstrap, fence=self.plan["fence"], epoch=epoch,
             trail_records=app.max_lag_records, correct=self.correct in (True, "True", "true"),
             timeout_s=float(self.wait_timeout_s), poll_s=0.25), method_name="execute_complete")
 

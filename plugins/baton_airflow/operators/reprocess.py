@@ -30,7 +30,8 @@ from baton_airflow.operators.steps import (
     HelperProcess,
     subprocess_env,
 )
-from baton_airflow.triggers.status import SlotStatusTrigger
+from baton_airflow.triggers.base import met_or_raise
+from baton_airflow.triggers.status import SlotRunningTrigger
 
 HOLD_S = 6 * 3600  # a reprocess may hold the app this long; past it, another may start (a dead run)
 
@@ -146,19 +147,15 @@ class NewGenerationOperator(AppOperator):
                                     starting_offsets=offsets)
         self.log.info("%s/%s: generation %s (%s) from %s, pid %s", app.name, slot.value, generation,
                       self.plan["version"], offsets, proc.pid)
-        self.defer(trigger=SlotStatusTrigger(app=app.name, slot=slot.value, condition="running",
-                                             bootstrap=control.bootstrap, since_ms=int(proc.launched_at * 1000),
-                                             timeout_s=self.wait_timeout_s),
+        self.defer(trigger=SlotRunningTrigger(app=app.name, slot=slot.value, bootstrap=control.bootstrap,
+                                              since_ms=int(proc.launched_at * 1000), timeout_s=self.wait_timeout_s),
                    method_name="execute_complete",
                    kwargs={"launch": BatonSparkHook.describe(proc), "since_ms": int(proc.launched_at * 1000)})
 
     def execute_complete(self, context: Any, event: dict[str, Any], launch: dict[str, Any], since_ms: int) -> dict:
         app, slot = resolve(self.app, self.plan[self.slot_key])
-        if event.get("status") == "failed":
-            raise fail_with_reason(context, f"{slot.value} did not start on generation {self.plan['generation']}: "
-                                            f"{event.get('message')}; log {launch.get('log')}")
-        if event.get("status") != "met":
-            raise AirflowException(f"{event.get('message')}; driver log: {launch.get('log')}")
+        met_or_raise(context, event, lead=f"{slot.value} did not start on generation {self.plan['generation']}",
+                     detail=f"driver log: {launch.get('log')}")
         control, _ = self.hooks()
         control.plane().move_slot(app.name, slot, SlotState.RUNNING, reason="")
         return {"slot": slot.value, "generation": self.plan["generation"], "since_ms": since_ms, "launch": launch}

@@ -8,7 +8,7 @@ from datetime import timedelta
 from typing import Any
 
 from airflow.sdk import BaseOperator
-from airflow.sdk.exceptions import AirflowException, AirflowFailException
+from airflow.sdk.exceptions import AirflowFailException
 
 from baton.apps import AppDefinition, AppDefinitionError, load_app, version_path
 from baton.lifecycle import IllegalTransition
@@ -16,7 +16,8 @@ from baton.records import Slot, SlotState
 from baton_airflow.hooks.control import BatonControlHook
 from baton_airflow.hooks.kafka import BatonKafkaHook
 from baton_airflow.hooks.spark import BatonSparkHook
-from baton_airflow.triggers.status import SlotStatusTrigger
+from baton_airflow.triggers.base import met_or_raise
+from baton_airflow.triggers.status import SlotRunningTrigger
 
 
 def resolve(app: str, slot: str) -> tuple[AppDefinition, Slot]:
@@ -79,23 +80,19 @@ class EnsureSlotRunningOperator(_SlotOperator):
         proc = spark.ensure_started(definition, slot, control.bootstrap, generation=generation)
         self.log.info("%s/%s launch %s (pid %s, log %s); waiting for RUNNING", app.name, slot.value,
                       proc.launch_id, proc.pid, proc.log_path)
-        self.defer(trigger=SlotStatusTrigger(app=app.name, slot=slot.value, condition="running",
-                                             bootstrap=control.bootstrap, since_ms=int(proc.launched_at * 1000),
-                                             timeout_s=self.wait_timeout_s),
+        self.defer(trigger=SlotRunningTrigger(app=app.name, slot=slot.value, bootstrap=control.bootstrap,
+                                              since_ms=int(proc.launched_at * 1000), timeout_s=self.wait_timeout_s),
                    method_name="execute_complete", kwargs={"launch": BatonSparkHook.describe(proc)})
 
     def execute_complete(self, context: Any, event: dict[str, Any], launch: dict[str, Any]) -> dict[str, Any]:
         app, slot = resolve(self.app, self.slot)
-        if event.get("status") != "met":  # the reason, for the REST API and the UI (XCom "reason")
-            context["ti"].xcom_push(key="reason", value=event.get("message", ""))
-        if event.get("status") == "failed":  # the slot itself failed: retrying the wait cannot help
-            raise AirflowFailException(f"{event.get('message')}; driver log: {launch.get('log')}")
-        if event.get("status") != "met":
-            raise AirflowException(f"{event.get('message')}; driver log: {launch.get('log')}")
+        # Not met: the reason goes to XCom "reason" (the REST API and the UI show it); a slot that failed
+        # fails the task for good (retrying the wait cannot help), a timeout is retried.
+        message = met_or_raise(context, event, detail=f"driver log: {launch.get('log')}")
         control, _ = self.hooks()
         control.plane().move_slot(app.name, slot, SlotState.RUNNING, reason="")
-        self.log.info("%s", event["message"])
-        return {**launch, "message": event["message"]}
+        self.log.info("%s", message)
+        return {**launch, "message": message}
 
 
 class StopSlotOperator(_SlotOperator):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
+from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from baton.apps import AppDefinitionError, load_version, version_path
 from baton.conditions import Check, slot_running
@@ -27,7 +27,8 @@ from baton_airflow.operators.steps import (
     WAY_BACK, AbortStepsOperator, AppOperator, drop_way_back, fail_with_reason, first_reason, keep_way_back,
     lift_own_fence, slot_checkpoint, take_way_back,
 )
-from baton_airflow.triggers.status import SlotStatusTrigger
+from baton_airflow.triggers.base import met_or_raise
+from baton_airflow.triggers.status import SlotRunningTrigger
 
 
 class PreflightOperator(AppOperator):
@@ -133,9 +134,8 @@ class UpgradeSlotOperator(AppOperator):
         proc = spark.ensure_started(definition, slot, control.bootstrap, generation=spec.generation)
         left = _left_digest(control, app.name, slot, int(proc.launched_at * 1000))
         self.log.info("%s/%s: %s launched (pid %s); it left %s", app.name, slot.value, version, proc.pid, left)
-        self.defer(trigger=SlotStatusTrigger(app=app.name, slot=slot.value, condition="running",
-                                             bootstrap=control.bootstrap, since_ms=int(proc.launched_at * 1000),
-                                             timeout_s=self.wait_timeout_s),
+        self.defer(trigger=SlotRunningTrigger(app=app.name, slot=slot.value, bootstrap=control.bootstrap,
+                                              since_ms=int(proc.launched_at * 1000), timeout_s=self.wait_timeout_s),
                    method_name="execute_complete",
                    kwargs={"launch": BatonSparkHook.describe(proc), "left": left.to_json() if left else None,
                            "since_ms": int(proc.launched_at * 1000)})
@@ -143,10 +143,7 @@ class UpgradeSlotOperator(AppOperator):
     def execute_complete(self, context: Any, event: dict[str, Any], launch: dict[str, Any],
                          left: dict[str, Any] | None, since_ms: int) -> dict[str, Any]:
         app, slot = resolve(self.app, self.plan[self.role])
-        if event.get("status") == "failed":
-            raise fail_with_reason(context, f"{self.plan['version']} did not start: {event.get('message')}; log {launch.get('log')}")
-        if event.get("status") != "met":
-            raise AirflowException(f"{event.get('message')}; driver log: {launch.get('log')}")
+        met_or_raise(context, event, lead=f"{self.plan['version']} did not start", detail=f"driver log: {launch.get('log')}")
         control, _ = self.hooks()
         control.plane().move_slot(app.name, slot, SlotState.RUNNING, reason="")
         return {"slot": slot.value, "version": self.plan["version"], "left": left, "launch": launch,

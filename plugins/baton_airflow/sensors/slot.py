@@ -1,5 +1,6 @@
-"""Deferrable gates on what slots report: each defers at once to SlotStatusTrigger, so a long wait
-holds no worker slot, and fails with the trigger's reason when the condition fails or times out."""
+"""Deferrable gates on what slots report: each defers at once to its wait's trigger
+(baton_airflow.triggers), so a long wait holds no worker slot, and fails with the trigger's reason when
+the condition fails or times out."""
 
 from __future__ import annotations
 
@@ -13,14 +14,16 @@ from baton.apps import load_app
 from baton.kafka.control_log import read_control
 from baton.upgrade import CORRECTION_GRACE_S
 from baton_airflow.hooks.kafka import BatonKafkaHook
-from baton_airflow.triggers.status import SlotStatusTrigger, met_or_raise
+from baton_airflow.triggers.base import SlotWaitTrigger, met_or_raise
+from baton_airflow.triggers.status import PositionReachedTrigger, SlotHealthyTrigger, SlotRunningTrigger, WarmUpTrigger
+from baton_airflow.triggers.upgrade import RestoreTrigger, SettleTrigger, StateCheckTrigger
 
 
 class _SlotSensor(BaseSensorOperator):
     """A gate on a slot's status records, on the sensor API: deferred by default (the wait holds no
     worker slot), or `deferrable=False` to poke in `mode` "poke" or "reschedule" every
     `poke_interval`. The wait's limit is `wait_timeout_s`, else the sensor's own `timeout`; either
-    way the same check decides (SlotStatusTrigger.check), and a failed one fails the task with its
+    way the same check decides (the trigger's check), and a failed one fails the task with its
     reason (XCom "reason", for an abort or rollback step)."""
 
     template_fields = ("app", "slot", "wait_timeout_s")
@@ -32,19 +35,22 @@ class _SlotSensor(BaseSensorOperator):
         super().__init__(**kwargs)
         self.app, self.slot, self.wait_timeout_s, self.kafka_conn_id = app, slot, wait_timeout_s, kafka_conn_id
         self.deferrable = deferrable
-        self._poking: SlotStatusTrigger | None = None  # poke mode: one check across pokes (a moved state check)
+        self._poking: SlotWaitTrigger | None = None  # poke mode: one check across pokes (a moved state check)
+
+    trigger_class: type[SlotWaitTrigger] = SlotWaitTrigger
 
     def trigger_args(self, context: Any) -> dict[str, Any]:
-        raise NotImplementedError
+        """The wait's own arguments (trigger_class's)."""
+        return {}
 
     def wait_s(self) -> float:
         """How long the wait may take: wait_timeout_s, else the sensor API's timeout."""
         return float(self.wait_timeout_s) if self.wait_timeout_s not in (None, "") else float(self.timeout)
 
-    def status_trigger(self, context: Any) -> SlotStatusTrigger:
+    def status_trigger(self, context: Any) -> SlotWaitTrigger:
         app = load_app(self.app)
-        return SlotStatusTrigger(app=app.name, slot=self.slot, bootstrap=BatonKafkaHook(self.kafka_conn_id).bootstrap,
-                                 timeout_s=self.wait_s(), **self.trigger_args(context))
+        return self.trigger_class(app=app.name, slot=self.slot, bootstrap=BatonKafkaHook(self.kafka_conn_id).bootstrap,
+                                  timeout_s=self.wait_s(), **self.trigger_args(context))
 
     def execute(self, context: Any) -> Any:
         if not self.deferrable:
@@ -73,6 +79,8 @@ class _SlotSensor(BaseSensorOperator):
 class SlotRunningSensor(_SlotSensor):
     """The slot's process (launched at or after `since_ms`) reports RUNNING with a completed batch."""
 
+    trigger_class = SlotRunningTrigger
+
     template_fields = (*_SlotSensor.template_fields, "since_ms", "pid")
 
     def __init__(self, *, since_ms: int | str = 0, pid: int | str | None = None, **kwargs: Any):
@@ -80,12 +88,14 @@ class SlotRunningSensor(_SlotSensor):
         self.since_ms, self.pid = since_ms, pid
 
     def trigger_args(self, context: Any) -> dict[str, Any]:
-        return dict(condition="running", since_ms=int(self.since_ms or 0),
+        return dict(since_ms=int(self.since_ms or 0),
                     pid=int(self.pid) if self.pid not in (None, "", "None") else None)
 
 
 class PositionReachedSensor(_SlotSensor):
     """The slot has processed at least `target` ({partition: offset}) on every partition."""
+
+    trigger_class = PositionReachedTrigger
 
     template_fields = (*_SlotSensor.template_fields, "target")
 
@@ -94,7 +104,7 @@ class PositionReachedSensor(_SlotSensor):
         self.target = target
 
     def trigger_args(self, context: Any) -> dict[str, Any]:
-        return dict(condition="position", target={str(p): int(o) for p, o in self.target.items()})
+        return dict(target={str(p): int(o) for p, o in self.target.items()})
 
 
 class LagWithinSensor(_SlotSensor):
@@ -103,6 +113,8 @@ class LagWithinSensor(_SlotSensor):
     what the active has emitted, beyond what the app's standby pace holds it back by
     (baton.conditions.following). Only status records since `since_ms` count: after a restart, the
     previous launch's records say nothing of the new one."""
+
+    trigger_class = WarmUpTrigger
 
     template_fields = (*_SlotSensor.template_fields, "max_lag", "max_lag_s", "since_ms")
 
@@ -113,8 +125,7 @@ class LagWithinSensor(_SlotSensor):
 
     def trigger_args(self, context: Any) -> dict[str, Any]:
         app = load_app(self.app)
-        return dict(condition="lag",
-                    max_lag=int(self.max_lag) if self.max_lag not in (None, "") else app.max_lag_records,
+        return dict(max_lag=int(self.max_lag) if self.max_lag not in (None, "") else app.max_lag_records,
                     max_lag_s=float(self.max_lag_s) if self.max_lag_s not in (None, "") else None,
                     since_ms=int(self.since_ms or 0))
 
@@ -123,13 +134,14 @@ class SlotHealthySensor(_SlotSensor):
     """The slot passes the health DAG's rules now (heartbeat age, progress while input waits, batch
     time, state budgets, dead letters). Fails at once if it is dead, failed or not desired running."""
 
-    def trigger_args(self, context: Any) -> dict[str, Any]:
-        return dict(condition="healthy")
+    trigger_class = SlotHealthyTrigger
 
 
 class RestoreCheckSensor(_SlotSensor):
     """The slot restarted by an UpgradeSlotOperator restored exactly the state it left at its stop
     (row count and digest). `upgrade` is that operator's XCom; the slot is taken from it."""
+
+    trigger_class = RestoreTrigger
 
     template_fields = ("app", "upgrade", "wait_timeout_s")
 
@@ -143,13 +155,15 @@ class RestoreCheckSensor(_SlotSensor):
         super().execute(context)
 
     def trigger_args(self, context: Any) -> dict[str, Any]:
-        return dict(condition="restore", since_ms=int(self.upgrade["since_ms"]), expected=self.upgrade["left"])
+        return dict(since_ms=int(self.upgrade["since_ms"]), expected=self.upgrade["left"])
 
 
 class StatesAgreeSensor(_SlotSensor):
     """Both slots' state digests at the check position agree under `policy` (baton.upgrade); a
-    position a slot read past is asked again further ahead (SlotStatusTrigger.check_states).
+    position a slot read past is asked again further ahead (StateCheckTrigger).
     `check` is the StateCheckPositionOperator's XCom (position, standby, ahead_s)."""
+
+    trigger_class = StateCheckTrigger
 
     template_fields = ("app", "check", "policy", "wait_timeout_s")
 
@@ -167,7 +181,7 @@ class StatesAgreeSensor(_SlotSensor):
         # past the first); the check step's own position otherwise.
         rec = read_control(BatonKafkaHook(self.kafka_conn_id).bootstrap, load_app(self.app).name)
         position = rec.check_at if rec is not None and rec.check_at is not None else self.check["position"]
-        return dict(condition="states", target={str(p): int(o) for p, o in position.items()},
+        return dict(target={str(p): int(o) for p, o in position.items()},
                     policy=str(self.policy), ahead_s=float(self.check.get("ahead_s", 2.0)))
 
 
@@ -176,6 +190,8 @@ class SettleSensor(_SlotSensor):
     `max_batch_ms` (0: the app's batch budget), output flowing, lag within the app's budget at the end.
     Fails at the first breach (a rollback follows). `cutover` is the CutoverOperator's XCom. `correct`:
     the cutover asked for corrected output, which must be in (baton.upgrade.settle_check)."""
+
+    trigger_class = SettleTrigger
 
     template_fields = ("app", "cutover", "settle_s", "max_batch_ms")
 
@@ -192,6 +208,6 @@ class SettleSensor(_SlotSensor):
 
     def trigger_args(self, context: Any) -> dict[str, Any]:
         app = load_app(self.app)
-        return dict(condition="settle", since_ms=int(self.cutover["at_ms"]), epoch=int(self.cutover["epoch"]),
-                    target={str(p): int(o) for p, o in self.cutover["fence"].items()}, settle_s=float(self.settle_s),
+        return dict(since_ms=int(self.cutover["at_ms"]), epoch=int(self.cutover["epoch"]),
+                    fence={str(p): int(o) for p, o in self.cutover["fence"].items()}, settle_s=float(self.settle_s),
                     max_batch_ms=int(self.max_batch_ms) or app.batch_ms_budget, correct=bool(self.correct), poll_s=1.0)

@@ -52,7 +52,7 @@ def test_a_client_without_the_security_settings_is_refused(tls_broker):
 
 
 def test_a_slot_runs_exactly_once_through_tls_and_no_secret_shows(tls_broker, tmp_path):
-    from baton_airflow.triggers.status import SlotStatusTrigger
+    from baton_airflow.triggers.status import SlotRunningTrigger
 
     bootstrap, password, terminator = tls_broker
     app, path = make_app(bootstrap, tmp_path)  # its topics made through TLS
@@ -66,7 +66,7 @@ def test_a_slot_runs_exactly_once_through_tls_and_no_secret_shows(tls_broker, tm
         verdict = verify(truth, read_output(bootstrap, app.output.topic, app.output.partitions))
         assert verdict.ok, verdict.summary()
 
-        trigger = SlotStatusTrigger(app.name, "blue", "running", bootstrap, timeout_s=60, poll_s=0.5)
+        trigger = SlotRunningTrigger(app=app.name, slot="blue", bootstrap=bootstrap, timeout_s=60, poll_s=0.5)
         event = asyncio.run(anext(trigger.run()))
         assert event.payload["status"] == "met", event.payload
         assert password not in repr(trigger.serialize())

@@ -1,4 +1,4 @@
-"""The "healthy" gate of SlotStatusTrigger on the real broker: a slot that reports RUNNING now passes,
+"""SlotHealthyTrigger on the real broker: a slot that reports RUNNING now passes,
 one whose last record is old does not; a slot that reported a failure fails the gate at once."""
 
 import time
@@ -10,7 +10,7 @@ from baton.kafka.admin import delete_topics
 from baton.kafka.control_log import write_control
 from baton.records import ControlRecord, Role, Slot, SlotSpec, SlotState, StatusRecord
 from baton.settings import STATUS_TOPIC
-from baton_airflow.triggers.status import SlotStatusTrigger
+from baton_airflow.triggers.status import SlotHealthyTrigger
 from tests.support.slots import make_app
 
 pytestmark = pytest.mark.integration
@@ -34,7 +34,7 @@ def test_healthy_gate(bootstrap, tmp_path, monkeypatch, age_s, state, met, faile
         publish(bootstrap, StatusRecord(app=app.name, slot=Slot.BLUE, state=state, role=Role.ACTIVE,
                                         epoch_seen=1, version="v1", batch_id=3, processed={0: 0, 1: 0},
                                         emitted={0: 0, 1: 0}, ts_ms=now_ms - age_s * 1000))
-        check = SlotStatusTrigger(app=app.name, slot="blue", condition="healthy", bootstrap=bootstrap).check()
+        check = SlotHealthyTrigger(app=app.name, slot="blue", bootstrap=bootstrap).check()
         assert (check.met, check.failed) == (met, failed), check.message
     finally:
         delete_topics(bootstrap, [t.name for t in app.topics()])

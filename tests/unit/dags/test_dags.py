@@ -177,7 +177,8 @@ def test_every_cutover_defers_to_the_trigger_that_writes_it_with_the_standby_all
         with pytest.raises(TaskDeferred) as deferred:
             task.execute({})
         trigger = deferred.value.trigger
-        assert (trigger.condition, trigger.slot, trigger.target, trigger.epoch) == ("cutover", "green", {"0": 10}, 1)
+        assert type(trigger).__name__ == "CutoverTrigger"
+        assert (trigger.slot, trigger.fence, trigger.epoch) == ("green", {0: 10}, 1)
         assert (trigger.trail_records, trigger.correct, trigger.timeout_s) == (budget, correct is not False, 60.0)
         assert deferred.value.method_name == "execute_complete"
 

@@ -31,7 +31,7 @@ def checks(monkeypatch):
 
         def check(self):
             return answers.pop(0)
-    monkeypatch.setattr(sensors, "SlotStatusTrigger", FakeTrigger)
+    monkeypatch.setattr(SlotHealthySensor, "trigger_class", FakeTrigger)
     monkeypatch.setattr(sensors, "load_app", lambda name: SimpleNamespace(name=name))
     monkeypatch.setattr(sensors.BatonKafkaHook, "bootstrap", property(lambda self: "b:9092"))
     return answers, built
@@ -44,7 +44,7 @@ def test_pokes_wait_until_met_with_one_check_across_them(checks):
     context = {"ti": Ti()}
     assert sensor.poke(context) is False
     assert sensor.poke(context) is True
-    assert len(built) == 1 and built[0]["condition"] == "healthy" and built[0]["timeout_s"] == 600.0
+    assert len(built) == 1 and built[0]["timeout_s"] == 600.0 and built[0]["slot"] == "green"
 
 
 def test_a_failed_check_fails_the_poke_with_its_reason_for_the_next_step(checks):

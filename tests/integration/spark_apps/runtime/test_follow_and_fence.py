@@ -14,7 +14,7 @@ from baton.kafka.control_log import read_control, write_control
 from baton.records import CommitMarker, Slot, covers
 from baton.tools.verify import read_output, verify
 from baton.upgrade import Policy, states_agree
-from baton_airflow.triggers.status import SlotStatusTrigger
+from baton_airflow.triggers.upgrade import StateCheckTrigger
 from baton.kafka.markers import read_last_marker
 from tests.support.slots import produce_clicks, read_status, read_topic, start_slot, stop_slot, wait_for
 
@@ -192,8 +192,7 @@ def test_a_state_check_position_is_a_batch_boundary_both_slots_digest_and_read_o
         # The rolling upgrade's gate (the real trigger, on the real slots) asks again at once, further
         # ahead of the input (no input arrives: at the end both slots stand at), and both digest there.
         monkeypatch.setenv("BATON_APPS_DIR", str(tmp_path))
-        trigger = SlotStatusTrigger(app=app.name, slot="green", condition="states", bootstrap=bootstrap,
-                                    target={str(p): o for p, o in inside.items()}, ahead_s=1.0)
+        trigger = StateCheckTrigger(app=app.name, slot="green", bootstrap=bootstrap, target=inside, ahead_s=1.0)
         moved = trigger.check()
         assert moved.waiting and "asked again" in moved.message, moved
         assert read_control(bootstrap, app.name).check_at == done.emitted and trigger.moves == 1
