@@ -75,8 +75,7 @@ with DAG(
                                         start="{{ params.start }}", start_timestamp_ms="{{ params.start_timestamp_ms }}",
                                         start_offsets="{{ params.start_offsets }}", end="{{ params.end }}")
     new_generation = NewGenerationOperator(task_id="new_generation", app=app, plan=PLAN)
-    caught_up = LagWithinSensor(task_id="caught_up", app=app, slot="{{ ti.xcom_pull(task_ids='validate')['standby'] }}",
-                                since_ms="{{ ti.xcom_pull(task_ids='new_generation')['since_ms'] }}",
+    caught_up = LagWithinSensor(task_id="caught_up", app=app, restart=new_generation.output,
                                 max_lag="{{ params.max_lag_records }}", wait_timeout_s="{{ params.catch_up_timeout_s }}")
     invariants = InvariantsOperator(task_id="invariants", app=app, plan=PLAN, execution_timeout=timedelta(minutes=15))
     handover = HandoverGateOperator(task_id="handover", app=app, plan=PLAN)

@@ -47,8 +47,7 @@ with DAG(
     app = "{{ params.app }}"
     validate = ConfirmRequestOperator(task_id="validate", app=app, retention_days="{{ params.retention_days }}")
     rebuild = RebuildStandbyOperator(task_id="rebuild_standby", app=app, plan=PLAN)
-    warm_up = LagWithinSensor(task_id="warm_up", app=app, slot="{{ ti.xcom_pull(task_ids='validate')['rebuild'] }}",
-                              since_ms="{{ ti.xcom_pull(task_ids='rebuild_standby')['since_ms'] }}",
+    warm_up = LagWithinSensor(task_id="warm_up", app=app, restart=rebuild.output,
                               max_lag="{{ params.max_lag_records }}", max_lag_s="{{ params.max_lag_s }}",
                               wait_timeout_s="{{ params.warm_up_timeout_s }}")
     finish = FinishConfirmOperator(task_id="finish", app=app, plan=PLAN)

@@ -69,9 +69,8 @@ with DAG(
                                   policy="{{ params.policy }}", execution_timeout=timedelta(minutes=15))
     upgrade_standby = UpgradeSlotOperator(task_id="upgrade_standby", app=app, plan=PLAN, role="standby")
     restore_check = RestoreCheckSensor(task_id="restore_check", app=app, wait_timeout_s=300,
-                                       upgrade="{{ ti.xcom_pull(task_ids='upgrade_standby') }}")
-    warm_up = LagWithinSensor(task_id="warm_up", app=app, slot="{{ ti.xcom_pull(task_ids='preflight')['standby'] }}",
-                              since_ms="{{ ti.xcom_pull(task_ids='upgrade_standby')['since_ms'] }}",
+                                       upgrade=upgrade_standby.output)
+    warm_up = LagWithinSensor(task_id="warm_up", app=app, restart=upgrade_standby.output,
                               max_lag="{{ params.max_lag_records }}", max_lag_s="{{ params.max_lag_s }}",
                               wait_timeout_s=900)
     check_position = StateCheckPositionOperator(task_id="check_position", app=app, ahead_s="{{ params.ahead_s }}")
@@ -85,14 +84,11 @@ with DAG(
                           max_batch_ms="{{ params.max_batch_ms }}")
     upgrade_old = UpgradeSlotOperator(task_id="upgrade_old_active", app=app, plan=PLAN, role="active")
     restore_check_old = RestoreCheckSensor(task_id="restore_check_old", app=app, wait_timeout_s=300,
-                                           upgrade="{{ ti.xcom_pull(task_ids='upgrade_old_active') }}")
+                                           upgrade=upgrade_old.output)
     # The old active, now the standby on the new version, is warm again once it is within the app's
     # lag budget (max_lag_records): a healthy standby as the health DAG judges one. No cutover follows,
     # so the tighter bound the cutover's warm-up uses would only make the run wait (~10 s of catch-up).
-    warm_up_old = LagWithinSensor(task_id="warm_up_old", app=app,
-                                  slot="{{ ti.xcom_pull(task_ids='preflight')['active'] }}",
-                                  since_ms="{{ ti.xcom_pull(task_ids='upgrade_old_active')['since_ms'] }}",
-                                  wait_timeout_s=900)
+    warm_up_old = LagWithinSensor(task_id="warm_up_old", app=app, restart=upgrade_old.output, wait_timeout_s=900)
 
     before_cutover = [preflight, upgrade_standby, restore_check, warm_up, check_position, state_check, fence, cutover]
     abort = AbortUpgradeOperator(task_id="abort", app=app, plan=PLAN, steps=[t.task_id for t in before_cutover])

@@ -15,6 +15,7 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from baton.apps import AppDefinitionError, version_path
 from baton.generations import archive_generation, archive_unused, plan_confirmation, purge_expired
+from baton.plans import ConfirmPlan
 from baton.records import Slot, SlotSpec
 from baton.reprocess import RequestRefused, begin_operation, end_operation
 from baton_airflow.hooks.spark import BatonSparkHook
@@ -55,17 +56,17 @@ class ConfirmRequestOperator(AppOperator):
             rec = plane.update(app.name, begin_operation(operation, now_ms + HOLD_S * 1000, now_ms))
         except (AppDefinitionError, RequestRefused, ValueError) as exc:
             raise fail_with_reason(context, f"confirmation of {app.name} refused: {exc}; nothing was changed") from None
-        plan = {"app": app.name, "operation": operation, "epoch": rec.epoch, "keep": confirmation.keep.value,
-                "rebuild": confirmation.rebuild.value, "generation": confirmation.generation,
-                "version": confirmation.version, "definition": str(definition),
-                "drop_generation": confirmation.drop_generation, "drop_version": confirmation.drop_version,
-                "discards_reprocess": confirmation.discards_reprocess,
-                "keep_until_ms": now_ms + int(days * DAY_MS)}
+        plan = ConfirmPlan(app=app.name, operation=operation, epoch=rec.epoch, keep=confirmation.keep,
+                           rebuild=confirmation.rebuild, generation=confirmation.generation,
+                           version=confirmation.version, definition=str(definition),
+                           drop_generation=confirmation.drop_generation, drop_version=confirmation.drop_version,
+                           discards_reprocess=confirmation.discards_reprocess,
+                           keep_until_ms=now_ms + int(days * DAY_MS))
         self.log.info("%s: %s keeps generation %s (%s); %s moves from generation %s onto it%s", app.name,
                       confirmation.keep.value, confirmation.generation, confirmation.version,
                       confirmation.rebuild.value, confirmation.drop_generation,
                       " (the reprocess is discarded: the way back was taken)" if confirmation.discards_reprocess else "")
-        return plan
+        return plan.to_xcom()
 
 
 class RebuildStandbyOperator(NewGenerationOperator):
@@ -74,20 +75,22 @@ class RebuildStandbyOperator(NewGenerationOperator):
     until it runs."""
 
     slot_key = "rebuild"
+    plan_type = ConfirmPlan
 
     def why(self, context: Any) -> str:
-        return f"confirmation of generation {self.plan['generation']} ({context['run_id']})"
+        return f"confirmation of generation {self.run_plan().generation} ({context['run_id']})"
 
     def prepare(self, spark: BatonSparkHook, app: str, slot: Slot, left: SlotSpec, why: str) -> None:
         from baton.checkpoints import copy_checkpoint, truncate_after
 
-        generation, now_ms = int(self.plan["generation"]), int(time.time() * 1000)
+        plan = ConfirmPlan.of(self.plan)
+        generation, now_ms = plan.generation, int(time.time() * 1000)
         for gen, version in ((left.generation, left.version), (generation, "")):
             # Its own generation; and whatever an earlier reprocess left at the path the copy goes to.
-            archive_generation(spark.state_dir, app, slot, gen, why, int(self.plan["keep_until_ms"]), now_ms,
+            archive_generation(spark.state_dir, app, slot, gen, why, plan.keep_until_ms, now_ms,
                                version=version)
         target = slot_checkpoint(spark, app, slot, generation)
-        source = slot_checkpoint(spark, app, Slot(self.plan["keep"]), generation)
+        source = slot_checkpoint(spark, app, plan.keep, generation)
         batch = copy_checkpoint(source, target)
         if batch is not None:
             truncate_after(target, batch)  # never ahead of what the active emitted
@@ -106,14 +109,14 @@ class FinishConfirmOperator(PlanStepOperator):
         control, spark = self.hooks()
         plane = control.plane()
         now_ms = plane.now_ms()
-        rec = plane.current(app.name)
-        archived = archive_unused(spark.state_dir, rec, f"unused after {context['run_id']}",
-                                  int(self.plan["keep_until_ms"]), now_ms)
+        rec, plan = plane.current(app.name), ConfirmPlan.of(self.plan)
+        archived = archive_unused(spark.state_dir, rec, f"unused after {context['run_id']}", plan.keep_until_ms,
+                                  now_ms)
         purged = purge_expired(spark.state_dir, app.name, now_ms)
-        rec = plane.update(app.name, end_operation(self.plan["operation"]))
-        summary = {"active": rec.active.value, "generation": self.plan["generation"], "version": self.plan["version"],
-                   "standby": {"slot": self.plan["rebuild"], "generation": rec.slots[Slot(self.plan["rebuild"])].generation},
-                   "discarded_reprocess": self.plan["discards_reprocess"],
+        rec = plane.update(app.name, end_operation(plan.operation))
+        summary = {"active": rec.active.value, "generation": plan.generation, "version": plan.version,
+                   "standby": {"slot": plan.rebuild.value, "generation": rec.slots[plan.rebuild].generation},
+                   "discarded_reprocess": plan.discards_reprocess,
                    "archived": [str(p) for p in archived], "purged": [str(p) for p in purged]}
         self.log.info("confirmed: %s", summary)
         return summary
@@ -130,5 +133,6 @@ class AbortConfirmOperator(AbortStepsOperator):
             raise AirflowFailException(reason)
         app, _ = resolve(self.app, "blue")
         control, _ = self.hooks()
-        control.plane().update(app.name, end_operation(self.plan["operation"]))
-        raise AirflowFailException(f"{app.name}: confirmation aborted: {reason}; {self.plan['keep']} stays active")
+        plan = ConfirmPlan.of(self.plan)
+        control.plane().update(app.name, end_operation(plan.operation))
+        raise AirflowFailException(f"{app.name}: confirmation aborted: {reason}; {plan.keep.value} stays active")

@@ -14,7 +14,8 @@ from airflow.sdk.exceptions import AirflowFailException
 from baton import handoff
 from baton.handoff import HandoffError, finished, other, with_fence, without_fence
 from baton.apps import AppDefinition
-from baton.records import ControlRecord, Handoff, Slot, SlotState
+from baton.plans import Cutover, HandoffPlan
+from baton.records import ControlRecord, Handoff, SlotState
 from baton_airflow.hooks.control import BatonControlHook
 from baton_airflow.hooks.kafka import BatonKafkaHook
 from baton_airflow.operators.slots import resolve
@@ -88,13 +89,12 @@ class FenceOperator(_HandoffOperator):
             raise AirflowFailException(str(exc)) from None
         self.log.info("%s: %s fence %s at epoch %s (%s s ahead)", app.name, "reusing this run's" if reuse else "set",
                       rec.fence, rec.epoch, self.ahead_s)
-        return plan_of(rec.handoff)
+        return plan_of(rec.handoff).to_xcom()
 
 
-def plan_of(handoff: Handoff) -> dict[str, Any]:
-    """The handoff plan the later steps take (XCom): fence, epoch it was set at, from and to."""
-    return {"fence": {str(p): o for p, o in handoff.fence.items()}, "epoch": handoff.epoch,
-            "from": other(handoff.to).value, "to": handoff.to.value}
+def plan_of(handoff: Handoff) -> HandoffPlan:
+    """The handoff plan the later steps take: fence, epoch it was set at, from and to."""
+    return HandoffPlan(fence=dict(handoff.fence), epoch=handoff.epoch, from_slot=other(handoff.to), to=handoff.to)
 
 
 class CutoverOperator(_HandoffOperator):
@@ -117,33 +117,32 @@ class CutoverOperator(_HandoffOperator):
     def execute(self, context: Any) -> dict[str, Any]:
         app, _ = resolve(self.app, "blue")
         control = self.control()
-        epoch, to = int(self.plan["epoch"]), Slot(self.plan["to"])
+        plan = HandoffPlan.of(self.plan)
         rec = control.plane().current(app.name)
-        if rec is not None and rec.active is to and rec.epoch == epoch + 1:  # done before (a retry)
-            return self.cut(app, rec)
+        if rec is not None and rec.active is plan.to and rec.epoch == plan.epoch + 1:  # done before (a retry)
+            return self.cut(app, plan, rec)
         self.defer(trigger=CutoverTrigger(
-            app=app.name, slot=to.value, bootstrap=control.bootstrap, fence=self.plan["fence"], epoch=epoch,
-            trail_records=app.max_lag_records, correct=self.correct in (True, "True", "true"),
+            app=app.name, slot=plan.to.value, bootstrap=control.bootstrap, fence=plan.fence, epoch=plan.epoch,
+            trail_records=app.max_lag_records, correct=str(self.correct).lower() == "true",
             timeout_s=float(self.wait_timeout_s), poll_s=0.25), method_name="execute_complete")
 
     def execute_complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
         self.log.info("%s", met_or_raise(context, event))
         app, _ = resolve(self.app, "blue")
         rec = self.control().plane().current(app.name)  # observed, not assumed
-        epoch, to = int(self.plan["epoch"]), Slot(self.plan["to"])
-        if rec is None or rec.active is not to or rec.epoch < epoch + 1:
+        plan = HandoffPlan.of(self.plan)
+        if rec is None or rec.active is not plan.to or rec.epoch < plan.epoch + 1:
             raise AirflowFailException(f"{app.name}: the trigger reported the cutover, the control record does not "
                                        f"show it ({rec.active.value if rec else None} active at epoch "
                                        f"{rec.epoch if rec else None})")
-        return self.cut(app, rec)
+        return self.cut(app, plan, rec)
 
-    def cut(self, app: AppDefinition, rec: ControlRecord) -> dict[str, Any]:
+    def cut(self, app: AppDefinition, plan: HandoffPlan, rec: ControlRecord) -> dict[str, Any]:
         self.log.info("%s: %s is active at epoch %s and emits from %s", app.name, rec.active.value, rec.epoch,
-                      self.plan["fence"])
+                      plan.fence)
         # at_ms: when the new active took over (the settle check counts from here): the cutover's write
-        at_ms = rec.ts_ms if rec.epoch == int(self.plan["epoch"]) + 1 and rec.ts_ms else int(time.time() * 1000)
-        return {"epoch": int(self.plan["epoch"]) + 1, "active": rec.active.value, "fence": self.plan["fence"],
-                "at_ms": at_ms}
+        at_ms = rec.ts_ms if rec.epoch == plan.epoch + 1 and rec.ts_ms else int(time.time() * 1000)
+        return Cutover(epoch=plan.epoch + 1, active=rec.active, fence=plan.fence, at_ms=at_ms).to_xcom()
 
 
 class AbortHandoffOperator(_HandoffOperator):
@@ -161,7 +160,7 @@ class AbortHandoffOperator(_HandoffOperator):
         app, _ = resolve(self.app, "blue")
         plane = self.control().plane()
         rec = plane.current(app.name)
-        if not self.plan or rec is None or rec.epoch != int(self.plan["epoch"]) or rec.fence is None:
+        if not self.plan or rec is None or rec.epoch != HandoffPlan.of(self.plan).epoch or rec.fence is None:
             self.log.info("%s: nothing to undo", app.name)
             return
         try:

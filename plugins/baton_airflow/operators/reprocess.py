@@ -18,6 +18,7 @@ from baton.apps import AppDefinitionError, load_version, version_path
 from baton.handoff import other
 from baton.kafka.positions import bounds, offsets_for_timestamp
 from baton.lifecycle import IllegalTransition
+from baton.plans import ConfirmPlan, ReprocessPlan, SlotRestart
 from baton.records import Slot, SlotSpec, SlotState
 from baton.reprocess import (
     RequestRefused, Start, begin_operation, check_app_state, end_operation, parse_end, resolve_start,
@@ -81,11 +82,11 @@ class ReprocessRequestOperator(AppOperator):
             generation = rec.slots[standby].generation  # a retry: the new generation is already this one
         self.log.info("%s: reprocess with %s from %s (%s) in %s as generation %s", app.name, new.version, offsets,
                       start.kind, standby.value, generation)
-        return {"app": app.name, "version": new.version, "definition": str(definition), "operation": operation,
-                "active": rec.active.value, "standby": standby.value, "epoch": rec.epoch,
-                "from_version": rec.slots[standby].version or app.version,
-                "from_generation": rec.slots[standby].generation, "generation": generation,
-                "start": start.kind, "start_offsets": {str(p): o for p, o in offsets.items()}, "end": end}
+        return ReprocessPlan(app=app.name, version=new.version, definition=str(definition), operation=operation,
+                             active=rec.active, standby=standby, epoch=rec.epoch,
+                             from_version=rec.slots[standby].version or app.version,
+                             from_generation=rec.slots[standby].generation, generation=generation,
+                             start=start.kind, start_offsets=offsets, end=end).to_xcom()
 
 
 def _none(value: Any) -> Any:
@@ -101,25 +102,30 @@ class NewGenerationOperator(AppOperator):
 
     template_fields = ("app", "plan")
     slot_key = "standby"
+    plan_type: type[ReprocessPlan | ConfirmPlan] = ReprocessPlan
 
     def __init__(self, *, plan: Any, wait_timeout_s: float = 600.0, **kwargs: Any):
         kwargs.setdefault("retries", 2)  # apache/airflow#71580
         super().__init__(**kwargs)
         self.plan, self.wait_timeout_s = plan, wait_timeout_s
 
+    def run_plan(self) -> ReprocessPlan | ConfirmPlan:
+        return self.plan_type.of(self.plan)
+
     def why(self, context: Any) -> str:
-        return f"reprocess generation {self.plan['generation']} ({context['run_id']})"
+        return f"reprocess generation {self.run_plan().generation} ({context['run_id']})"
 
     def prepare(self, spark: BatonSparkHook, app: str, slot: Slot, left: SlotSpec, why: str) -> None:
         """The slot is stopped, its previous generation `left` behind: keep that checkpoint."""
         archive(spark, app, slot, left.generation, left.version, why)
 
     def starting_offsets(self) -> str:
-        return json.dumps({str(p): int(o) for p, o in self.plan["start_offsets"].items()})
+        return json.dumps({str(p): int(o) for p, o in self.run_plan().start_offsets.items()})
 
     def execute(self, context: Any) -> None:
-        app, slot = resolve(self.app, self.plan[self.slot_key])
-        generation = int(self.plan["generation"])
+        plan = self.run_plan()
+        app, slot = resolve(self.app, getattr(plan, self.slot_key))
+        generation = plan.generation
         control, spark = self.hooks()
         plane = control.plane()
         spec = plane.current(app.name).slots[slot]
@@ -130,35 +136,37 @@ class NewGenerationOperator(AppOperator):
                 if spec.desired is not SlotState.STOPPED:  # else a retry: stopped already
                     # Its start-up beside the old generation, promoted by ensure_started below
                     # (baton.launcher.stage): the stop's downtime without the JVM's start.
-                    spark.stage(self.plan["definition"], slot, control.bootstrap, generation=generation,
+                    spark.stage(plan.definition, slot, control.bootstrap, generation=generation,
                                 starting_offsets=offsets)
                     plane.move_slot(app.name, slot, SlotState.STOPPING, reason=why)
                     spark.stop(app.name, slot, grace_s=60, self_stop_s=60, keep_staged=True)
                     plane.move_slot(app.name, slot, SlotState.STOPPED, reason=why)
                 self.prepare(spark, app.name, slot, spec, why)
-                spec = plane.move_slot(app.name, slot, SlotState.STARTING, version=self.plan["version"], reason=why,
+                spec = plane.move_slot(app.name, slot, SlotState.STARTING, version=plan.version, reason=why,
                                        generation=generation, started_ms=plane.now_ms()).slots[slot]
             elif spec.desired is not SlotState.RUNNING:
                 spec = plane.move_slot(app.name, slot, SlotState.STARTING, reason=why).slots[slot]
         except IllegalTransition as exc:
             spark.discard_staged(app.name, slot)
             raise fail_with_reason(context, f"{app.name}/{slot.value}: {exc}") from None
-        proc = spark.ensure_started(self.plan["definition"], slot, control.bootstrap, generation=generation,
+        proc = spark.ensure_started(plan.definition, slot, control.bootstrap, generation=generation,
                                     starting_offsets=offsets)
         self.log.info("%s/%s: generation %s (%s) from %s, pid %s", app.name, slot.value, generation,
-                      self.plan["version"], offsets, proc.pid)
+                      plan.version, offsets, proc.pid)
         self.defer(trigger=SlotRunningTrigger(app=app.name, slot=slot.value, bootstrap=control.bootstrap,
                                               since_ms=int(proc.launched_at * 1000), timeout_s=self.wait_timeout_s),
                    method_name="execute_complete",
                    kwargs={"launch": BatonSparkHook.describe(proc), "since_ms": int(proc.launched_at * 1000)})
 
     def execute_complete(self, context: Any, event: dict[str, Any], launch: dict[str, Any], since_ms: int) -> dict:
-        app, slot = resolve(self.app, self.plan[self.slot_key])
-        met_or_raise(context, event, lead=f"{slot.value} did not start on generation {self.plan['generation']}",
+        plan = self.run_plan()
+        app, slot = resolve(self.app, getattr(plan, self.slot_key))
+        met_or_raise(context, event, lead=f"{slot.value} did not start on generation {plan.generation}",
                      detail=f"driver log: {launch.get('log')}")
         control, _ = self.hooks()
         control.plane().move_slot(app.name, slot, SlotState.RUNNING, reason="")
-        return {"slot": slot.value, "generation": self.plan["generation"], "since_ms": since_ms, "launch": launch}
+        return SlotRestart(slot=slot, since_ms=since_ms, launch=launch, version=plan.version,
+                           generation=plan.generation).to_xcom()
 
 
 def archive(spark: BatonSparkHook, app: str, slot: Slot, generation: int, version: str, why: str) -> None:
@@ -188,13 +196,14 @@ class InvariantsOperator(AppOperator):
         self.helper.kill()
 
     def execute(self, context: Any) -> dict[str, Any]:
-        app, slot = resolve(self.app, self.plan["standby"])
+        plan = ReprocessPlan.of(self.plan)
+        app, slot = resolve(self.app, plan.standby)
         _, spark = self.hooks()
-        checkpoint = slot_checkpoint(spark, app.name, slot, int(self.plan["generation"]))
+        checkpoint = slot_checkpoint(spark, app.name, slot, plan.generation)
         # Niced: the check is a third Spark application beside both slots, and the active's batches
         # come first (at the seed's rate the two cores are nearly all taken).
         out = self.helper.run(["nice", "-n", str(INVARIANTS_NICE), sys.executable, "-m", "spark_apps.runtime.invariants",
-                               "--app", self.plan["definition"], "--checkpoint", str(checkpoint)],
+                               "--app", plan.definition, "--checkpoint", str(checkpoint)],
                               self.timeout_s, cwd=REPO_ROOT, env=subprocess_env())
         if out.returncode != 0 or not out.stdout.strip():
             raise AirflowException(f"the invariant check could not run (exit {out.returncode}): {out.stderr[-2000:]}")
@@ -203,7 +212,7 @@ class InvariantsOperator(AppOperator):
             raise AirflowException(f"the invariant check could not read the state: {result.get('error')}")
         if not result["ok"]:
             detail = result.get("error") or f"{result['violations']} violation(s), e.g. {'; '.join(result['examples'])}"
-            raise fail_with_reason(context, f"generation {self.plan['generation']} breaks the app's invariants: {detail}")
+            raise fail_with_reason(context, f"generation {plan.generation} breaks the app's invariants: {detail}")
         self.log.info("invariants hold: %s", result)
         return result
 
@@ -213,8 +222,9 @@ class HandoverGateOperator(PlanStepOperator):
     everything after them (the run's staged end is finish_staged)."""
 
     def execute(self, context: Any) -> None:
-        if self.plan.get("end", "handover") != "handover":
-            raise AirflowSkipException(f"end={self.plan['end']}: no handover in this run")
+        end = ReprocessPlan.of(self.plan).end
+        if end != "handover":
+            raise AirflowSkipException(f"end={end}: no handover in this run")
 
 
 class FinishStagedOperator(PlanStepOperator):
@@ -224,12 +234,13 @@ class FinishStagedOperator(PlanStepOperator):
     the new generation with baton_reprocess_confirm (the standby rebuilt on the live generation)."""
 
     def execute(self, context: Any) -> dict[str, Any]:
-        if self.plan.get("end", "handover") != "standby":
+        plan = ReprocessPlan.of(self.plan)
+        if plan.end != "standby":
             raise AirflowSkipException("end=handover: the run ends with its handover (finish)")
         app, _ = resolve(self.app, "blue")
         control, _ = self.hooks()
-        rec = control.plane().update(app.name, end_operation(self.plan["operation"]))
-        staged = Slot(self.plan["standby"])
+        rec = control.plane().update(app.name, end_operation(plan.operation))
+        staged = plan.standby
         summary = {"active": rec.active.value, "epoch": rec.epoch,
                    "staged": {"slot": staged.value, "version": rec.slots[staged].version,
                               "generation": rec.slots[staged].generation},
@@ -247,13 +258,13 @@ class FinishReprocessOperator(PlanStepOperator):
     def execute(self, context: Any) -> dict[str, Any]:
         app, _ = resolve(self.app, "blue")
         control, spark = self.hooks()
-        rec = control.plane().update(app.name, end_operation(self.plan["operation"]))
-        old = Slot(self.plan["active"])
-        summary = {"active": rec.active.value, "epoch": rec.epoch, "generation": self.plan["generation"],
-                   "version": self.plan["version"], "previous": {"slot": old.value, "version": rec.slots[old].version,
+        plan = ReprocessPlan.of(self.plan)
+        rec = control.plane().update(app.name, end_operation(plan.operation))
+        old = plan.active
+        summary = {"active": rec.active.value, "epoch": rec.epoch, "generation": plan.generation,
+                   "version": plan.version, "previous": {"slot": old.value, "version": rec.slots[old].version,
                                                                    "generation": rec.slots[old].generation},
-                   "archived": str(slot_checkpoint(spark, app.name, Slot(self.plan["standby"]),
-                                                   int(self.plan["from_generation"])).parent),
+                   "archived": str(slot_checkpoint(spark, app.name, plan.standby, plan.from_generation).parent),
                    "way_back": {"dag": "baton_cutover", "conf": {"app": app.name, "correct": True}},
                    "confirm": {"dag": "baton_reprocess_confirm", "conf": {"app": app.name}}}
         self.log.info("reprocess done: %s", summary)
@@ -274,11 +285,12 @@ class AbortReprocessOperator(AbortStepsOperator):
             raise AirflowFailException(reason)
         control, spark = self.hooks()
         plane = control.plane()
-        rec = lift_own_fence(plane, plane.current(app.name), int(self.plan["epoch"]), context["run_id"], self.log)
-        standby = Slot(self.plan["standby"])
+        plan = ReprocessPlan.of(self.plan)
+        rec = lift_own_fence(plane, plane.current(app.name), plan.epoch, context["run_id"], self.log)
+        standby = plan.standby
         back = ""
-        if rec.active is not standby and rec.slots[standby].generation != int(self.plan["from_generation"]):
-            gen, version = int(self.plan["from_generation"]), self.plan["from_version"]
+        if rec.active is not standby and rec.slots[standby].generation != plan.from_generation:
+            gen, version = plan.from_generation, plan.from_version
             plane.move_slot(app.name, standby, SlotState.STOPPING, reason=f"reprocess aborted: {reason}"[:500])
             spark.stop(app.name, standby, grace_s=60, self_stop_s=60)
             plane.move_slot(app.name, standby, SlotState.STOPPED, reason="reprocess aborted")
@@ -286,6 +298,6 @@ class AbortReprocessOperator(AbortStepsOperator):
                             reason="back on its generation after an aborted reprocess", started_ms=plane.now_ms())
             spark.ensure_started(str(version_path(app.name, version)), standby, control.bootstrap, generation=gen)
             back = f"; {standby.value} restarted on generation {gen} ({version})"
-        plane.update(app.name, end_operation(self.plan["operation"]))
+        plane.update(app.name, end_operation(plan.operation))
         raise AirflowFailException(f"{app.name}: reprocess aborted before the cutover: {reason}; "
                                    f"{rec.active.value} stays active{back}")

@@ -16,6 +16,7 @@ from baton.apps import AppDefinitionError, load_version, version_path
 from baton.conditions import Check, slot_running
 from baton.handoff import HandoffError, cut_over_at_fence, fail_over, finished, other, without_fence
 from baton.lifecycle import IllegalTransition
+from baton.plans import Cutover, SlotRestart, StateCheckPlan, UpgradePlan, VersionChange
 from baton.records import Slot, SlotState, StateDigest
 from baton.reprocess import end_operation
 from baton.upgrade import Policy, ask_state_check
@@ -76,9 +77,9 @@ class PreflightOperator(AppOperator):
         message = (f"{new.version} is valid and keeps {app.name}'s topics; the standby {standby.value}'s first batch "
                    f"on it checks the state schema")
         self.log.info("%s", message)
-        return {"app": app.name, "version": new.version, "definition": str(definition), "policy": policy.value,
-                "from_version": versions[rec.active], "active": rec.active.value, "standby": standby.value,
-                "epoch": rec.epoch, "preflight": message}
+        return UpgradePlan(app=app.name, version=new.version, definition=str(definition), policy=policy.value,
+                           from_version=versions[rec.active], active=rec.active, standby=standby, epoch=rec.epoch,
+                           preflight=message).to_xcom()
 
 
 class UpgradeSlotOperator(AppOperator):
@@ -98,8 +99,9 @@ class UpgradeSlotOperator(AppOperator):
         self.plan, self.role, self.wait_timeout_s = plan, role, wait_timeout_s
 
     def execute(self, context: Any) -> None:
-        app, slot = resolve(self.app, self.plan[self.role])
-        version, definition = self.plan["version"], self.plan["definition"]
+        plan = UpgradePlan.of(self.plan)
+        app, slot = resolve(self.app, getattr(plan, self.role))
+        version, definition = plan.version, plan.definition
         control, spark = self.hooks()
         plane = control.plane()
         spec = plane.current(app.name).slots[slot]
@@ -142,12 +144,12 @@ class UpgradeSlotOperator(AppOperator):
 
     def execute_complete(self, context: Any, event: dict[str, Any], launch: dict[str, Any],
                          left: dict[str, Any] | None, since_ms: int) -> dict[str, Any]:
-        app, slot = resolve(self.app, self.plan[self.role])
-        met_or_raise(context, event, lead=f"{self.plan['version']} did not start", detail=f"driver log: {launch.get('log')}")
+        plan = UpgradePlan.of(self.plan)
+        app, slot = resolve(self.app, getattr(plan, self.role))
+        met_or_raise(context, event, lead=f"{plan.version} did not start", detail=f"driver log: {launch.get('log')}")
         control, _ = self.hooks()
         control.plane().move_slot(app.name, slot, SlotState.RUNNING, reason="")
-        return {"slot": slot.value, "version": self.plan["version"], "left": left, "launch": launch,
-                "since_ms": since_ms}
+        return SlotRestart(slot=slot, since_ms=since_ms, launch=launch, version=plan.version, left=left).to_xcom()
 
 
 class StateCheckPositionOperator(AppOperator):
@@ -172,8 +174,8 @@ class StateCheckPositionOperator(AppOperator):
         position = plan_ahead(control, app, rec, float(self.ahead_s))
         plane.update(app.name, ask_state_check(position))
         self.log.info("%s: both slots digest their state at %s", app.name, position)
-        return {"position": {str(p): o for p, o in position.items()}, "active": rec.active.value,
-                "standby": standby.value, "ahead_s": float(self.ahead_s)}
+        return StateCheckPlan(position=position, active=rec.active, standby=standby,
+                              ahead_s=float(self.ahead_s)).to_xcom()
 
 
 def _left_digest(control: BatonControlHook, app: str, slot: Slot, launched_ms: int) -> StateDigest | None:
@@ -210,8 +212,9 @@ class RollbackOperator(AppOperator):
     def execute(self, context: Any) -> None:
         if not self.cutover:  # the cutover itself failed (abort handles that): nothing moved, nothing to undo
             raise AirflowSkipException("no cutover happened: nothing to roll back")
-        app, new_slot = resolve(self.app, self.cutover["active"])
-        back_to, epoch = other(new_slot), int(self.cutover["epoch"])
+        plan, cutover = VersionChange.of(self.plan), Cutover.of(self.cutover)
+        app, new_slot = resolve(self.app, cutover.active)
+        back_to, epoch = other(new_slot), cutover.epoch
         reason = context["ti"].xcom_pull(task_ids=self.settle_task_id, key="reason") or "the settle check failed"
         control, spark = self.hooks()
         plane = control.plane()
@@ -224,21 +227,20 @@ class RollbackOperator(AppOperator):
             raise AirflowFailException(f"{app.name}: the role moved on since the cutover ({rec.active.value} at epoch "
                                        f"{rec.epoch}): not rolling back; the settle check said: {reason}")
         else:
-            how = self.roll_back(control, spark, app, new_slot, epoch, by, reason)
-        plane.move_slot(app.name, new_slot, SlotState.RUNNING,
-                        reason=f"rolled back from {self.plan['version']}: {reason}"[:500])
-        if self.plan.get("operation"):  # a reprocess: the app is free again
-            plane.update(app.name, end_operation(self.plan["operation"]))
-        raise AirflowFailException(f"{app.name}: rolled back to {back_to.value} on {self.plan['from_version']} "
-                                   f"(epoch {epoch + 1}, {how}); {self.plan['version']} did not settle: {reason}")
+            how = self.roll_back(control, spark, app, plan, new_slot, epoch, by, reason)
+        plane.move_slot(app.name, new_slot, SlotState.RUNNING, reason=f"rolled back from {plan.version}: {reason}"[:500])
+        if plan.operation:  # a reprocess: the app is free again
+            plane.update(app.name, end_operation(plan.operation))
+        raise AirflowFailException(f"{app.name}: rolled back to {back_to.value} on {plan.from_version} "
+                                   f"(epoch {epoch + 1}, {how}); {plan.version} did not settle: {reason}")
 
-    def roll_back(self, control: BatonControlHook, spark: BatonSparkHook, app, new_slot: Slot, epoch: int,
-                  by: str, reason: str) -> str:
+    def roll_back(self, control: BatonControlHook, spark: BatonSparkHook, app, plan: VersionChange, new_slot: Slot,
+                  epoch: int, by: str, reason: str) -> str:
         """Hand the role back to the old slot; returns how ("at a fence", or "by a failover")."""
         back_to, plane = other(new_slot), control.plane()
         ahead = float(self.ahead_s)
         for attempt in range(1, MAX_ROLLBACK_FENCES + 1):
-            self.require_running(control, spark, app, back_to, new_slot, reason)
+            self.require_running(control, spark, app, plan, back_to, new_slot, reason)
             if spark.find(app.name, new_slot) is None:
                 self.log.warning("%s: the new active %s is gone", app.name, new_slot.value)
                 break
@@ -279,18 +281,18 @@ class RollbackOperator(AppOperator):
         self.log.warning("%s: %s", app.name, message)
         return "by a failover: the new active was stopped"
 
-    def require_running(self, control: BatonControlHook, spark: BatonSparkHook, app, back_to: Slot, new_slot: Slot,
-                        reason: str) -> None:
+    def require_running(self, control: BatonControlHook, spark: BatonSparkHook, app, plan: VersionChange,
+                        back_to: Slot, new_slot: Slot, reason: str) -> None:
         """The old slot can take the role back only while it runs; else say so, and what to do."""
         spec = control.plane().current(app.name).slots.get(back_to)
         if spec is not None and spec.desired is SlotState.RUNNING and spark.find(app.name, back_to) is not None:
             return
         state = spec.desired.value if spec is not None else "not started"
         raise AirflowFailException(
-            f"{app.name}: cannot roll back: the old slot {back_to.value} ({self.plan['from_version']}) is {state}, "
-            f"not running; {new_slot.value} stays active on {self.plan['version']}. Start {back_to.value} "
+            f"{app.name}: cannot roll back: the old slot {back_to.value} ({plan.from_version}) is {state}, "
+            f"not running; {new_slot.value} stays active on {plan.version}. Start {back_to.value} "
             f"(baton_lifecycle) and hand the role back with baton_cutover, or upgrade again with version "
-            f"{self.plan['from_version']}. The settle check said: {reason}")
+            f"{plan.from_version}. The settle check said: {reason}")
 
     def wait_at_fence(self, control: BatonControlHook, plane, app, standby: Slot, fence: dict[int, int],
                       epoch: int) -> Check:
@@ -323,20 +325,20 @@ class AbortUpgradeOperator(AbortStepsOperator):
         control, spark = self.hooks()
         plane = control.plane()
         rec = plane.current(app.name)
-        if self.plan and rec is not None:
-            rec = lift_own_fence(plane, rec, int(self.plan["epoch"]), context["run_id"], self.log)
+        plan = UpgradePlan.of(self.plan) if self.plan else None  # none: refused at the preflight
         where = ""
-        if self.plan and rec is not None:
-            slot = Slot(self.plan["standby"])
-            spec = rec.slots.get(slot)
-            if spec is not None and spec.version == self.plan["version"] and rec.active is not slot:
-                where = self.put_back(control, spark, app, slot, spec, reason)
+        if plan is not None and rec is not None:
+            rec = lift_own_fence(plane, rec, plan.epoch, context["run_id"], self.log)
+            spec = rec.slots.get(plan.standby)
+            if spec is not None and spec.version == plan.version and rec.active is not plan.standby:
+                where = self.put_back(control, spark, app, plan, plan.standby, spec, reason)
         active = f"{rec.active.value} stays active at epoch {rec.epoch}" if rec is not None else "nothing changed"
         raise AirflowFailException(f"{app.name}: rolling upgrade aborted before the cutover: {reason}; {active}{where}")
 
-    def put_back(self, control: BatonControlHook, spark: BatonSparkHook, app, slot: Slot, spec, reason: str) -> str:
+    def put_back(self, control: BatonControlHook, spark: BatonSparkHook, app, plan: UpgradePlan, slot: Slot, spec,
+                 reason: str) -> str:
         """The standby on the old version again, from the copy of the state it left (UpgradeSlotOperator)."""
-        old, new = self.plan["from_version"], self.plan["version"]
+        old, new = plan.from_version, plan.version
         checkpoint = slot_checkpoint(spark, app.name, slot, spec.generation)
         if not (checkpoint.parent / WAY_BACK).is_dir():
             return (f"; the standby {slot.value} already runs {new} and no copy of the state it left is kept "

@@ -12,6 +12,7 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from baton.apps import load_app
 from baton.kafka.control_log import read_control
+from baton.plans import Cutover, SlotRestart, StateCheckPlan
 from baton.upgrade import CORRECTION_GRACE_S
 from baton_airflow.hooks.kafka import BatonKafkaHook
 from baton_airflow.triggers.base import SlotWaitTrigger, met_or_raise
@@ -112,16 +113,24 @@ class LagWithinSensor(_SlotSensor):
     records (default: the app's budget) and, if `max_lag_s` is given, that many seconds of input of
     what the active has emitted, beyond what the app's standby pace holds it back by
     (baton.conditions.following). Only status records since `since_ms` count: after a restart, the
-    previous launch's records say nothing of the new one."""
+    previous launch's records say nothing of the new one. `restart` (the XCom of the step that
+    restarted the slot, a SlotRestart) gives both the slot and since_ms."""
 
     trigger_class = WarmUpTrigger
 
-    template_fields = (*_SlotSensor.template_fields, "max_lag", "max_lag_s", "since_ms")
+    template_fields = (*_SlotSensor.template_fields, "max_lag", "max_lag_s", "since_ms", "restart")
 
     def __init__(self, *, max_lag: int | str | None = None, max_lag_s: float | str | None = None,
-                 since_ms: int | str = 0, **kwargs: Any):
+                 since_ms: int | str = 0, restart: Any = None, **kwargs: Any):
+        kwargs.setdefault("slot", "")
         super().__init__(**kwargs)
-        self.max_lag, self.max_lag_s, self.since_ms = max_lag, max_lag_s, since_ms
+        self.max_lag, self.max_lag_s, self.since_ms, self.restart = max_lag, max_lag_s, since_ms, restart
+
+    def execute(self, context: Any) -> None:
+        if self.restart is not None:
+            restart = SlotRestart.of(self.restart)
+            self.slot, self.since_ms = restart.slot.value, restart.since_ms
+        super().execute(context)
 
     def trigger_args(self, context: Any) -> dict[str, Any]:
         app = load_app(self.app)
@@ -151,11 +160,12 @@ class RestoreCheckSensor(_SlotSensor):
         self.upgrade = upgrade
 
     def execute(self, context: Any) -> None:
-        self.slot, self.wait_timeout_s = self.upgrade["slot"], self.wait_s()
+        self.slot, self.wait_timeout_s = SlotRestart.of(self.upgrade).slot.value, self.wait_s()
         super().execute(context)
 
     def trigger_args(self, context: Any) -> dict[str, Any]:
-        return dict(since_ms=int(self.upgrade["since_ms"]), expected=self.upgrade["left"])
+        restart = SlotRestart.of(self.upgrade)
+        return dict(since_ms=restart.since_ms, expected=restart.left)
 
 
 class StatesAgreeSensor(_SlotSensor):
@@ -173,16 +183,16 @@ class StatesAgreeSensor(_SlotSensor):
         self.check, self.policy = check, policy
 
     def execute(self, context: Any) -> None:
-        self.slot, self.wait_timeout_s = self.check["standby"], self.wait_s()
+        self.slot, self.wait_timeout_s = StateCheckPlan.of(self.check).standby.value, self.wait_s()
         super().execute(context)
 
     def trigger_args(self, context: Any) -> dict[str, Any]:
         # The position asked now: a try before this one may have moved it further ahead (a slot had read
         # past the first); the check step's own position otherwise.
+        plan = StateCheckPlan.of(self.check)
         rec = read_control(BatonKafkaHook(self.kafka_conn_id).bootstrap, load_app(self.app).name)
-        position = rec.check_at if rec is not None and rec.check_at is not None else self.check["position"]
-        return dict(target={str(p): int(o) for p, o in position.items()},
-                    policy=str(self.policy), ahead_s=float(self.check.get("ahead_s", 2.0)))
+        position = rec.check_at if rec is not None and rec.check_at is not None else plan.position
+        return dict(target=position, policy=str(self.policy), ahead_s=plan.ahead_s)
 
 
 class SettleSensor(_SlotSensor):
@@ -202,12 +212,12 @@ class SettleSensor(_SlotSensor):
         self.cutover, self.settle_s, self.max_batch_ms, self.correct = cutover, settle_s, max_batch_ms, correct
 
     def execute(self, context: Any) -> None:
-        self.slot = self.cutover["active"]
+        self.slot = Cutover.of(self.cutover).active.value
         self.wait_timeout_s = float(self.settle_s) + CORRECTION_GRACE_S + 60.0
         super().execute(context)
 
     def trigger_args(self, context: Any) -> dict[str, Any]:
         app = load_app(self.app)
-        return dict(since_ms=int(self.cutover["at_ms"]), epoch=int(self.cutover["epoch"]),
-                    fence={str(p): int(o) for p, o in self.cutover["fence"].items()}, settle_s=float(self.settle_s),
+        cutover = Cutover.of(self.cutover)
+        return dict(since_ms=cutover.at_ms, epoch=cutover.epoch, fence=cutover.fence, settle_s=float(self.settle_s),
                     max_batch_ms=int(self.max_batch_ms) or app.batch_ms_budget, correct=bool(self.correct), poll_s=1.0)

@@ -168,7 +168,7 @@ def test_every_cutover_defers_to_the_trigger_that_writes_it_with_the_standby_all
         def plane(self):
             return ControlPlane(store)
 
-    plan = {"fence": {"0": 10}, "epoch": 1, "to": "green", "from": "blue"}
+    plan = {"fence": {"0": 10}, "epoch": 1, "to": "green", "from_slot": "blue"}
     budget = load_app("click_counts").max_lag_records
     for dag_id, correct in (("baton_rolling_upgrade", False), ("baton_reprocess", True), ("baton_cutover", "true")):
         task = dagbag.dags[dag_id].get_task("cutover")

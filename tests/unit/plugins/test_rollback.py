@@ -11,6 +11,7 @@ from baton.apps import load_app
 from baton.conditions import Check
 from baton.control_plane import ControlPlane
 from baton.handoff import cut_over, with_fence
+from baton.plans import UpgradePlan
 from baton.records import CommitMarker, Role, Slot, SlotState, StatusRecord
 from baton_airflow.operators import upgrade
 from baton_airflow.operators.upgrade import MAX_ROLLBACK_FENCES, RollbackOperator
@@ -18,6 +19,8 @@ from tests.support.fakes import MemoryControlStore
 
 APP = load_app("click_counts")
 EMITTED = {p: 1_000 for p in range(APP.input.partitions)}
+PLAN = UpgradePlan(app=APP.name, version="v2", definition="v2.yaml", active=Slot.BLUE, standby=Slot.GREEN, epoch=1,
+                   from_version="v1", policy="exact")
 
 
 class Control:
@@ -76,9 +79,9 @@ def rollback(monkeypatch, control, spark, gates):
 
     monkeypatch.setattr(upgrade, "set_fence", set_fence)
     monkeypatch.setattr(RollbackOperator, "wait_at_fence", wait_at_fence)
-    op = RollbackOperator(task_id="rollback", app=APP.name, plan={"version": "v2", "from_version": "v1"},
-                          cutover={"active": "green", "epoch": 2})
-    return op.roll_back(control, spark, APP, Slot.GREEN, 2, "run/rollback", "settle failed"), fences
+    op = RollbackOperator(task_id="rollback", app=APP.name, plan=PLAN.to_xcom(),
+                          cutover={"active": "green", "epoch": 2, "fence": EMITTED, "at_ms": 1})
+    return op.roll_back(control, spark, APP, PLAN, Slot.GREEN, 2, "run/rollback", "settle failed"), fences
 
 
 def test_a_passed_fence_is_planned_again_twice_as_far_ahead(monkeypatch, control):

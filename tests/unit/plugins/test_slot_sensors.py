@@ -60,3 +60,26 @@ def test_the_waits_limit_is_wait_timeout_s_else_the_sensor_timeout():
     assert SlotHealthySensor(task_id="a", app="cc", slot="blue").wait_s() == 600.0
     assert SlotHealthySensor(task_id="b", app="cc", slot="blue", wait_timeout_s=None, timeout=90).wait_s() == 90.0
     assert SlotHealthySensor(task_id="c", app="cc", slot="blue", wait_timeout_s="45", timeout=90).wait_s() == 45.0
+
+
+def test_a_warm_up_waits_on_the_slot_the_restart_step_started_and_only_on_that_launch(monkeypatch, checks):
+    """The DAGs give the warm-up the restart step's XCom (a SlotRestart), not Jinja lookups into it."""
+    from baton_airflow.sensors.slot import LagWithinSensor
+
+    _, built = checks
+    monkeypatch.setattr(LagWithinSensor, "trigger_class", built_by(built))
+    monkeypatch.setattr(sensors, "load_app", lambda name: SimpleNamespace(name=name, max_lag_records=50_000))
+    sensor = LagWithinSensor(task_id="warm_up", app="cc", deferrable=False,
+                             restart={"slot": "green", "since_ms": 1234, "launch": {"pid": 9}, "version": "v2"})
+    sensor.execute({"ti": Ti()})
+    assert (built[0]["slot"], built[0]["since_ms"], built[0]["max_lag"]) == ("green", 1234, 50_000)
+
+
+def built_by(built):
+    class FakeTrigger:
+        def __init__(self, **kwargs):
+            built.append(kwargs)
+
+        def check(self):
+            return Check(met=True, message="within")
+    return FakeTrigger

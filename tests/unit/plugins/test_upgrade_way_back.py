@@ -6,6 +6,7 @@ from types import SimpleNamespace
 
 from baton.apps import load_app
 from baton.control_plane import ControlPlane
+from baton.plans import UpgradePlan
 from baton.records import Role, Slot, SlotState, StatusRecord
 from baton_airflow.operators import upgrade
 from baton_airflow.operators.steps import WAY_BACK, drop_way_back, keep_way_back, take_way_back
@@ -13,6 +14,8 @@ from baton_airflow.operators.upgrade import AbortUpgradeOperator
 from tests.support.fakes import MemoryControlStore
 
 APP = load_app("click_counts")
+PLAN = UpgradePlan(app=APP.name, version="v2", definition="v2.yaml", active=Slot.BLUE, standby=Slot.GREEN, epoch=1,
+                   from_version="v1", policy="exact")
 
 
 def test_the_way_back_is_a_copy_of_the_stopped_checkpoint_put_back_in_its_place(tmp_path):
@@ -65,10 +68,9 @@ def test_an_upgraded_standby_is_put_back_on_the_old_version_from_the_state_it_le
     keep_way_back(checkpoint)
     plane = control.plane()
     plane.move_slot(APP.name, Slot.GREEN, SlotState.STARTING, version="v2")  # the upgrade started v2 on it
-    op = AbortUpgradeOperator(task_id="abort", app=APP.name, steps=["warm_up"],
-                              plan={"version": "v2", "from_version": "v1", "standby": "green", "epoch": 1})
+    op = AbortUpgradeOperator(task_id="abort", app=APP.name, steps=["warm_up"], plan=PLAN.to_xcom())
     spec = plane.current(APP.name).slots[Slot.GREEN]
-    said = op.put_back(control, spark, APP, Slot.GREEN, spec, "STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE")
+    said = op.put_back(control, spark, APP, PLAN, Slot.GREEN, spec, "STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE")
     assert "back on v1" in said
     assert [c[0] for c in spark.calls] == ["stop", "start"] and spark.calls[1][2].endswith("click_counts.yaml")
     back = plane.current(APP.name).slots[Slot.GREEN]
@@ -79,7 +81,6 @@ def test_an_upgraded_standby_is_put_back_on_the_old_version_from_the_state_it_le
 def test_without_a_copy_the_run_says_how_to_put_the_standby_back(tmp_path, monkeypatch):
     control, spark = Control(), Spark(tmp_path)
     monkeypatch.setattr(upgrade, "slot_checkpoint", lambda spark, app, slot, generation: tmp_path / "checkpoint")
-    op = AbortUpgradeOperator(task_id="abort", app=APP.name, steps=["warm_up"],
-                              plan={"version": "v2", "from_version": "v1", "standby": "green", "epoch": 1})
-    said = op.put_back(control, spark, APP, Slot.GREEN, SimpleNamespace(generation=0), "warm-up timed out")
+    op = AbortUpgradeOperator(task_id="abort", app=APP.name, steps=["warm_up"], plan=PLAN.to_xcom())
+    said = op.put_back(control, spark, APP, PLAN, Slot.GREEN, SimpleNamespace(generation=0), "warm-up timed out")
     assert "run the upgrade with version v1" in said and spark.calls == []
