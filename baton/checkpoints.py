@@ -4,8 +4,11 @@ Airflow side uses it without the Spark runtime."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
+
+from baton.records import Positions, covers
 
 
 def committed_batches(checkpoint: Path) -> list[int]:
@@ -19,6 +22,33 @@ def committed_batches(checkpoint: Path) -> list[int]:
 def last_committed_batch(checkpoint: Path) -> int | None:
     batches = committed_batches(checkpoint)
     return batches[-1] if batches else None
+
+
+def read_offset_log(checkpoint: Path, batch_id: int) -> Positions | None:
+    """End positions of `batch_id` from Spark's offset log (written before the batch runs)."""
+    try:
+        lines = (checkpoint / "offsets" / str(batch_id)).read_text().splitlines()
+    except FileNotFoundError:
+        return None
+    # Line 0 is the log version, line 1 the batch metadata, then one line per source.
+    return {int(k): int(v) for k, v in json.loads(lines[2]).items()}
+
+
+def batch_ending_at(checkpoint: Path, position: Positions, look_back: int = 500) -> tuple[int | None, bool]:
+    """(the committed batch that ended at exactly `position`, or None; whether the query is past it).
+    Only the newest `look_back` batches are looked at: a check asks for a recent position."""
+    want = dict(position)
+    batches = committed_batches(checkpoint)
+    for batch in reversed(batches[-look_back:]):
+        end = read_offset_log(checkpoint, batch)
+        if end is None:
+            continue
+        if end == want:
+            return batch, True
+        if not covers(end, want):  # older batches end before it
+            break
+    last = read_offset_log(checkpoint, batches[-1]) if batches else None
+    return None, last is not None and covers(last, want)
 
 
 def state_operators(checkpoint: Path) -> list[int]:

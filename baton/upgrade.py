@@ -54,7 +54,7 @@ def restore_check(left: StateDigest | None, history: Sequence[StatusRecord], sin
         return WAIT
     if left is None:
         return Check(failed=True, message="no digest of the state before the restart to compare with")
-    if not left.digest:  # the stopped query's own row count at its last batch (Harness.note_left)
+    if not left.digest:  # the stopped query's own row count at its last batch (StateDigests.note_left)
         if (restored.batch_id, restored.rows) != (left.batch_id, left.rows):
             return Check(failed=True, message=f"restored {restored.rows} rows at batch {restored.batch_id}; the "
                                               f"slot's query held {left.rows} rows at its last batch {left.batch_id}")
@@ -70,7 +70,7 @@ def restore_check(left: StateDigest | None, history: Sequence[StatusRecord], sin
 def ask_state_check(position: Positions):
     """Change: every slot ends a batch at exactly `position` (ahead of the input when asked) and reads
     on; the standby digests its state and the active's there (ControlRecord.check_at;
-    spark_apps.runtime.follower.compute_cap, spark_apps.runtime.harness.Harness.digest_at_check)."""
+    baton.caps.compute_cap, spark_apps.runtime.digests.StateDigests.at_check)."""
     def change(rec: ControlRecord) -> ControlRecord:
         if rec.check_at == dict(position):
             return rec

@@ -6,7 +6,7 @@ everything (the local platform recreates Baton's topics on `up`).
 Known Tansu 0.6.0 defects, and how Baton lives with them (the code stays correct on Apache Kafka):
 1. ListOffsets reports the high watermark as the last batch's base offset + 1. Fetch responses
    carry the right one, so end offsets are taken from a fetch (consume to partition EOF) rather
-   than from ListOffsets where exactness matters (see spark_apps.runtime.kafka_source), and the
+   than from ListOffsets where exactness matters (see spark_apps.runtime.kafka_stream_reader), and the
    positions the control plane reasons about are the ones the apps themselves report.
 2. OffsetsForTimes returns offset 0 for any timestamp: timestamp start positions are resolved by
    a scan of record timestamps where the broker's answer cannot be trusted.

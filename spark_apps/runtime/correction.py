@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from typing import Iterable
 
+from baton.records import Role, Slot
+
 Pairs = list[tuple[bytes | None, bytes | None]]
 
 
@@ -46,3 +48,11 @@ class EmittedKeys:
 def leave_out(rows: Pairs, newer: set) -> Pairs:
     """The state's output rows less those whose key has a newer value downstream already."""
     return [(k, v) for k, v in rows if k not in newer] if newer else rows
+
+
+def correction_due(control, slot: Slot, emitter) -> bool:
+    """`slot` is the active at an epoch that asked for corrected output, and (as far as its writer
+    `emitter` knows: it may not hold it yet) the output does not hold it."""
+    if control is None or control.role_of(slot) is not Role.ACTIVE or control.correct_epoch != control.epoch:
+        return False
+    return not (emitter.holding and emitter.epoch == control.epoch and emitter.corrected)

@@ -24,7 +24,7 @@ partition, checkpoint files) and the standby shares the machine with the active.
 that changes anything (a fence, a role) is written through at once, and while a fence is set the
 standby follows unpaced, so a handoff never waits on the pace. A cap written starts the slot's next
 batch on the query's next tick (100 ms), not at the next multiple of the trigger interval
-(kafka_source.BatchPacer; new input alone still waits for the interval).
+(source_plan.BatchPacer; new input alone still waits for the interval).
 """
 
 from __future__ import annotations

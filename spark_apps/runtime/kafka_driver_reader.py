@@ -30,11 +30,13 @@ from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 
 from spark_apps.runtime.batch_times import BatchTimes, BatchTimesFile
 from spark_apps.runtime.input_check import WAY_OUT, InputDataLoss
-from spark_apps.runtime.kafka_source import (
-    BatchPacer, KafkaInputPartition, KafkaStreamReader, SourceOptions, dead_columns, decode_records,
-    decoded_record_batch, offsets_from_json, offsets_to_json, raw_columns, raw_record_batch, read_cap,
-)
+from spark_apps.runtime.kafka_stream_reader import KafkaStreamReader
 from spark_apps.runtime.prefetch import Prefetcher, Taken
+from spark_apps.runtime.source_columns import (
+    dead_columns, decode_records, decoded_record_batch, raw_columns, raw_record_batch,
+)
+from spark_apps.runtime.source_options import SourceOptions
+from spark_apps.runtime.source_plan import BatchPacer, KafkaInputPartition, offsets_from_json, offsets_to_json, read_cap
 
 # Rows a partition's buffer holds before its fetching pauses (memory: ~100 bytes a decoded row).
 MAX_BUFFERED = 1_000_000

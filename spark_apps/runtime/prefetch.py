@@ -40,6 +40,7 @@ from typing import Callable, Optional
 from confluent_kafka import KafkaError
 
 from baton.kafka.tail import is_fatal as _fatal
+from spark_apps.runtime.source_plan import split_limit
 
 log = logging.getLogger(__name__)
 
@@ -181,8 +182,6 @@ class Prefetcher:
         """Records from `begin` up to `limits`, at most `budget` in all (split across partitions in
         proportion to what each has ready). Partitions whose buffer is elsewhere are sought: they
         contribute nothing to this batch."""
-        from spark_apps.runtime.kafka_source import split_limit
-
         self._raise()
         with self._lock:
             for p, o in begin.items():

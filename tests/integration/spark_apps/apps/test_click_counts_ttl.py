@@ -18,7 +18,7 @@ from baton.kafka.admin import delete_topics
 from baton.kafka.control_log import write_control
 from baton.records import ControlRecord, Slot, SlotSpec, SlotState
 from baton.upgrade import restore_check
-from spark_apps.runtime.harness import live_rows
+from spark_apps.runtime.digests import live_rows
 from baton.generations import slot_paths
 from baton.kafka.markers import read_last_marker
 from spark_apps.apps import click_counts_ttl

@@ -18,7 +18,7 @@ from baton.kafka.admin import TopicSpec
 from baton.kafka.tail import end_offsets
 from baton.records import Slot, SlotState
 from baton.tools.verify import read_output, verify
-from spark_apps.runtime.harness import IDENTITY_FILE
+from spark_apps.runtime.frame import IDENTITY_FILE
 from baton.generations import slot_paths
 from baton.kafka.markers import read_last_marker
 from tests.support.slots import kill_group, produce_clicks, read_status, start_slot, stop_slot, wait_for

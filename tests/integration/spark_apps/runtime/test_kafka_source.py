@@ -17,7 +17,9 @@ from datetime import datetime, timezone
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from spark_apps.runtime.kafka_source import SCHEMA, KafkaInputPartition, KafkaSource
+from spark_apps.runtime.kafka_source import KafkaSource
+from spark_apps.runtime.source_columns import SCHEMA
+from spark_apps.runtime.source_plan import KafkaInputPartition
 
 pytestmark = pytest.mark.integration
 

@@ -5,7 +5,8 @@ from types import SimpleNamespace
 import pytest
 
 from baton.apps import StateSettings, StateTtl
-from spark_apps.runtime.harness import app_transform, live_rows
+from spark_apps.runtime.digests import live_rows
+from spark_apps.runtime.frame import app_transform
 
 
 def app(module: str, ttl: StateTtl | None):

@@ -4,7 +4,7 @@ batch it reports and measures from them to the batch's end."""
 import json
 
 from spark_apps.runtime.batch_times import KEEP, BatchTimes, BatchTimesFile, read_batch_times
-from spark_apps.runtime.harness import batch_latencies
+from spark_apps.runtime.progress import batch_latencies
 
 
 def progress(batch_id, end, rows=10, started="2026-11-26T10:00:00.000Z", took=400):

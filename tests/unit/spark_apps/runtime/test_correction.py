@@ -3,7 +3,6 @@ read at batch K is published less the keys a batch after K emitted while it was 
 slot stands at the fence it took over at, and once."""
 
 import contextlib
-import threading
 from pathlib import Path
 
 import pytest
@@ -11,9 +10,10 @@ import pytest
 from baton.apps import AppDefinition, TopicRef
 from baton.generations import SlotPaths
 from baton.records import CommitMarker, ControlRecord, Handoff, Slot
-from spark_apps.runtime import harness
+from spark_apps.runtime import corrected_output
+from spark_apps.runtime.batch_sink import RoleGatedSink
+from spark_apps.runtime.corrected_output import CorrectedOutput
 from spark_apps.runtime.correction import EmittedKeys, leave_out
-from spark_apps.runtime.harness import Harness
 
 F = {0: 100, 1: 100}
 
@@ -48,17 +48,21 @@ def control(correct_epoch=2):
 
 @pytest.fixture
 def slot(monkeypatch):
-    h = Harness.__new__(Harness)
-    h.app = AppDefinition(name="a", module="spark_apps.apps.click_counts", version="v2",
-                          input=TopicRef(topic="in", partitions=2), output=TopicRef(topic="out", partitions=2))
-    h.slot, h.paths, h.spark = Slot.GREEN, SlotPaths(Path("/nowhere")), object()
-    h._batch_lock, h._stopping = threading.Lock(), False
-    h.emitted_keys, h.emitter, h.follower = EmittedKeys(), Emitter(), Follower(control())
-    h.at = {5: {0: 100, 1: 100}}
-    monkeypatch.setattr(harness, "last_committed_batch", lambda checkpoint: max(h.at))
-    monkeypatch.setattr(harness, "read_offset_log", lambda checkpoint, batch: h.at[batch])
-    monkeypatch.setattr(harness, "background_jobs", lambda spark: contextlib.nullcontext())
-    return h
+    """The new active's sink (its lock, role and writer); `at` (set on it here) maps each committed
+    batch of its checkpoint to where the batch ended."""
+    app = AppDefinition(name="a", module="spark_apps.apps.click_counts", version="v2",
+                        input=TopicRef(topic="in", partitions=2), output=TopicRef(topic="out", partitions=2))
+    sink = RoleGatedSink(app, Slot.GREEN, SlotPaths(Path("/nowhere")), Follower(control()), Emitter(), EmittedKeys(),
+                         mark=lambda phase: None)
+    sink.at = {5: {0: 100, 1: 100}}
+    monkeypatch.setattr(corrected_output, "last_committed_batch", lambda checkpoint: max(sink.at))
+    monkeypatch.setattr(corrected_output, "read_offset_log", lambda checkpoint, batch: sink.at[batch])
+    monkeypatch.setattr(corrected_output, "background_jobs", lambda spark: contextlib.nullcontext())
+    return sink
+
+
+def correct(sink):
+    CorrectedOutput(sink).maybe_publish(spark=object())
 
 
 def test_keys_a_batch_emitted_while_the_state_was_read_are_left_out(slot, monkeypatch):
@@ -73,21 +77,21 @@ def test_keys_a_batch_emitted_while_the_state_was_read_are_left_out(slot, monkey
         return [(b"user1", b'{"count": 8}'), (b"user2", b'{"count": 4}'), (b"user3", b'{"count": 2}'),
                 (b"user4", b'{"count": 6}')]
 
-    monkeypatch.setattr(harness, "state_output", state_output)
-    slot.maybe_correct()
+    monkeypatch.setattr(corrected_output, "state_output", state_output)
+    correct(slot)
     assert slot.emitter.published == [[(b"user2", b'{"count": 4}'), (b"user3", b'{"count": 2}')]]
     assert slot.emitted_keys.after(None) == set()  # nothing more to remember
-    slot.maybe_correct()
+    correct(slot)
     assert len(slot.emitter.published) == 1  # once
 
 
 def test_no_correction_before_the_slot_stands_at_the_fence_or_when_none_was_asked(slot, monkeypatch):
-    monkeypatch.setattr(harness, "state_output", lambda *a: pytest.fail("read the state short of the fence"))
+    monkeypatch.setattr(corrected_output, "state_output", lambda *a: pytest.fail("read the state short of the fence"))
     slot.at = {4: {0: 100, 1: 90}}  # a trailing new active, on its way to F
-    slot.maybe_correct()
+    correct(slot)
     slot.at = {5: {0: 120, 1: 130}}
     slot.follower = Follower(control(correct_epoch=0))  # a plain cutover
-    slot.maybe_correct()
+    correct(slot)
     assert slot.emitter.published == []
 
 
@@ -95,13 +99,13 @@ def test_output_a_previous_start_emitted_past_the_committed_state_holds_the_corr
     """Killed after batch 6's output was committed and before Spark committed batch 6: the restarted
     slot runs batch 6 again (its output skipped), so K is 5, and batch 6's keys are neither in K's state
     nor noted: no correction until batch 6 is committed."""
-    monkeypatch.setattr(harness, "state_output", lambda *a: [(b"user1", b"x")])
+    monkeypatch.setattr(corrected_output, "state_output", lambda *a: [(b"user1", b"x")])
     slot.emitter = Emitter(last=CommitMarker(app="a", generation=1, epoch=2, slot=Slot.GREEN, batch_id=6,
                                              emitted={0: 130, 1: 120}))
-    slot.maybe_correct()
+    correct(slot)
     assert slot.emitter.published == []
     slot.at[6] = {0: 130, 1: 120}  # batch 6 committed
-    slot.maybe_correct()
+    correct(slot)
     assert slot.emitter.published == [[(b"user1", b"x")]]
 
 

@@ -5,7 +5,10 @@ import threading
 
 import pytest
 
-from spark_apps.runtime.harness import Harness, SlotStopping
+from types import SimpleNamespace
+
+from spark_apps.runtime.batch_sink import RoleGatedSink, SlotStopping
+from spark_apps.runtime.harness import Harness
 
 
 class FakeQuery:
@@ -21,8 +24,8 @@ class FakeQuery:
 
 
 def bare_harness() -> Harness:
-    h = Harness.__new__(Harness)  # only what stop_query and on_batch's entry use
-    h._batch_lock, h._stopping, h._refused_batch = threading.Lock(), False, False
+    h = Harness.__new__(Harness)  # only what stop_query and the sink's entry use
+    h.sink = RoleGatedSink(SimpleNamespace(), None, SimpleNamespace(), None, None, None, mark=lambda phase: None)
     return h
 
 
@@ -34,7 +37,7 @@ def test_a_batch_entering_the_sink_during_the_stop_does_not_run_and_does_not_blo
     def batch():  # the batch thread: it reaches on_batch while stop_query runs
         entered.wait(5)
         try:
-            h.on_batch(None, 7)
+            h.sink.on_batch(None, 7)
         except SlotStopping as exc:
             raised.append(str(exc))
 
@@ -49,17 +52,17 @@ def test_a_batch_entering_the_sink_during_the_stop_does_not_run_and_does_not_blo
     h.query.stop = stop_with_batch_arriving
     h.stop_query()
     assert h.query.stopped_in_time is True
-    assert raised == ["batch 7 not run: the slot is stopping"] and h._refused_batch
+    assert raised == ["batch 7 not run: the slot is stopping"] and h.sink.refused_batch
 
 
 def test_a_running_batch_finishes_its_sink_before_the_stop():
     h = bare_harness()
     order = []
-    h._batch_lock.acquire()  # a batch is in its sink
+    h.sink.lock.acquire()  # a batch is in its sink
 
     def finish_batch():
         order.append("batch done")
-        h._batch_lock.release()
+        h.sink.lock.release()
     timer = threading.Timer(0.3, finish_batch)
     h.query = type("Q", (), {"stop": lambda self: order.append("query stopped")})()
     timer.start()
@@ -67,4 +70,4 @@ def test_a_running_batch_finishes_its_sink_before_the_stop():
     timer.join()
     assert order == ["batch done", "query stopped"]
     with pytest.raises(SlotStopping):
-        h.on_batch(None, 8)
+        h.sink.on_batch(None, 8)

@@ -1,7 +1,7 @@
 """A slot's reported input rate is over the time between batches, not between triggers (a trigger
 may find nothing to run)."""
 
-from spark_apps.runtime.harness import _status_from_progress, trigger_started_ms, with_input_rate
+from spark_apps.runtime.progress import status_from_progress, trigger_started_ms, with_input_rate
 
 
 def progress(ts, rows, spark_rate):
@@ -13,7 +13,7 @@ def test_the_rate_is_rows_over_the_time_since_the_previous_batch_started():
     # 20,000 rows one second after the previous batch; Spark divided by the 200 ms since the last trigger.
     p = with_input_rate(progress("2026-11-25T01:43:01.000Z", 20_000, 100_000.0), previous)
     assert p["inputRowsPerSecond"] == 20_000.0
-    assert _status_from_progress(p)["input_rate"] == 20_000.0
+    assert status_from_progress(p)["input_rate"] == 20_000.0
 
 
 def test_without_a_previous_batch_or_rows_spark_s_figure_stays():
@@ -27,9 +27,9 @@ def test_without_a_previous_batch_or_rows_spark_s_figure_stays():
 def test_the_source_s_latest_offset_is_the_input_end_of_the_status_when_spark_reports_it():
     p = {**progress("2026-11-25T01:43:01.000Z", 500, 1.0),
          "sources": [{"endOffset": '{"0": 10, "1": 20}', "latestOffset": '{"0": 15, "1": 20}'}]}
-    st = _status_from_progress({**p, "stateOperators": [{"numRowsTotal": 7, "memoryUsedBytes": 4096,
+    st = status_from_progress({**p, "stateOperators": [{"numRowsTotal": 7, "memoryUsedBytes": 4096,
                                                           "customMetrics": {"rocksdbSstFileSize": 9000}}]})
     assert st["processed"] == {0: 10, 1: 20} and st["input_end"] == {0: 15, 1: 20}
     assert (st["state_rows"], st["state_bytes"], st["state_memory_bytes"]) == (7, 9000, 4096)
     # A simple (driver-side) reader reports none: the harness fills it in from the broker.
-    assert _status_from_progress({**p, "sources": [{"endOffset": {"0": 10}, "latestOffset": None}]})["input_end"] is None
+    assert status_from_progress({**p, "sources": [{"endOffset": {"0": 10}, "latestOffset": None}]})["input_end"] is None

@@ -8,21 +8,12 @@ import random
 import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
-from spark_apps.runtime.kafka_source import (
-    EARLIEST,
-    LATEST,
-    SCHEMA,
-    BatchPacer,
-    KafkaSource,
-    KafkaStreamReader,
-    offsets_from_json,
-    offsets_to_json,
-    parse_cap,
-    parse_options,
-    plan_end,
-    plan_partitions,
-    read_cap,
-    resolve_starting,
+from spark_apps.runtime.kafka_source import KafkaSource
+from spark_apps.runtime.kafka_stream_reader import KafkaStreamReader
+from spark_apps.runtime.source_columns import SCHEMA
+from spark_apps.runtime.source_options import EARLIEST, LATEST, parse_options
+from spark_apps.runtime.source_plan import (
+    BatchPacer, offsets_from_json, offsets_to_json, parse_cap, plan_end, plan_partitions, read_cap, resolve_starting,
     split_limit,
 )
 

@@ -2,14 +2,13 @@
 for the state alone (the noop sink, nothing copied into Python), and a role that comes while a
 standby's batch runs still gets every output it owes."""
 
-import threading
 from types import SimpleNamespace
 
 import pytest
 
 from baton.records import ControlRecord, Slot
-from spark_apps.runtime import harness as harness_mod
-from spark_apps.runtime.harness import Counters, Harness
+from spark_apps.runtime import batch_sink
+from spark_apps.runtime.batch_sink import RoleGatedSink
 
 END = {0: 120, 1: 80}
 START = {0: 100, 1: 60}
@@ -94,18 +93,14 @@ def control(active: Slot, epoch: int = 1) -> ControlRecord:
 def make(monkeypatch, tmp_path):
     spooled = [SimpleNamespace(key=None, value=b"{", reason="invalid JSON", partition=0, offset=o)
                for o in (101, 102)]  # two dead letters in the spool for the batch's range
-    monkeypatch.setattr(harness_mod, "read_offset_log", lambda _ck, b: END if b == 5 else START)
-    monkeypatch.setattr(harness_mod, "collect", lambda _spool, start, end: list(spooled))
-    monkeypatch.setattr(harness_mod, "purge", lambda _spool, end: None)
+    monkeypatch.setattr(batch_sink, "read_offset_log", lambda _ck, b: END if b == 5 else START)
+    monkeypatch.setattr(batch_sink, "collect", lambda _spool, start, end: list(spooled))
+    monkeypatch.setattr(batch_sink, "purge", lambda _spool, end: None)
 
     def build(follower, emitter):
-        h = Harness.__new__(Harness)
-        h._batch_lock, h._stopping, h._refused_batch = threading.Lock(), False, False
-        h.slot, h.follower, h.emitter, h.counters = Slot.GREEN, follower, emitter, Counters()
-        h.paths = SimpleNamespace(checkpoint=tmp_path, spool=tmp_path)
-        h.app = SimpleNamespace(input=SimpleNamespace(topic="clicks"))
-        h.emitted_keys = SimpleNamespace(note=lambda *a: None)
-        return h
+        return RoleGatedSink(SimpleNamespace(input=SimpleNamespace(topic="clicks")), Slot.GREEN,
+                             SimpleNamespace(checkpoint=tmp_path, spool=tmp_path), follower, emitter,
+                             SimpleNamespace(note=lambda *a: None), mark=lambda phase: None)
     return build
 
 

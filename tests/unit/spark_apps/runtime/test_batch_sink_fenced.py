@@ -6,12 +6,12 @@ from types import SimpleNamespace
 import pytest
 
 from baton.records import ControlRecord, Slot
-from spark_apps.runtime.harness import Harness
+from spark_apps.runtime.batch_sink import RoleGatedSink
 from spark_apps.runtime.kafka_sink import WriterFenced
 
 
-def harness_seeing(*epochs: int):
-    """A harness whose follower reports these epochs, one per look (the last one from then on)."""
+def sink_seeing(*epochs: int):
+    """A sink whose follower reports these epochs, one per look (the last one from then on)."""
     released, seen = [], list(epochs)
 
     def snapshot():
@@ -24,22 +24,22 @@ def harness_seeing(*epochs: int):
 
 
 def test_a_failed_commit_after_a_newer_epoch_began_is_a_fence():
-    h, released = harness_seeing(3)
+    h, released = sink_seeing(3)
     with pytest.raises(WriterFenced, match="after epoch 3 began"):
-        Harness.fenced_meanwhile(h, 2, RuntimeError("_TIMED_OUT"))
+        RoleGatedSink.fenced_meanwhile(h, 2, RuntimeError("_TIMED_OUT"))
     assert released == [True]
 
 
 def test_a_newer_epoch_the_follower_reads_only_after_the_failed_commit_is_a_fence():
     """The taker fences before it writes the control record, and a slot woken from a stall reads on
     from where its follower stopped: the new epoch comes a few looks later."""
-    h, released = harness_seeing(2, 2, 2, 3)
+    h, released = sink_seeing(2, 2, 2, 3)
     with pytest.raises(WriterFenced, match="after epoch 3 began"):
-        Harness.fenced_meanwhile(h, 2, RuntimeError("_TIMED_OUT"), wait_s=5)
+        RoleGatedSink.fenced_meanwhile(h, 2, RuntimeError("_TIMED_OUT"), wait_s=5)
     assert released == [True]
 
 
 def test_a_failed_commit_at_the_same_epoch_is_left_to_fail():
-    h, released = harness_seeing(2)
-    assert Harness.fenced_meanwhile(h, 2, RuntimeError("_TIMED_OUT"), wait_s=0.3) is None  # the caller re-raises it
+    h, released = sink_seeing(2)
+    assert RoleGatedSink.fenced_meanwhile(h, 2, RuntimeError("_TIMED_OUT"), wait_s=0.3) is None  # the caller re-raises it
     assert released == []

@@ -2,7 +2,7 @@
 
 import json
 
-from spark_apps.runtime.harness import batch_ending_at
+from baton.checkpoints import batch_ending_at
 
 
 def checkpoint(tmp_path, ends, committed):

@@ -1,0 +1,115 @@
+"""The streaming frame a slot's query runs: the Baton source reading the app's input, the app's
+stateful transform, and the dead letters (spark_apps.runtime.harness runs it)."""
+
+from __future__ import annotations
+
+import importlib
+import json
+from pathlib import Path
+from types import ModuleType
+
+from baton.apps import AppDefinition
+from spark_apps.runtime.decode import INVALID_PREFIX, NOT_AN_OBJECT, supported
+
+KIND_OUTPUT, KIND_DEAD = "o", "d"
+CORRUPT = "_baton_corrupt"  # from_json's corrupt-record column (the path where Spark parses events)
+# The query's trigger ticks this often; the app's trigger_ms paces its batches in the source
+# (source_plan.BatchPacer), where a moved cap starts a batch on the next tick instead of at the
+# next multiple of trigger_ms (a handoff's critical path crossed two such waits).
+TRIGGER_TICK_MS = 100
+# Inside the checkpoint (a copy of it carries it): the id of the input topic its positions belong to.
+IDENTITY_FILE = "baton-input.json"
+
+
+def app_transform(mod: ModuleType, app: AppDefinition, events):
+    """The app module's transform; an app with a state TTL gets it (transform(events, ttl))."""
+    return mod.transform(events) if app.state.ttl is None else mod.transform(events, ttl=app.state.ttl)
+
+
+def build_frame(spark, app: AppDefinition, bootstrap: str, starting_offsets: str, cap_file: Path, spool: Path,
+                min_batch_interval_ms: int = 0, identity_file: Path | None = None,
+                batch_times_file: Path | None = None):
+    """The streaming frame the sink sees. `cap_file` bounds how far the source reads
+    (spark_apps.runtime.follower); `min_batch_interval_ms`, when above the tick, paces the batches in
+    the source (the query then runs on TRIGGER_TICK_MS). The app's on_data_loss says what a restart does
+    when its checkpoint's positions are not in the input any more (input_check.py); `identity_file`
+    (inside the checkpoint) records which topic they belong to.
+
+    When every field of the app's VALUE_SCHEMA is of a type the source decodes (decode.TYPES), the
+    source decodes the events and the frame is the app's output, (key, value); the dead letters go
+    to `spool` (dead_letters.py). Otherwise Spark parses them (from_json) and the frame is the output
+    unioned with the dead letters, by `kind` (the input is then scanned twice: once a branch)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import DataType
+
+    from spark_apps.runtime.kafka_source import KafkaSource
+
+    # Imported here, inside run()'s error handling: an app module that fails to import is reported
+    # as FAILED with the error in the status topic like any other bad app code.
+    mod: ModuleType = importlib.import_module(app.module)
+    spark.dataSource.register(KafkaSource)
+    reader = (spark.readStream.format("baton-kafka")
+              .option("bootstrap.servers", bootstrap)
+              .option("topic", app.input.topic)
+              .option("startingOffsets", starting_offsets)
+              .option("maxRecordsPerTrigger", str(app.max_records_per_trigger))
+              .option("capFile", str(cap_file))
+              .option("onDataLoss", app.on_data_loss)
+              .option("readOn", "driver"))
+    if identity_file is not None:
+        reader = reader.option("identityFile", str(identity_file))
+    if batch_times_file is not None:
+        reader = reader.option("batchTimesFile", str(batch_times_file))
+    if min_batch_interval_ms > TRIGGER_TICK_MS:
+        reader = reader.option("minBatchIntervalMs", str(min_batch_interval_ms))
+    fields = decodable_fields(mod.VALUE_SCHEMA)
+    if fields is not None:
+        events = (reader.option("valueFields", json.dumps(fields))
+                  .option("requiredFields", json.dumps(list(mod.REQUIRED)))
+                  .option("deadLetterDir", str(spool)).load())
+        return app_transform(mod, app, events).select(F.col("key").cast("binary").alias("key"),
+                                            F.col("value").cast("binary").alias("value"))
+    raw = reader.load()
+    # A value that is not JSON parses to a row of nulls; Spark's corrupt-record column tells it apart.
+    names = [f.name for f in DataType.fromDDL(mod.VALUE_SCHEMA).fields]
+    parsed = raw.select(
+        "key", "value", "partition", "offset",
+        F.from_json(F.col("value").cast("string"), f"{mod.VALUE_SCHEMA}, {CORRUPT} STRING",
+                    {"columnNameOfCorruptRecord": CORRUPT}).alias("e"),
+    )
+    missing = [F.when(F.col(f"e.{f}").isNull(), F.lit(f)) for f in mod.REQUIRED]
+    reason = F.when(F.col("e").isNull() | F.col(f"e.{CORRUPT}").isNotNull(), F.lit(NOT_AN_OBJECT)).otherwise(
+        F.concat_ws(", ", *missing))
+    parsed = parsed.withColumn("reason", reason)
+    # Parse each event once per branch. Without a barrier the optimizer pushes the `reason` filter
+    # below this projection and inlines from_json into it: 4 parses per event per branch (measured
+    # in the physical plan; JSON parsing was 58% of the JVM's CPU). A nondeterministic column that
+    # both filters reference keeps the filters above the parse.
+    parsed = parsed.withColumn("_barrier", F.spark_partition_id())
+    good = parsed.where((F.col("reason") == "") & (F.col("_barrier") >= 0)).select(*[F.col(f"e.{n}") for n in names])
+    out = app_transform(mod, app, good).select(
+        F.lit(KIND_OUTPUT).alias("kind"),
+        F.col("key").cast("binary").alias("key"), F.col("value").cast("binary").alias("value"),
+        F.lit(None).cast("string").alias("reason"),
+        F.lit(None).cast("int").alias("src_partition"), F.lit(None).cast("long").alias("src_offset"),
+    )
+    dead = parsed.where((F.col("reason") != "") & (F.col("_barrier") >= 0)).select(
+        F.lit(KIND_DEAD).alias("kind"), F.col("key").cast("binary").alias("key"),
+        F.col("value").cast("binary").alias("value"),
+        F.when(F.col("reason") == NOT_AN_OBJECT, F.col("reason"))
+         .otherwise(F.concat(F.lit(INVALID_PREFIX), F.col("reason"))).alias("reason"),
+        F.col("partition").cast("int").alias("src_partition"), F.col("offset").cast("long").alias("src_offset"),
+    )
+    return out.unionByName(dead)
+
+
+def decodable_fields(ddl: str) -> list[tuple[str, str]] | None:
+    """[(name, type)] of a VALUE_SCHEMA the source can decode itself, else None (Spark's DDL parser
+    says what the types are, so both paths read the schema alike)."""
+    from pyspark.sql.types import DataType, StructType
+
+    schema = DataType.fromDDL(ddl)
+    if not isinstance(schema, StructType):
+        return None
+    fields = [(f.name, f.dataType.simpleString()) for f in schema.fields]
+    return fields if supported(fields) else None
