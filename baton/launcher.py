@@ -69,6 +69,7 @@ import psutil
 
 from baton.apps import AppDefinition, definition_path, load_app
 from baton.driver_wrapper import HOLD_ARG, HOLD_TIMEOUT_ARG, LAUNCH_ID_ENV
+from baton.kafka.client_config import CLIENT_CONFIG_ENV
 from baton.local.procs import tail
 from baton.records import Slot
 from baton.settings import REPO_ROOT
@@ -118,6 +119,9 @@ class LaunchSpec:
     master: str = "local[2]"
     conf: Mapping[str, str] = field(default_factory=dict)
     starting_offsets: str = "earliest"
+    # The file of the Kafka security settings the slot's clients use (baton.kafka.client_config): its
+    # path goes to the slot's environment, its content nowhere else. "": the environment's own.
+    client_config_file: str = ""
 
     def __post_init__(self) -> None:
         try:
@@ -170,6 +174,7 @@ class SlotProcess:
     pid: int | None = None
     create_time: float | None = None
     recorded_at: float | None = None
+    client_config_file: str = ""  # LaunchSpec.client_config_file
 
     def to_json(self) -> str:
         return json.dumps({"v": RECORD_VERSION, **asdict(self), "slot": self.slot.value}, indent=1)
@@ -386,7 +391,7 @@ class Launcher:
             app=app.name, slot=spec.slot, generation=spec.generation, version=app.version,
             definition=str(spec.definition_path), master=spec.master, launch_id=uuid.uuid4().hex,
             argv=argv, log_path=str(slot_dir / "driver.log"), exit_file=str(slot_dir / "driver.exit.json"),
-            host=self.host, launched_at=time.time(),
+            host=self.host, launched_at=time.time(), client_config_file=spec.client_config_file,
         )
 
     @staticmethod
@@ -410,6 +415,8 @@ class Launcher:
             "BATON_SPARK_MASTER": rec.master,
             LAUNCH_ID_ENV: rec.launch_id,
         }
+        if rec.client_config_file:
+            env[CLIENT_CONFIG_ENV] = rec.client_config_file
         if executors_on_this_host(rec.master):
             env["PYSPARK_PYTHON"] = self.python  # else the environment's (e.g. the cluster image's python3)
         slot_dir = Path(rec.log_path).parent

@@ -17,13 +17,27 @@ KAFKA_CONN_TYPE = "baton_kafka"
 SPARK_CONN_TYPE = "baton_spark"
 
 _KAFKA_BEHAVIOUR = {
-    "hidden-fields": ["schema", "port", "login", "password"],
-    "relabeling": {"host": "Bootstrap servers"},
+    "hidden-fields": ["schema", "port"],
+    "relabeling": {"host": "Bootstrap servers", "login": "SASL username", "password": "SASL password"},
     "placeholders": {
         "host": "kafka-1:9092,kafka-2:9092",
-        "extra": '{"client.id": "baton-airflow"}  (TLS/SASL settings: the file BATON_KAFKA_CLIENT_CONFIG names)',
+        "login": "(SASL only)",
+        "extra": '{"client.id": "baton-airflow"}',
     },
 }
+# The Kafka form's own fields, stored in the connection's extra under these names (librdkafka's, with
+# "_" for "."): baton_airflow.hooks.kafka builds the cluster's KafkaSecurity from them.
+_KAFKA_FIELDS = {
+    "security_protocol": {"label": "Security protocol", "schema": {
+        "type": ["string", "null"], "enum": ["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL", None]}},
+    "sasl_mechanism": {"label": "SASL mechanism", "schema": {
+        "type": ["string", "null"], "enum": ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER", None]}},
+    "ssl_ca_location": {"label": "CA certificate (path)", "schema": {"type": ["string", "null"]}},
+    "ssl_certificate_location": {"label": "Client certificate (path)", "schema": {"type": ["string", "null"]}},
+    "ssl_key_location": {"label": "Client key (path)", "schema": {"type": ["string", "null"]}},
+    "ssl_key_password": {"label": "Client key password", "schema": {"type": ["string", "null"], "format": "password"}},
+}
+KAFKA_FORM_FIELDS = tuple(_KAFKA_FIELDS)
 _SPARK_BEHAVIOUR = {
     "hidden-fields": ["schema", "login", "password"],
     "relabeling": {"host": "Spark master host (spark://...)", "port": "Spark master port"},
@@ -54,7 +68,7 @@ def get_provider_info() -> dict[str, Any]:
             "baton_airflow.triggers.status", "baton_airflow.triggers.upgrade", "baton_airflow.triggers.cutover"]}],
         "connection-types": [
             {"connection-type": KAFKA_CONN_TYPE, "hook-class-name": "baton_airflow.hooks.kafka.BatonKafkaHook",
-             "hook-name": "Baton Kafka", "ui-field-behaviour": _KAFKA_BEHAVIOUR},
+             "hook-name": "Baton Kafka", "ui-field-behaviour": _KAFKA_BEHAVIOUR, "conn-fields": _KAFKA_FIELDS},
             {"connection-type": SPARK_CONN_TYPE, "hook-class-name": "baton_airflow.hooks.spark.BatonSparkHook",
              "hook-name": "Baton Spark", "ui-field-behaviour": _SPARK_BEHAVIOUR},
         ],

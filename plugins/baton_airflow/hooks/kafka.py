@@ -4,24 +4,33 @@ Bootstrap precedence (one, stated): hook argument > Airflow Connection `baton_ka
 "Bootstrap servers" in the form, else its extra's "bootstrap.servers") > BATON_KAFKA_BOOTSTRAP
 environment > baton.settings default. The extra may carry client tuning (client.id, socket.*).
 
-Security settings (TLS, SASL) are not the connection's: every Kafka client Baton creates, the slots'
-and the triggers' included, reads them from the file BATON_KAFKA_CLIENT_CONFIG names
-(baton.kafka.client_config), so that they reach processes that never see a connection and never
-pass through a command line or a trigger's serialized arguments. A connection that carries them
-is refused with that said, rather than half used.
+Security (TLS, SASL): the connection's form (security protocol, SASL mechanism, login and password
+as the SASL username and password, CA and client certificate, client key and its password; or the
+same as librdkafka keys in the extra) gives one KafkaSecurity for the cluster. The hook registers it
+for the cluster's bootstrap in its process, so every client made there (control log, status, admin,
+tail reads) uses it, and writes it to a private file under the state directory whose path goes to
+the slots the Spark hook starts (their environment) and to the triggers the sensors defer to. A
+connection without security settings leaves the file BATON_KAFKA_CLIENT_CONFIG names in charge
+(baton.kafka.client_config). Secrets never reach a command line, a trigger's arguments or a log.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from airflow.sdk import BaseHook
 
 from baton.kafka.admin import TopicSpec, ensure_topics
-from baton.kafka.client_config import ALLOWED_PREFIXES, CLIENT_CONFIG_ENV, kafka_config
+from baton.kafka.client_config import ALLOWED_PREFIXES, KafkaSecurity, kafka_config, register
 from baton.kafka.tail import end_offsets
 from baton.settings import Settings
-from baton_airflow.provider_info import KAFKA_CONN_TYPE, ui_field_behaviour
+from baton_airflow.provider_info import KAFKA_CONN_TYPE, KAFKA_FORM_FIELDS, ui_field_behaviour
+
+
+def security_dir() -> Path:
+    """Where the connections' security files go (readable by this user alone)."""
+    return Settings.load().state_dir / "kafka-client"
 
 
 class BatonKafkaHook(BaseHook):
@@ -40,26 +49,45 @@ class BatonKafkaHook(BaseHook):
         self.kafka_conn_id = kafka_conn_id
         self._bootstrap_arg = bootstrap_servers
 
-    def client_config(self) -> dict[str, Any]:
-        """librdkafka settings: the security file's, the connection's extra, the bootstrap resolved by
-        precedence."""
-        extra: dict[str, Any] = {}
-        host = None
+    def _connection(self):
         try:
-            conn = self.get_connection(self.kafka_conn_id)
-            extra, host = dict(conn.extra_dejson), (getattr(conn, "host", None) or "").strip() or None
+            return self.get_connection(self.kafka_conn_id)
         except Exception as exc:  # a missing connection falls back to the environment default
             if "isn't defined" not in str(exc) and "not found" not in str(exc).lower():
                 raise
+            return None
+
+    def connection_settings(self) -> tuple[str, KafkaSecurity, dict[str, Any]]:
+        """(bootstrap, the cluster's security settings, client tuning) from the connection, checked."""
+        conn = self._connection()
+        extra: dict[str, Any] = dict(conn.extra_dejson) if conn is not None else {}
+        host = (getattr(conn, "host", None) or "").strip() or None
         from_extra = extra.pop("bootstrap.servers", None)
         bootstrap = self._bootstrap_arg or host or from_extra or Settings.load().kafka_bootstrap
-        security = sorted(k for k in extra if k.startswith(ALLOWED_PREFIXES) and not k.startswith(("client.", "socket.")))
+        form = {}
+        for name in KAFKA_FORM_FIELDS:  # the form's fields (older UIs prefix them)
+            value = extra.pop(name, None) or extra.pop(f"extra__{KAFKA_CONN_TYPE}__{name}", None)
+            if value not in (None, ""):
+                form[name.replace("_", ".")] = value
+        security: dict[str, Any] = {k: extra.pop(k) for k in list(extra)  # librdkafka's keys in the extra
+                                    if k.startswith(ALLOWED_PREFIXES) and not k.startswith(("client.", "socket."))}
+        security.update(form)
+        if conn is not None and getattr(conn, "login", None):
+            security["sasl.username"] = conn.login
+        if conn is not None and getattr(conn, "password", None):
+            security["sasl.password"] = conn.password
+        try:
+            return bootstrap, KafkaSecurity.from_settings(security), extra
+        except ValueError as exc:
+            raise ValueError(f"connection {self.kafka_conn_id}: {exc}") from None
+
+    def client_config(self) -> dict[str, Any]:
+        """librdkafka settings: the cluster's security (the connection's, registered for its bootstrap in
+        this process; else the environment's file), the connection's tuning, the bootstrap."""
+        bootstrap, security, tuning = self.connection_settings()
         if security:
-            raise ValueError(
-                f"connection {self.kafka_conn_id}: {', '.join(security)} belong in the file {CLIENT_CONFIG_ENV} names "
-                f"(a JSON object of librdkafka settings, readable by Airflow's processes and the slots they start), "
-                f"not in the connection: the slots and triggers never see a connection")
-        return kafka_config(bootstrap, extra)
+            register(bootstrap, security)
+        return kafka_config(bootstrap, tuning)
 
     def test_connection(self) -> tuple[bool, str]:
         """Airflow's connection test: the cluster answers a metadata request with these settings."""

@@ -19,9 +19,11 @@ from typing import Any, Mapping
 from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowNotFoundException
 
+from baton.kafka.client_config import registered_file
 from baton.launcher import ExitInfo, Launcher, LaunchSpec, SlotProcess, StopResult, backend_of
 from baton.records import Slot
 from baton.settings import Settings
+from baton_airflow.hooks.kafka import security_dir
 from baton_airflow.provider_info import SPARK_CONN_TYPE, ui_field_behaviour
 
 
@@ -83,9 +85,12 @@ class BatonSparkHook(BaseHook):
     def spec(self, app: str, slot: Slot | str, bootstrap: str, generation: int = 0,
              conf: Mapping[str, str] | None = None, starting_offsets: str = "earliest") -> LaunchSpec:
         master, conn_conf = self.settings()
+        # The cluster's security settings, when a Kafka connection registered them here (BatonKafkaHook):
+        # the slot gets the path of their private file in its environment, never the settings themselves.
+        security = registered_file(bootstrap, security_dir())
         return LaunchSpec(app=app, slot=Slot(slot), generation=generation, bootstrap=bootstrap,
                           state_dir=self.state_dir, master=master, conf={**conn_conf, **(conf or {})},
-                          starting_offsets=starting_offsets)
+                          starting_offsets=starting_offsets, client_config_file=str(security) if security else "")
 
     def ensure_started(self, app: str, slot: Slot | str, bootstrap: str, generation: int = 0,
                        conf: Mapping[str, str] | None = None, starting_offsets: str = "earliest") -> SlotProcess:

@@ -16,6 +16,7 @@ from typing import Any, AsyncIterator, ClassVar
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from baton.conditions import Check
+from baton.kafka.client_config import registered_file, use_file
 from baton.records import Positions
 
 # How often a waiting trigger logs where its condition stands (the task's log shows a trigger's lines).
@@ -60,11 +61,15 @@ class SlotWaitTrigger(BaseTrigger):
     kind: ClassVar[str] = "wait"
 
     def __init__(self, *, app: str, slot: str, bootstrap: str, timeout_s: float = 600.0, poll_s: float = 2.0,
-                 deadline_ts: float | None = None):
+                 deadline_ts: float | None = None, client_config_file: str | None = None):
         super().__init__()
         self.app, self.slot, self.bootstrap = app, slot, bootstrap
         self.timeout_s, self.poll_s = float(timeout_s), float(poll_s)
         self.deadline_ts = float(deadline_ts) if deadline_ts is not None else time.time() + self.timeout_s
+        # The cluster's security settings travel as the path of their private file (registered by the
+        # Kafka hook in the deferring task's process), never as values: the trigger's arguments are
+        # stored in Airflow's database and shown in its UI.
+        self.client_config_file = client_config_file if client_config_file is not None else security_file(bootstrap)
 
     def args(self) -> dict[str, Any]:
         """This wait's own arguments, as plain values."""
@@ -73,13 +78,15 @@ class SlotWaitTrigger(BaseTrigger):
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (f"{type(self).__module__}.{type(self).__qualname__}",
                 dict(app=self.app, slot=self.slot, bootstrap=self.bootstrap, timeout_s=self.timeout_s,
-                     poll_s=self.poll_s, deadline_ts=self.deadline_ts, **self.args()))
+                     poll_s=self.poll_s, deadline_ts=self.deadline_ts, client_config_file=self.client_config_file,
+                     **self.args()))
 
     def check(self) -> Check:
         """One blocking poll (runs in a thread)."""
         raise NotImplementedError
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
+        use_file(self.bootstrap, self.client_config_file or None)  # this cluster's clients in the triggerer
         what = f"{self.app}/{self.slot} {self.kind}"
         last_error = ""
         logged_at = time.monotonic()
@@ -104,6 +111,14 @@ class SlotWaitTrigger(BaseTrigger):
                                     "message": f"{what}: not met within {self.timeout_s:.0f}s{extra}"})
                 return
             await asyncio.sleep(self.poll_s)
+
+
+def security_file(bootstrap: str) -> str:
+    """The path of the security settings registered for `bootstrap` in this process ("" if none)."""
+    from baton_airflow.hooks.kafka import security_dir
+
+    path = registered_file(bootstrap, security_dir())
+    return str(path) if path else ""
 
 
 def run_writer(writer: str | None) -> str:

@@ -28,6 +28,8 @@ for m in modules:
     importlib.import_module(m)
 print(json.dumps({"version": info.version if info else None,
                   "types": {t.connection_type: t.hook_name for t in HookMetaService.hook_meta_data()},
+                  "kafka_fields": sorted(next(t.extra_fields or {} for t in HookMetaService.hook_meta_data()
+                                              if t.connection_type == "baton_kafka")),
                   "modules": modules, "from": importlib.import_module("baton_airflow").__file__}))
 """
 
@@ -57,5 +59,8 @@ def test_the_wheel_in_a_fresh_airflow_venv_is_a_provider_with_its_connection_typ
     found = json.loads(out.strip().splitlines()[-1])
     assert found["version"] == "0.1.0"
     assert found["types"]["baton_kafka"] == "Baton Kafka" and found["types"]["baton_spark"] == "Baton Spark"
+    # The connection form's own fields: TLS and SASL beside login and password (baton_airflow.hooks.kafka)
+    assert {"security_protocol", "sasl_mechanism", "ssl_ca_location", "ssl_key_password"} <= {
+        f.rsplit("__", 1)[-1] for f in found["kafka_fields"]}, found["kafka_fields"]
     assert "baton_airflow.operators.upgrade" in found["modules"] and "baton_airflow.triggers.status" in found["modules"]
     assert found["from"].startswith(str(venv)), found["from"]

@@ -39,5 +39,6 @@ def test_every_declared_module_imports_and_each_connection_type_is_its_hooks():
 def test_the_hooks_form_behaviour_is_the_declared_one():
     kafka = BatonKafkaHook.get_ui_field_behaviour()
     assert kafka == ui_field_behaviour("baton_kafka")
-    assert kafka["relabeling"] == {"host": "Bootstrap servers"} and "password" in kafka["hidden_fields"]
+    assert kafka["relabeling"] == {"host": "Bootstrap servers", "login": "SASL username", "password": "SASL password"}
+    assert "password" not in kafka["hidden_fields"] and "port" in kafka["hidden_fields"]
     assert BatonSparkHook.get_ui_field_behaviour()["placeholders"]["port"] == "7077"

@@ -64,3 +64,56 @@ def test_secrets_are_masked_for_a_log():
                       "sasl.username": "u", "bootstrap.servers": "b:9093"})
     assert shown == {"sasl.password": "***", "ssl.key.password": "***", "sasl.oauthbearer.client.secret": "***",
                      "sasl.username": "u", "bootstrap.servers": "b:9093"}
+
+
+# -- a cluster's settings from a connection (KafkaSecurity), registered for its bootstrap
+
+
+@pytest.fixture
+def registry(monkeypatch):
+    from baton.kafka import client_config
+
+    monkeypatch.delenv(CLIENT_CONFIG_ENV, raising=False)
+    monkeypatch.setattr(client_config, "_registered", {})
+    return client_config
+
+
+def test_a_clusters_security_is_typed_round_trips_and_hides_its_secrets():
+    from baton.kafka.client_config import KafkaSecurity
+
+    raw = {"security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN", "sasl.username": "u", "sasl.password": "pw1",
+           "ssl.key.password": "pw2", "ssl.endpoint.identification.algorithm": "none"}
+    security = KafkaSecurity.from_settings(raw)
+    assert security.settings() == raw and security.sasl_username == "u"
+    assert "pw1" not in repr(security) and "pw2" not in repr(security)
+    assert not KafkaSecurity() and KafkaSecurity(security_protocol="SSL")
+    with pytest.raises(ClientConfigError, match="'isolation.level' is not a connection setting"):
+        KafkaSecurity.from_settings({"isolation.level": "read_uncommitted"})
+    with pytest.raises(ClientConfigError, match="security protocol 'TLS' is not one of"):
+        KafkaSecurity(security_protocol="TLS")
+
+
+def test_registered_settings_apply_to_their_bootstrap_before_the_environments_file(tmp_path, monkeypatch, registry):
+    from baton.kafka.client_config import KafkaSecurity
+
+    monkeypatch.setenv(CLIENT_CONFIG_ENV, write(tmp_path, {"security.protocol": "SSL"}))
+    registry.register("k1:9093", KafkaSecurity(security_protocol="SASL_SSL", sasl_mechanism="PLAIN"))
+    assert kafka_config("k1:9093")["security.protocol"] == "SASL_SSL"
+    assert kafka_config("k2:9093")["security.protocol"] == "SSL"  # another cluster: the file's
+    registry.forget("k1:9093")
+    assert kafka_config("k1:9093")["security.protocol"] == "SSL"
+
+
+def test_the_private_file_is_the_owners_alone_and_named_by_what_it_holds(tmp_path, registry):
+    from baton.kafka.client_config import KafkaSecurity, write_security_file
+
+    security = KafkaSecurity(security_protocol="SASL_SSL", sasl_password="pw1")
+    path = write_security_file(security, tmp_path / "kafka-client")
+    assert oct(path.stat().st_mode & 0o777) == "0o600" and oct(path.parent.stat().st_mode & 0o777) == "0o700"
+    assert "pw1" not in path.name and write_security_file(security, tmp_path / "kafka-client") == path
+    assert write_security_file(KafkaSecurity(security_protocol="SSL"), tmp_path / "kafka-client") != path
+    assert registry.registered_file("k1:9093", tmp_path) is None
+    registry.register("k1:9093", security)
+    assert registry.registered_file("k1:9093", tmp_path / "kafka-client") == path
+    registry.use_file("k2:9093", path)  # a triggerer's: the path it was given
+    assert kafka_config("k2:9093")["sasl.password"] == "pw1"
