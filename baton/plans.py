@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
-from typing import Any, Mapping, TypeVar, Union
+from typing import Any, ClassVar, Mapping, TypeVar, Union
 
 from baton.records import Positions, Slot
 
@@ -59,6 +59,9 @@ def _plain(value: Any) -> Any:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Plan:
+    # field -> the names an earlier Baton wrote it under (read when the field's own is absent)
+    aliases: ClassVar[dict[str, tuple[str, ...]]] = {}
+
     def to_xcom(self) -> dict[str, Any]:
         return {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)}
 
@@ -73,6 +76,8 @@ class Plan:
                             "did that step succeed?")
         hints = typing.get_type_hints(cls)
         values, missing = {}, []
+        raw = {field: raw[old] for field, olds in cls.aliases.items() for old in olds
+               if field not in raw and old in raw} | dict(raw)
         for f in dataclasses.fields(cls):
             if f.name not in raw:
                 if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
@@ -96,6 +101,8 @@ class HandoffPlan(Plan):
     epoch: int
     from_slot: Slot
     to: Slot
+
+    aliases: ClassVar[dict[str, tuple[str, ...]]] = {"from_slot": ("from",)}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

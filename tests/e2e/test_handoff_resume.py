@@ -173,7 +173,7 @@ def test_a_cutover_whose_tasks_are_killed_mid_step_converges_exactly_once(stack)
     assert tis["abort"]["state"] == "skipped"
     # The retried fence reused the fence it had set: the plan the cutover used is that fence.
     plan = client.xcom(DAG, run_id, "fence")
-    assert plan == {"fence": {str(p): o for p, o in fenced.fence.items()}, "epoch": 1, "from": "blue", "to": "green"}
+    assert plan == {"fence": {str(p): o for p, o in fenced.fence.items()}, "epoch": 1, "from_slot": "blue", "to": "green"}
 
     # The control record's history since the trigger: the fence set once and held until the one cutover
     # write, which lifted it and bumped the epoch once.

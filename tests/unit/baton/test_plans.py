@@ -70,3 +70,9 @@ def test_a_rollback_takes_either_runs_plan_as_the_version_change_they_share():
 def test_a_flag_rendered_as_text_is_read_as_what_it_says(raw, expected):
     xcom = {**EVERY_PLAN[7].to_xcom(), "discards_reprocess": raw}
     assert ConfirmPlan.of(xcom).discards_reprocess is expected
+
+
+def test_a_field_an_earlier_baton_wrote_under_another_name_is_still_read():
+    """A run fenced before an upgrade of Baton resumes after it: its XCom says "from"."""
+    plan = HandoffPlan.of({"fence": {"0": 1}, "epoch": 2, "from": "blue", "to": "green"})
+    assert plan.from_slot is Slot.BLUE and "from" not in plan.to_xcom()
