@@ -75,7 +75,7 @@ class FenceOperator(_HandoffOperator):
         if (done := finished(rec, run)) is not None:  # this run cut over already (a re-run): its plan again
             self.log.info("%s: this run's handoff to %s at %s is done (epoch %s)", app.name, done.to.value,
                           done.fence, rec.epoch)
-            return plan_of(done)
+            return plan_of(done).to_xcom()
         standby = other(rec.active)
         for slot in (rec.active, standby):
             spec = rec.slots.get(slot)
