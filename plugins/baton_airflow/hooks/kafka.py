@@ -22,10 +22,23 @@ from typing import Any, Iterable, Sequence
 from airflow.sdk import BaseHook
 
 from baton.kafka.admin import TopicSpec, ensure_topics
-from baton.kafka.client_config import ALLOWED_PREFIXES, KafkaSecurity, kafka_config, register
+from baton.kafka.client_config import ALLOWED_PREFIXES, SECRET_KEYS, KafkaSecurity, kafka_config, register
 from baton.kafka.tail import end_offsets
 from baton.settings import Settings
 from baton_airflow.provider_info import KAFKA_CONN_TYPE, KAFKA_FORM_FIELDS, ui_field_behaviour
+
+
+def mask_secrets(settings: dict[str, Any]) -> None:
+    """Tell Airflow's log masker every secret value of these settings, whatever its key is called in
+    the connection (Airflow masks the password field and extra keys named like a secret; a key
+    password given as a librdkafka key in the extra would otherwise rely on its name)."""
+    try:
+        from airflow.sdk.log import mask_secret
+    except ImportError:  # Airflow 3.0's place for it
+        from airflow.sdk.execution_time.secrets_masker import mask_secret
+    for key, value in settings.items():
+        if value and (key in SECRET_KEYS or "password" in key or "secret" in key):
+            mask_secret(str(value), key)
 
 
 def security_dir() -> Path:
@@ -76,6 +89,7 @@ class BatonKafkaHook(BaseHook):
             security["sasl.username"] = conn.login
         if conn is not None and getattr(conn, "password", None):
             security["sasl.password"] = conn.password
+        mask_secrets(security)
         try:
             return bootstrap, KafkaSecurity.from_settings(security), extra
         except ValueError as exc:

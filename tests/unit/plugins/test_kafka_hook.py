@@ -101,3 +101,13 @@ def test_a_wrong_security_setting_names_the_connection_and_no_secret(monkeypatch
     with pytest.raises(ValueError, match=f"connection baton_kafka: {says}") as err:
         hook.client_config()
     assert SECRET not in str(err.value)
+
+
+def test_the_connections_secrets_are_masked_in_task_logs(monkeypatch):
+    from airflow.sdk._shared.secrets_masker import redact
+
+    hook = hook_with(monkeypatch, {"security_protocol": "SASL_SSL", "sasl_mechanism": "PLAIN",
+                                   "ssl.key.password": KEY_SECRET}, host="k1:9093", login="baton", password=SECRET)
+    hook.connection_settings()
+    line = f"connecting with {SECRET} and {KEY_SECRET} as baton"
+    assert redact(line) == "connecting with *** and *** as baton"
