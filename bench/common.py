@@ -346,9 +346,10 @@ class CpuMeter:
         while not self._stop.wait(self.interval_s):
             self._sample()
 
-    def _busy(self) -> float:
+    def _busy(self) -> tuple[float, float]:
+        """(CPU seconds this machine's processes ran, seconds the hypervisor gave to other guests)."""
         t = self._psutil.cpu_times()
-        return t.user + t.nice + t.system + getattr(t, "irq", 0) + getattr(t, "softirq", 0) + getattr(t, "steal", 0)
+        return t.user + t.nice + t.system + getattr(t, "irq", 0) + getattr(t, "softirq", 0), getattr(t, "steal", 0.0)
 
     def start(self) -> None:
         self.started = time.monotonic()
@@ -358,15 +359,18 @@ class CpuMeter:
         self._thread.start()
 
     def stop(self) -> dict:
-        """{"window_s", "cores_used", "machine_busy_cores", "other_processes_cores",
-        "by_role": {role: {"cpu_s", "cores"}}} (roles biggest first)."""
+        """{"window_s", "cores_used", "machine_busy_cores", "other_processes_cores", "steal_cores",
+        "by_role": {role: {"cpu_s", "cores"}}} (roles biggest first). steal_cores: what the
+        hypervisor ran elsewhere while this VM wanted the CPU; on a noisy host it is what makes a
+        run slow without any process of this machine using more."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(5)
         self._sample()
         self.stopped = time.monotonic()
         window = max(self.stopped - self.started, 1e-9)
-        busy = (self._busy() - self._busy0) / window
+        (busy_s, steal_s), (busy0, steal0) = self._busy(), self._busy0
+        busy, steal = (busy_s - busy0) / window, (steal_s - steal0) / window
         by: dict[str, float] = {}
         for pid, (role, cpu) in self._last.items():
             by[role] = by.get(role, 0.0) + max(0.0, cpu - self._base.get(pid, 0.0))
@@ -375,7 +379,8 @@ class CpuMeter:
         ours = sum(by.values()) / window
         # Busy cores machine-wide, and what of it was not this benchmark (other load skews a run).
         return {"window_s": round(window, 1), "cores_used": round(ours, 3), "machine_busy_cores": round(busy, 3),
-                "other_processes_cores": round(max(0.0, busy - ours), 3), "by_role": roles}
+                "other_processes_cores": round(max(0.0, busy - ours), 3), "steal_cores": round(steal, 3),
+                "by_role": roles}
 
 
 # --- results ------------------------------------------------------------------------------------
