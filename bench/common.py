@@ -8,6 +8,7 @@ context exits, on success, on an error or on Ctrl-C/SIGTERM alike.
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -406,7 +407,21 @@ def machine() -> dict:
     import platform
 
     return {"cores": os.cpu_count(), "python": platform.python_version(), "host": platform.node(),
-            "load_avg_at_start": [round(x, 2) for x in os.getloadavg()]}
+            "load_avg_at_start": [round(x, 2) for x in os.getloadavg()], "calibration_ms": calibration_ms()}
+
+
+def calibration_ms() -> float:
+    """How fast this host's CPU is right now: the best of 3 runs of a fixed loop of 2M additions, in ms.
+    A shared host's speed changes by phases (~3x between its fast and slow ones, and a hypervisor does
+    not always report it as steal); a figure beside each result says which phase it was taken in."""
+    best = math.inf
+    for _ in range(3):
+        t0 = time.perf_counter()
+        total = 0
+        for i in range(2_000_000):
+            total += i
+        best = min(best, time.perf_counter() - t0)
+    return round(best * 1000, 1)
 
 
 def stop_run(b: "Bench", watch: "StatusWatch", producer, slot: str = "blue") -> None:
