@@ -1,5 +1,5 @@
 """The Baton page in the Airflow UI: a FastAPI app under the API server (`/baton/`), registered with
-an entry in the navigation by plugins/baton_ui_plugin.py.
+an entry in the navigation by baton_airflow.ui.plugin (the package's airflow.plugins entry point).
 
 Airflow does not authenticate a plugin's routes: every route here requires an Airflow user, through
 the API server's own dependency (a session cookie from the UI's login, or a bearer token from

@@ -2,7 +2,8 @@
 `airflow` extra into a fresh venv holding only Airflow 3 (core and task SDK, at the lock's versions),
 is found by Airflow's providers manager through the `apache_airflow_provider` entry point. Its
 connection types (baton_kafka, baton_spark) are in the list the API serves for the connection
-form, and every operator, sensor, hook and trigger module it declares imports there."""
+form, every operator, sensor, hook and trigger module it declares imports there, and the Baton page
+(an AirflowPlugin) is loaded from the package's entry point with nothing in the plugins folder."""
 
 import json
 import shutil
@@ -19,6 +20,7 @@ UV = Path(sys.executable).with_name("uv")
 
 PROBE = """
 import importlib, json
+from airflow import plugins_manager
 from airflow.providers_manager import ProvidersManager
 from airflow.api_fastapi.core_api.services.ui.connections import HookMetaService
 info = ProvidersManager().providers.get("baton")
@@ -30,7 +32,11 @@ print(json.dumps({"version": info.version if info else None,
                   "types": {t.connection_type: t.hook_name for t in HookMetaService.hook_meta_data()},
                   "kafka_fields": sorted(next(t.extra_fields or {} for t in HookMetaService.hook_meta_data()
                                               if t.connection_type == "baton_kafka")),
-                  "modules": modules, "from": importlib.import_module("baton_airflow").__file__}))
+                  "modules": modules, "from": importlib.import_module("baton_airflow").__file__,
+                  "plugins": {p["name"]: {"apps": [a["url_prefix"] for a in p.get("fastapi_apps") or []],
+                                          "views": [v["href"] for v in p.get("external_views") or []]}
+                              for p in plugins_manager.get_plugin_info()},
+                  "plugin_errors": plugins_manager.get_import_errors()}))
 """
 
 
@@ -64,3 +70,6 @@ def test_the_wheel_in_a_fresh_airflow_venv_is_a_provider_with_its_connection_typ
         f.rsplit("__", 1)[-1] for f in found["kafka_fields"]}, found["kafka_fields"]
     assert "baton_airflow.operators.upgrade" in found["modules"] and "baton_airflow.triggers.status" in found["modules"]
     assert found["from"].startswith(str(venv)), found["from"]
+    # The Baton page: its app under /baton and its navigation entry, from the wheel alone.
+    assert found["plugins"].get("baton") == {"apps": ["/baton"], "views": ["baton/"]}, found["plugins"]
+    assert found["plugin_errors"] == {}, found["plugin_errors"]

@@ -4,8 +4,8 @@ user (Airflow does not authenticate plugin apps; the plugin must)."""
 import pytest
 from fastapi.testclient import TestClient
 
-import baton_ui_plugin
 from baton_airflow.ui import baton_page
+from baton_airflow.ui.plugin import BatonPagePlugin
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -17,7 +17,7 @@ def auth_manager():
 
 
 def test_the_plugin_mounts_its_app_and_adds_the_page_to_the_navigation():
-    plugin = baton_ui_plugin.BatonPagePlugin
+    plugin = BatonPagePlugin
     assert plugin.fastapi_apps == [{"app": baton_page.app, "url_prefix": "/baton", "name": "Baton"}]
     view = plugin.external_views[0]
     assert (view["href"], view["url_route"], view["destination"]) == ("baton/", "baton", "nav")

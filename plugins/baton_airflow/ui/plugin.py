@@ -1,5 +1,7 @@
 """The Airflow plugin of the Baton page: its FastAPI app under /baton and its entry in the navigation
-(baton_airflow.ui.baton_page). The one file under plugins/ that Airflow loads as a plugin (.airflowignore)."""
+(baton_airflow.ui.baton_page). Registered through the package's `airflow.plugins` entry point, so an
+Airflow deployment that installs Baton gets the page with its operators, with nothing to copy into its
+plugins folder."""
 
 from airflow.plugins_manager import AirflowPlugin
 
