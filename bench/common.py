@@ -412,8 +412,8 @@ def machine() -> dict:
 
 def calibration_ms() -> float:
     """How fast this host's CPU is right now: the best of 3 runs of a fixed loop of 2M additions, in ms.
-    A shared host's speed changes by phases (~3x between its fast and slow ones, and a hypervisor does
-    not always report it as steal); a figure beside each result says which phase it was taken in."""
+    A shared host's speed changes by phases (97 ms in a fast moment, 150-207 ms in a slow phase here, and
+    a hypervisor does not always report it as steal); a figure beside each result says which phase it was taken in."""
     best = math.inf
     for _ in range(3):
         t0 = time.perf_counter()

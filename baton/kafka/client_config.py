@@ -198,6 +198,11 @@ def registered_file(bootstrap: str, directory: str | os.PathLike[str]) -> Path |
     return write_security_file(KafkaSecurity.from_settings(registered), directory) if registered else None
 
 
+def is_secret(key: str) -> bool:
+    """Whether a setting's value is a secret: librdkafka's secret keys, or any key naming a password or secret."""
+    return key in SECRET_KEYS or "password" in key or "secret" in key
+
+
 def redacted(config: Mapping[str, Any]) -> dict[str, Any]:
     """`config` fit for a log: secret values masked."""
-    return {k: (MASK if k in SECRET_KEYS or "password" in k or "secret" in k else v) for k, v in config.items()}
+    return {k: (MASK if is_secret(k) else v) for k, v in config.items()}

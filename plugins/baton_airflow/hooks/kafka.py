@@ -22,7 +22,7 @@ from typing import Any, Iterable, Sequence
 from airflow.sdk import BaseHook
 
 from baton.kafka.admin import TopicSpec, ensure_topics
-from baton.kafka.client_config import ALLOWED_PREFIXES, SECRET_KEYS, KafkaSecurity, kafka_config, register
+from baton.kafka.client_config import ALLOWED_PREFIXES, KafkaSecurity, is_secret, kafka_config, register
 from baton.kafka.tail import end_offsets
 from baton.settings import Settings
 from baton_airflow.provider_info import KAFKA_CONN_TYPE, KAFKA_FORM_FIELDS, ui_field_behaviour
@@ -37,7 +37,7 @@ def mask_secrets(settings: dict[str, Any]) -> None:
     except ImportError:  # Airflow 3.0's place for it
         from airflow.sdk.execution_time.secrets_masker import mask_secret
     for key, value in settings.items():
-        if value and (key in SECRET_KEYS or "password" in key or "secret" in key):
+        if value and is_secret(key):
             mask_secret(str(value), key)
 
 
