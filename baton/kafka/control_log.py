@@ -29,6 +29,7 @@ import os
 import threading
 import time
 import uuid
+from collections import OrderedDict
 from typing import Iterable
 
 from baton.records import ControlRecord, RecordError
@@ -223,6 +224,15 @@ class ControlWriter:
             + f" ({err.name()})"
         ) from exc
 
+    def close(self) -> None:
+        """Let go of the clients (after a write in progress, if any); a later write makes new ones."""
+        with self._lock:
+            producer, consumer, self._producer, self._consumer = self._producer, self._consumer, None, None
+        if consumer is not None:
+            consumer.close()
+        if producer is not None:
+            producer.close()  # nothing is in flight: writes hold the lock until committed or aborted
+
     def _read(self, topic: str, held_s: float | None = None) -> list[ControlRecord]:
         if self._consumer is None:
             self._consumer = _consumer(self.bootstrap)
@@ -349,7 +359,10 @@ def read_records(consumer, topic: str, app: str, timeout_s: float = WRITE_TIMEOU
 # coordinator (tens of ms; seconds on a cluster's first use), a warm write only its read, commit and
 # read-back. Keyed by app, not topic: a transactional.id fences across topics, so two writers of one app
 # in a process (two control topics, in tests) would otherwise fence each other on every write.
-_writers: dict[tuple[str, str], ControlWriter] = {}
+# At most CACHED_WRITERS, the least recently used closed beyond: each holds two clients (threads,
+# connections), and a long-lived process (the triggerer, a test session) writes for many apps.
+CACHED_WRITERS = 16
+_writers: OrderedDict[tuple[str, str], ControlWriter] = OrderedDict()
 _writers_lock = threading.Lock()
 # A forked child must not use its parent's clients (librdkafka's threads do not survive fork), nor
 # destroy them while it runs: they are kept here, unused.
@@ -357,11 +370,27 @@ _inherited: list[ControlWriter] = []
 
 
 def _writer(bootstrap: str, app: str) -> ControlWriter:
+    evicted = []
     with _writers_lock:
         w = _writers.get((bootstrap, app))
         if w is None:
             w = _writers[(bootstrap, app)] = ControlWriter(bootstrap, app)
-        return w
+        _writers.move_to_end((bootstrap, app))
+        while len(_writers) > CACHED_WRITERS:
+            evicted.append(_writers.popitem(last=False)[1])
+    for old in evicted:  # outside the cache's lock: a write of that app may be finishing
+        old.close()
+    return w
+
+
+def close_writers(bootstrap: str | None = None) -> None:
+    """Close this process's cached control writers (of `bootstrap`, or all): before the broker they
+    talk to goes away for good, so their clients do not retry it for the rest of the process."""
+    with _writers_lock:
+        keys = [k for k in _writers if bootstrap is None or k[0] == bootstrap]
+        closing = [_writers.pop(k) for k in keys]
+    for w in closing:
+        w.close()
 
 
 def _forget_writers_after_fork() -> None:

@@ -16,7 +16,7 @@ from confluent_kafka.admin import AdminClient
 
 from baton.kafka.admin import delete_topics
 from baton.kafka.client_config import CLIENT_CONFIG_ENV
-from baton.kafka.control_log import read_control, write_control
+from baton.kafka.control_log import close_writers, read_control, write_control
 from baton.local.broker import Broker
 from baton.local.procs import free_port
 from baton.records import ControlRecord, Slot, SlotSpec, SlotState
@@ -39,6 +39,7 @@ def tls_cluster(tmp_path, monkeypatch):
     try:
         yield f"127.0.0.1:{tls_port}", pki, terminator
     finally:
+        close_writers(f"127.0.0.1:{tls_port}")
         broker.stop()
         terminator.stop()
 
