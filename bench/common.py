@@ -29,7 +29,7 @@ if str(REPO) not in sys.path:
 
 from baton.apps import AppDefinition, load_definition  # noqa: E402
 from baton.kafka.admin import TopicSpec, ensure_topics  # noqa: E402
-from baton.kafka.control_log import write_control  # noqa: E402
+from baton.kafka.control_log import close_writers, write_control  # noqa: E402
 from baton.local.broker import Broker  # noqa: E402
 from baton.local.procs import free_port, stop_group  # noqa: E402
 from baton.records import ControlRecord, Slot, SlotSpec, SlotState, StatusRecord  # noqa: E402
@@ -120,6 +120,7 @@ def bench(prefix: str, keep: Path | None = None) -> Iterator[Bench]:
             yield Bench(tmpd, broker, procs)
         finally:
             procs.stop_all()
+            close_writers(broker.bootstrap)  # else their clients retry the stopped broker until exit
             broker.stop()
             signal.signal(signal.SIGTERM, previous)
 
