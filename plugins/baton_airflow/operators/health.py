@@ -20,6 +20,7 @@ from airflow.sdk import BaseOperator
 
 from baton.alerts import Alert, alerts_of, due
 from baton.apps import AppDefinition, load_registry, version_path
+from baton.control_plane import SlotMoved
 from baton.handoff import HandoffError, fail_over, other, stale_fence, without_fence
 from baton.local.procs import tail
 from baton.health import (Finding, HealthPolicy, RestartAction, Severity, SlotHealth, Verdict, assess, decide_restart,
@@ -241,9 +242,21 @@ class HealthCheckOperator(BaseOperator):
         spec = record.slots.get(slot)
         if spec is None or spec.desired not in (SlotState.STARTING, SlotState.RUNNING):
             return ""
+        try:
+            return self.repair(app, slot, spec, health, control, spark)
+        except SlotMoved as exc:
+            # A step of another run (an upgrade's abort putting the standby back, a lifecycle start)
+            # moved the slot after this check read the record: the slot is that step's to finish.
+            # Seen in the e2e test: a restart from the record read before an abort's put-back stopped the
+            # put-back's launch and started the refused version again.
+            return f"left alone: {exc}"
+
+    def repair(self, app: AppDefinition, slot: Slot, spec, health: SlotHealth, control: BatonControlHook,
+               spark: BatonSparkHook) -> str:
+        """act_on's moves, each only if the slot's spec is still `spec` (SlotMoved otherwise)."""
         plane = control.plane()
         if health.verdict is Verdict.HEALTHY and spec.desired is SlotState.STARTING:
-            plane.move_slot(app.name, slot, SlotState.RUNNING, reason="")  # a restart came up
+            plane.move_slot(app.name, slot, SlotState.RUNNING, reason="", if_unchanged=spec)  # a restart came up
             return "running again"
         if health.verdict is not Verdict.DEAD:
             return ""
@@ -254,12 +267,12 @@ class HealthCheckOperator(BaseOperator):
             return f"dead ({health.reason}); {decision.reason}"
         if decision.action is RestartAction.GIVE_UP:
             # Intent first: the harness stops on FAILED by itself if it is somehow still alive.
-            plane.move_slot(app.name, slot, SlotState.FAILED, reason=decision.reason)
+            plane.move_slot(app.name, slot, SlotState.FAILED, reason=decision.reason, if_unchanged=spec)
             spark.stop(app.name, slot, grace_s=30)
             return f"{FAILED_PREFIX}{decision.reason}"
         restarts = tuple(prune_restarts(spec.restarts, now_ms, policy)) + (now_ms,)
         plane.move_slot(app.name, slot, SlotState.STARTING, reason=f"restarted: {health.reason}",
-                        restarts=restarts, started_ms=now_ms)
+                        restarts=restarts, started_ms=now_ms, if_unchanged=spec)
         spark.stop(app.name, slot, grace_s=10)  # whatever is left of the dead launch (a hung driver)
         # The version the slot runs (a rolling upgrade may have moved it off the registry's).
         proc = spark.ensure_started(str(version_path(app.name, spec.version)), slot, control.bootstrap,

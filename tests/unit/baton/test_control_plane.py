@@ -5,7 +5,7 @@ import dataclasses
 
 import pytest
 
-from baton.control_plane import ControlPlane, StaleEpoch
+from baton.control_plane import ControlPlane, SlotMoved, StaleEpoch
 from baton.lifecycle import IllegalTransition
 from baton.records import Slot, SlotState
 from tests.support.fakes import MemoryControlStore
@@ -82,3 +82,19 @@ def test_a_restart_keeps_the_start_time_of_the_launch_it_records(plane):
     from baton.records import ControlRecord
 
     assert ControlRecord.from_bytes(rec.to_bytes()) == rec
+
+
+def test_a_move_conditioned_on_the_spec_read_is_refused_once_another_step_moved_the_slot(plane):
+    read = plane.move_slot("app", Slot.GREEN, SlotState.STARTING, version="v3").slots[Slot.GREEN]
+    # Another run's step (an abort putting the standby back on v1) moves the slot after it was read.
+    plane.move_slot("app", Slot.GREEN, SlotState.STOPPING, reason="put back")
+    plane.move_slot("app", Slot.GREEN, SlotState.STOPPED, reason="put back")
+    put_back = plane.move_slot("app", Slot.GREEN, SlotState.STARTING, version="v1", reason="put back")
+
+    with pytest.raises(SlotMoved, match="app/green is starting on v1"):
+        plane.move_slot("app", Slot.GREEN, SlotState.STARTING, reason="restarted", restarts=(5,), if_unchanged=read)
+    assert plane.current("app") == put_back
+
+    moved = plane.move_slot("app", Slot.GREEN, SlotState.STARTING, reason="restarted", restarts=(5,),
+                            if_unchanged=put_back.slots[Slot.GREEN])  # unchanged since read: done
+    assert moved.slots[Slot.GREEN].restarts == (5,) and moved.slots[Slot.GREEN].version == "v1"

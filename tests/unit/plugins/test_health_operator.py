@@ -225,3 +225,31 @@ def test_a_stopped_record_older_than_the_running_launch_is_the_previous_launch_s
     # The record is newer than the launch (the launch itself stopped), or the launch is gone: dead.
     assert check(APP, Slot.BLUE, spec, dead, Relaunched(99.5), 103_000, policy) is dead
     assert check(APP, Slot.BLUE, spec, dead, Relaunched(100.2, alive=False), 103_000, policy) is dead
+
+
+def test_a_dead_slot_moved_by_another_run_since_the_check_read_it_is_left_alone():
+    """The e2e race: the check read green STARTING on v3 (the upgrade's standby, refused at its first
+    batch), then the upgrade's abort put green back on v1 and launched it; a restart from the record
+    read would stop that launch and start v3 again."""
+    control = running_app()
+    plane = control.plane()
+    read = plane.move_slot("crashy", Slot.GREEN, SlotState.STARTING, version="v3")
+    plane.move_slot("crashy", Slot.GREEN, SlotState.STOPPING, reason="put back on v1")
+    plane.move_slot("crashy", Slot.GREEN, SlotState.STOPPED, reason="put back on v1")
+    put_back = plane.move_slot("crashy", Slot.GREEN, SlotState.STARTING, version="v1", reason="put back on v1")
+    started, stopped = [], []
+    spark = SimpleNamespace(stop=lambda app, slot, grace_s: stopped.append(slot),
+                            ensure_started=lambda *a, **k: started.append(a), launcher=lambda: None)
+    dead = SlotHealth("crashy", Slot.GREEN, Verdict.DEAD, last=status(SlotState.FAILED, 2_000, "schema refused"))
+    from pathlib import Path
+
+    from baton.apps import load_definition
+
+    definition = load_definition(Path(__file__).parents[3] / "include" / "apps" / "click_counts.yaml")
+    app = dataclasses.replace(definition, name="crashy")
+
+    action = HealthCheckOperator(task_id="check").act_on(app, Slot.GREEN, dead, read, control, spark)
+
+    assert action.startswith("left alone: crashy/green is starting on v1")
+    assert started == [] and stopped == []
+    assert plane.current("crashy") == put_back
