@@ -20,7 +20,7 @@ import enum
 from typing import Sequence
 
 from baton.conditions import WAIT, Check
-from baton.records import CommitMarker, ControlRecord, Positions, SlotState, StateDigest, StatusRecord
+from baton.records import CommitMarker, ControlRecord, Positions, Role, SlotState, StateDigest, StatusRecord
 
 
 class Policy(str, enum.Enum):
@@ -147,6 +147,33 @@ CORRECTION_GRACE_S = 60.0
 SLOW_STRIKES = 3
 SLOW_FACTOR = 3
 CATCHING_UP = 1.2
+
+
+# The settle's batch-time limit follows the old active: the settle asks whether the new version is
+# slower than the one it replaced, and a rollback to a version just as slow helps nobody (the health DAG
+# reports a breach of the SLA either way). Seen in the product-path bench on a host 4.7x slower than its
+# usual (a fixed loop's calibration 462 ms against 97): the old active's batches took ~9.4 s, the new
+# active's first batch of 9.6 s failed a 2 s limit, and the rollback went back to a version as slow.
+# The limit is the old active's p90 over its last BASELINE_BATCHES batches with input as the active
+# before the cutover, never below the budget; fewer than BASELINE_MIN_BATCHES of them: the budget. A
+# limit the user gave in the DAG's form is taken as given.
+BASELINE_BATCHES = 20
+BASELINE_MIN_BATCHES = 5
+
+
+def settle_batch_limit(old_active: Sequence[StatusRecord], before_ms: int, budget_ms: int) -> tuple[int, str]:
+    """The settle's batch-time limit and why: `budget_ms`, or the old active's recent batch time when that
+    was longer (its status records `old_active`, in order; the cutover at `before_ms`)."""
+    times = [r.batch_ms for r in old_active
+             if r.role is Role.ACTIVE and r.batch_id >= 0 and r.input_rows > 0 and r.ts_ms < before_ms]
+    recent = sorted(times[-BASELINE_BATCHES:])
+    if len(recent) < BASELINE_MIN_BATCHES:
+        return budget_ms, f"the budget ({len(recent)} batches of the old active to compare with)"
+    p90 = recent[min(len(recent) - 1, int(0.9 * len(recent)))]
+    if p90 <= budget_ms:
+        return budget_ms, f"the budget (the old active's p90 was {p90} ms)"
+    return p90, (f"the old active's p90 over its last {len(recent)} batches before the cutover, "
+                 f"above the budget of {budget_ms} ms (a busy host slows both versions)")
 
 
 def too_slow(batches: Sequence[StatusRecord], max_batch_ms: int, arrival_per_s: float | None = None) -> str | None:

@@ -60,7 +60,8 @@ with DAG(
         "settle_s": Param(30, type="integer", minimum=0, maximum=3600,
                           description="the new active must keep the SLA this long, else roll back"),
         "max_batch_ms": Param(0, type="integer", minimum=0,
-                              description="settle: slowest batch allowed (0: the app's batch_ms_budget)"),
+                              description="settle: slowest batch allowed (0: the app's batch_ms_budget, or the old "
+                                          "active's recent batch time when that was longer)"),
     },
     render_template_as_native_obj=True,
 ):

@@ -13,7 +13,7 @@ from airflow.sdk.exceptions import AirflowFailException
 from baton.apps import load_app
 from baton.kafka.control_log import read_control
 from baton.plans import Cutover, SlotRestart, StateCheckPlan
-from baton.upgrade import CORRECTION_GRACE_S
+from baton.upgrade import CORRECTION_GRACE_S, settle_batch_limit
 from baton_airflow.hooks.kafka import BatonKafkaHook
 from baton_airflow.triggers.base import SlotWaitTrigger, met_or_raise
 from baton_airflow.triggers.status import PositionReachedTrigger, SlotHealthyTrigger, SlotRunningTrigger, WarmUpTrigger
@@ -197,7 +197,8 @@ class StatesAgreeSensor(_SlotSensor):
 
 class SettleSensor(_SlotSensor):
     """The new active keeps the SLA for `settle_s` after the cutover: alive, every batch within
-    `max_batch_ms` (0: the app's batch budget), output flowing, lag within the app's budget at the end.
+    `max_batch_ms` (0: the app's batch budget, or the old active's recent batch time if that was longer:
+    baton.upgrade.settle_batch_limit), output flowing, lag within the app's budget at the end.
     Fails at the first breach (a rollback follows). `cutover` is the CutoverOperator's XCom. `correct`:
     the cutover asked for corrected output, which must be in (baton.upgrade.settle_check)."""
 
@@ -217,7 +218,15 @@ class SettleSensor(_SlotSensor):
         super().execute(context)
 
     def trigger_args(self, context: Any) -> dict[str, Any]:
+        from baton_airflow.hooks.control import read_slot_status
+
         app = load_app(self.app)
         cutover = Cutover.of(self.cutover)
+        limit, why = int(self.max_batch_ms), "as asked"
+        if not limit:  # the default: the budget, or the old version's own pace when that was slower
+            old_active = read_slot_status(BatonKafkaHook(self.kafka_conn_id).bootstrap, app.name,
+                                          cutover.active.other.value)
+            limit, why = settle_batch_limit(old_active, cutover.at_ms, app.batch_ms_budget)
+        self.log.info("%s settle: batch-time limit %d ms, %s", app.name, limit, why)
         return dict(since_ms=cutover.at_ms, epoch=cutover.epoch, fence=cutover.fence, settle_s=float(self.settle_s),
-                    max_batch_ms=int(self.max_batch_ms) or app.batch_ms_budget, correct=bool(self.correct), poll_s=1.0)
+                    max_batch_ms=limit, correct=bool(self.correct), poll_s=1.0)

@@ -9,7 +9,7 @@ from baton.control_plane import ControlPlane
 from baton.records import CommitMarker, Role, Slot, SlotState, StateDigest, StatusRecord
 from baton.upgrade import (
     CORRECTION_GRACE_S, Policy, ask_state_check, compare, missed_state_check, move_state_check,
-    restore_check, settle_check, states_agree,
+    restore_check, settle_batch_limit, settle_check, states_agree, too_slow,
 )
 from tests.support.fakes import MemoryControlStore
 
@@ -199,3 +199,40 @@ def test_a_passed_check_position_is_moved_only_while_it_is_the_one_asked_for():
     missed = [status(d=digest("missed", batch=-1, position={0: 50, 1: 50}))]
     assert "standby slot read past" in missed_state_check([], missed, {0: 50, 1: 50})
     assert missed_state_check([], missed, {0: 90, 1: 90}) is None
+
+
+def active_batches(times_ms, start_ts=1_000, role=Role.ACTIVE, rows=5_000):
+    return [dataclasses.replace(status(batch=i, ts=start_ts + i * 1_000, batch_ms=ms), role=role, input_rows=rows)
+            for i, ms in enumerate(times_ms)]
+
+
+def test_the_settle_limit_is_the_budget_while_the_old_active_kept_it():
+    limit, why = settle_batch_limit(active_batches([900, 1_100, 1_000, 1_300, 950, 1_050]), 100_000, 2_000)
+    assert limit == 2_000 and "the budget" in why and "1300 ms" in why
+
+
+def test_the_settle_limit_follows_an_old_active_slowed_by_a_busy_host():
+    """The product-path bench on a host 4.7x slower: the old active's batches took ~9.4 s; the new
+    version, as slow, is no regression and must not be rolled back for it; one much slower still is."""
+    old = active_batches([9_100, 9_400, 9_350, 8_900, 9_600, 9_200, 9_450, 9_300, 9_000, 9_500])
+    limit, why = settle_batch_limit(old, 100_000, 2_000)
+    assert limit == 9_600 and "old active's p90" in why
+    assert too_slow(active_batches([9_570, 9_400, 9_800], start_ts=200_000), limit) is None
+    assert too_slow(active_batches([9_570, 9_400, 9_800], start_ts=200_000), 2_000) is not None  # the budget alone
+    assert "took 30000 ms" in too_slow(active_batches([30_000], start_ts=200_000), limit)
+    assert too_slow(active_batches([12_000, 11_000, 13_000], start_ts=200_000), limit) is not None
+
+
+def test_the_settle_limit_counts_only_the_old_active_s_own_batches_before_the_cutover():
+    slow = [20_000] * 10
+    as_standby = active_batches(slow, role=Role.STANDBY)  # a standby's catch-up is not the active's pace
+    assert settle_batch_limit(as_standby, 100_000, 2_000)[0] == 2_000
+    after = active_batches(slow, start_ts=100_000)  # after the cutover: not the baseline
+    assert settle_batch_limit(after, 100_000, 2_000)[0] == 2_000
+    idle = active_batches(slow, rows=0)  # batches without input
+    assert settle_batch_limit(idle, 100_000, 2_000)[0] == 2_000
+    few = active_batches([20_000] * 4)
+    limit, why = settle_batch_limit(few, 100_000, 2_000)
+    assert limit == 2_000 and "4 batches" in why
+    recent = active_batches([20_000] * 30 + [1_000] * 20)  # only its last 20 batches count
+    assert settle_batch_limit(recent, 100_000, 2_000)[0] == 2_000
