@@ -383,11 +383,11 @@ def _writer(bootstrap: str, app: str) -> ControlWriter:
     return w
 
 
-def close_writers(bootstrap: str | None = None) -> None:
-    """Close this process's cached control writers (of `bootstrap`, or all): before the broker they
-    talk to goes away for good, so their clients do not retry it for the rest of the process."""
+def close_writers(bootstrap: str) -> None:
+    """Close this process's cached control writers of `bootstrap`: before that broker goes away for
+    good, so their clients do not retry it for the rest of the process."""
     with _writers_lock:
-        keys = [k for k in _writers if bootstrap is None or k[0] == bootstrap]
+        keys = [k for k in _writers if k[0] == bootstrap]
         closing = [_writers.pop(k) for k in keys]
     for w in closing:
         w.close()

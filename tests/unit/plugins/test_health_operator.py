@@ -2,8 +2,10 @@
 driver published its error and exited (a race seen in the e2e test), and when it died silently."""
 
 import dataclasses
+from pathlib import Path
 from types import SimpleNamespace
 
+from baton.apps import load_definition
 from baton.health import SlotHealth, Verdict
 from baton.records import Role, Slot, SlotSpec, SlotState, StatusRecord
 from baton_airflow.operators.health import HealthCheckOperator
@@ -241,10 +243,6 @@ def test_a_dead_slot_moved_by_another_run_since_the_check_read_it_is_left_alone(
     spark = SimpleNamespace(stop=lambda app, slot, grace_s: stopped.append(slot),
                             ensure_started=lambda *a, **k: started.append(a), launcher=lambda: None)
     dead = SlotHealth("crashy", Slot.GREEN, Verdict.DEAD, last=status(SlotState.FAILED, 2_000, "schema refused"))
-    from pathlib import Path
-
-    from baton.apps import load_definition
-
     definition = load_definition(Path(__file__).parents[3] / "include" / "apps" / "click_counts.yaml")
     app = dataclasses.replace(definition, name="crashy")
 
