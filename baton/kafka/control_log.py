@@ -20,20 +20,27 @@ applied state. A fenced commit raises WriteConflict: re-read, decide again.
 Tansu (the embedded broker) shows records of an aborted transaction that reached it to read_committed
 readers. The record is held in the client until the commit, so only a writer fenced inside its commit
 leaks one; the next writer then reads it as applied (the revision rule keeps readers agreeing), and
-the fenced writer's read-back tells it so.
+the fenced writer's read-back tells it so. Tansu can also leave such a commit's transaction open with
+no coordinator state behind it (two writers of one app fencing each other in a burst, as the mapped
+stop of both slots does): initialising the transactional.id again does not end it, so a held-back
+write ends it with an abort of its own (end_open_transactions).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
 import uuid
+import warnings
 from collections import OrderedDict
 from typing import Iterable
 
 from baton.records import ControlRecord, RecordError
 from baton.kafka.client_config import kafka_config
+
+log = logging.getLogger(__name__)
 
 # A control transaction is open for the few milliseconds of its commit. Kept short: an open
 # transaction holds back every read_committed reader of the topic (all apps), and Apache Kafka aborts
@@ -156,28 +163,16 @@ class ControlWriter:
         if record.app != self.app:
             raise ValueError(f"the control writer of {self.app!r} cannot write a record of {record.app!r}")
         with self._lock:
-            p = self._init()
+            self._init()
             # Why this compare-and-set holds though the producer may have been initialised long before
             # (cached): our commit below succeeds only if no other writer of the app initialised after
             # our init, and every writer initialised before it had its transaction decided (committed
             # or aborted) by our init. So if our commit succeeds, every other record of the app it
             # follows was committed before our init, hence before this read, which goes to the end
-            # (past open transactions: read_records) and so saw it.
-            try:
-                applied = apply_records(None, self._read(topic, held_s=OPEN_TRANSACTION_WAIT_S))
-            except HeldBack:
-                # Held back longer than a commit takes by an open control transaction: maybe that of a
-                # writer of this app that died inside its commit (Tansu never aborts it, Apache Kafka
-                # after its timeout). Initialising again aborts it; another app's is waited for.
-                self._producer = None
-                p = self._init()
-                try:
-                    applied = apply_records(None, self._read(topic, held_s=OPEN_TRANSACTION_WAIT_S))
-                except HeldBack as held:
-                    # Still held: another app's writer died inside its commit. On Tansu nothing would ever
-                    # end its transaction, and every app's control writes and reads would wait on it.
-                    abort_open_transactions(self.bootstrap, topic, held.stable, held.end, but=self.app)
-                    applied = apply_records(None, self._read(topic))
+            # (past open transactions: _read_through; a read that initialises again reads again after) and
+            # so saw it.
+            applied = apply_records(None, self._read_through(topic))
+            p = self._producer  # initialised again if the read had to end an open transaction
             if not _follows(applied, record):
                 raise WriteConflict(
                     f"control write for {self.app} revision {record.revision} refused: applied revision is "
@@ -191,7 +186,7 @@ class ControlWriter:
                 return self._after_failed_commit(exc, record, topic)
             # Read back: readers applied it (another writer's next record may follow it already). Always
             # so on Apache Kafka once committed; kept against a broker that shows aborted records (Tansu).
-            if not _was_applied(record, self._read(topic)):
+            if not _was_applied(record, self._read_through(topic)):
                 raise WriteConflict(f"control write for {self.app} revision {record.revision} committed but not applied")
             return record
 
@@ -202,19 +197,19 @@ class ControlWriter:
             try:
                 self._producer.abort_transaction(COMMIT_TIMEOUT_S)
             except Exception:
-                self._producer = None  # the next write initialises again, which aborts it
+                self._drop_producer()  # the next write initialises again, which aborts it
                 raise
         elif _fenced(err):
             # Another writer initialised after us: our transaction is aborted, this producer is done.
-            self._producer = None
+            self._drop_producer()
         else:
             # Outcome unknown (e.g. timed out; Tansu answers a commit fenced after its record was sent
             # so): initialising again completes our transaction if its commit was recorded, else aborts it.
-            self._producer = None
+            self._drop_producer()
             self._init()
         # Applied anyway: committed after all, or sent before it was aborted and shown to readers
         # (Tansu), who all apply it. The caller is told what the readers see.
-        if _was_applied(record, self._read(topic)):
+        if _was_applied(record, self._read_through(topic)):
             return record
         if abortable:
             raise exc
@@ -224,6 +219,18 @@ class ControlWriter:
             + f" ({err.name()})"
         ) from exc
 
+    def _drop_producer(self) -> None:
+        """Let go of a producer that was fenced or is initialised again: its record purged (never sent
+        later), then closed in the background. Left to the garbage collector, one kept retrying its fenced
+        commit for as long as something referred to it (an exception's traceback): a burst of writers
+        fencing each other left dozens per process. Not closed inline: the close of one whose commit Tansu
+        answers by dropping the connection waits for that commit, for good."""
+        producer, self._producer = self._producer, None
+        if producer is not None:
+            producer.purge(blocking=False)
+            threading.Thread(target=_close_quietly, args=(producer,), name=f"close-control-{self.app}",
+                             daemon=True).start()
+
     def close(self) -> None:
         """Let go of the clients (after a write in progress, if any); a later write makes new ones."""
         with self._lock:
@@ -232,6 +239,29 @@ class ControlWriter:
             consumer.close()
         if producer is not None:
             producer.close()  # nothing is in flight: writes hold the lock until committed or aborted
+
+    def _read_through(self, topic: str) -> list[ControlRecord]:
+        """The app's records to the topic's end, past open control transactions (the producer may be
+        initialised again on the way; a read after the last initialisation is what is returned)."""
+        try:
+            return self._read(topic, held_s=OPEN_TRANSACTION_WAIT_S)
+        except HeldBack:
+            # Held back longer than a commit takes by an open control transaction: maybe that of a
+            # writer of this app that died inside its commit (Tansu never aborts it, Apache Kafka
+            # after its timeout). Initialising again aborts it; another app's is waited for.
+            self._drop_producer()
+            self._init()
+        try:
+            return self._read(topic, held_s=OPEN_TRANSACTION_WAIT_S)
+        except HeldBack as held:
+            # Still held: another app's writer died inside its commit, or (Tansu) a transaction of this
+            # app was left open with no coordinator state, which initialising does not end. On Tansu
+            # nothing else would ever end it, and every app's control writes and reads would wait on
+            # it. Ending it fences us too: initialise again after.
+            end_open_transactions(self.bootstrap, topic, held.stable, held.end)
+            self._drop_producer()
+            self._init()
+        return self._read(topic)
 
     def _read(self, topic: str, held_s: float | None = None) -> list[ControlRecord]:
         if self._consumer is None:
@@ -244,6 +274,18 @@ class ControlWriter:
             self._consumer.close()
             self._consumer = None
             raise
+
+
+# A dropped producer was fenced or is being replaced: that its close could not abort is expected. (A
+# filter for this message, set once: catch_warnings is not thread safe.)
+warnings.filterwarnings("ignore", message="Producer abort_transaction failed during close", category=RuntimeWarning)
+
+
+def _close_quietly(producer) -> None:
+    try:
+        producer.close()
+    except Exception as exc:  # noqa: BLE001 - a fenced client may refuse; it is dropped either way
+        log.debug("closing a dropped control producer: %s", exc)
 
 
 def _follows(applied: ControlRecord | None, record: ControlRecord) -> bool:
@@ -278,12 +320,19 @@ class HeldBack(TimeoutError):
         self.stable, self.end = stable, end
 
 
-def abort_open_transactions(bootstrap: str, topic: str, stable: int, end: int, but: str = "",
-                            timeout_s: float = WRITE_TIMEOUT_S) -> list[str]:
-    """End the control transactions open between `stable` and `end`: the apps whose records lie there
-    (read uncommitted) get their transactional.id initialised, which aborts an open transaction of a
-    writer that died inside its commit, and fences a live one (it re-reads and retries: WriteConflict).
-    Returns the apps. `but`: the caller's own app (initialised by the caller already)."""
+# The key of the record an ending abort writes (never an app's: app names have no dot). On Apache Kafka
+# it is aborted, so invisible; Tansu shows it to readers, who skip it as no app's record.
+ABORT_MARKER_KEY = b"baton.abort"
+
+
+def end_open_transactions(bootstrap: str, topic: str, stable: int, end: int,
+                          timeout_s: float = WRITE_TIMEOUT_S) -> list[str]:
+    """End the control transactions open between `stable` and `end`: for each app whose records lie
+    there (read uncommitted), its transactional.id is initialised (which aborts an open transaction of a
+    writer that died inside its commit, and fences a live one: it re-reads and retries, WriteConflict),
+    then a transaction of its own is aborted on the topic's partition. That abort's marker also ends a
+    transaction Tansu left open there without coordinator state (initialising alone does not).
+    Returns the apps."""
     from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
     c = Consumer(kafka_config(bootstrap, {"group.id": f"baton-control-{uuid.uuid4().hex[:8]}", "enable.auto.commit": False,
@@ -297,18 +346,24 @@ def abort_open_transactions(bootstrap: str, topic: str, stable: int, end: int, b
             for m in c.consume(10_000, 0.05):
                 if m.error() is None:
                     reached = m.offset() + 1
-                    if m.key():
+                    if m.key() and m.key() != ABORT_MARKER_KEY:
                         apps.add(m.key().decode(errors="replace"))
                 elif m.error().code() == KafkaError._PARTITION_EOF:
                     reached = max(reached, m.offset())
     finally:
         c.close()
-    for app in sorted(apps - {but}):
-        p = Producer(kafka_config(bootstrap, {"transactional.id": control_transactional_id(app)}))
-        p.list_topics(timeout=timeout_s)
-        p.init_transactions(timeout_s)
-        p.flush(1)
-    return sorted(apps - {but})
+    for app in sorted(apps):
+        p = Producer(kafka_config(bootstrap, {"transactional.id": control_transactional_id(app), "linger.ms": 0}))
+        try:
+            p.list_topics(timeout=timeout_s)
+            p.init_transactions(timeout_s)
+            p.begin_transaction()
+            p.produce(topic, b"", ABORT_MARKER_KEY)
+            p.flush(timeout_s)  # at the partition, so the abort writes its marker there
+            p.abort_transaction(timeout_s)
+        finally:
+            p.flush(1)
+    return sorted(apps)
 
 
 def read_records(consumer, topic: str, app: str, timeout_s: float = WRITE_TIMEOUT_S,

@@ -20,7 +20,7 @@ from baton.kafka.admin import TopicMismatch, TopicSpec, delete_topics, ensure_to
 from baton.kafka.control_log import (ControlWriter, WriteConflict, apply_records, control_transactional_id,
                                      decode_for_app, read_control, write_control)
 from baton.kafka.tail import read_tail
-from baton.records import ControlRecord, Slot
+from baton.records import ControlRecord, Slot, SlotState
 
 pytestmark = pytest.mark.integration
 ON_APACHE_KAFKA = bool(os.environ.get("BATON_TEST_KAFKA_BOOTSTRAP"))
@@ -318,6 +318,65 @@ def test_concurrent_control_planes_lose_no_update_and_commit_no_loser(bootstrap,
     assert len(of_app(app, log)) == 1 + total
     final = assert_chain(app, log)
     assert (final.revision, final.epoch) == (1 + total, 1 + total)  # no increment lost
+    assert read_control(bootstrap, app, topic) == final
+
+
+def test_both_slots_moved_at_once_never_stall_the_control_topic(bootstrap, topic):
+    """The mapped stop (or start) of both slots: two tasks, each its own writer of the app, each moving
+    its slot at the same time. Two writers of one app fencing each other in a burst can leave a commit's
+    transaction open on Tansu with no coordinator state behind it: initialising the transactional.id
+    again does not end it, and every read_committed reader of the topic (every app's) stopped before it
+    for good (in CI, every later lifecycle step timed out at 30 s). Every move lands, in seconds, and
+    the committed log is one unbroken chain."""
+    app = f"pair-{uuid.uuid4().hex[:6]}"
+    setup = ControlPlane(KafkaControlStore(bootstrap, topic), writer="setup")
+    for slot in Slot:
+        setup.move_slot(app, slot, SlotState.STARTING)
+        setup.move_slot(app, slot, SlotState.RUNNING)
+    before = read_control(bootstrap, app, topic)
+    cycle, rounds = [SlotState.STOPPING, SlotState.STOPPED, SlotState.STARTING, SlotState.RUNNING], 10
+
+    class Store(KafkaControlStore):
+        def __init__(self):
+            super().__init__(bootstrap, topic)
+            self.writer = ControlWriter(bootstrap, app)  # as in a task process of its own
+
+        def append(self, rec):
+            return self.writer.write(rec, topic)
+
+    errors: list[Exception] = []
+    slowest: dict[Slot, float] = {}
+
+    def move_through_cycles(slot: Slot) -> None:
+        plane = ControlPlane(Store(), writer=slot.value)
+        try:
+            for i in range(rounds * len(cycle)):
+                t0 = time.monotonic()
+                for _attempt in range(40):
+                    try:
+                        plane.move_slot(app, slot, cycle[i % len(cycle)], reason=f"move {i}")
+                        break
+                    except WriteConflict:
+                        continue
+                else:
+                    raise AssertionError(f"{slot.value}: move {i} lost 40 x 5 compare-and-sets")
+                slowest[slot] = max(slowest.get(slot, 0.0), time.monotonic() - t0)
+        except Exception as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=move_through_cycles, args=(slot,)) for slot in Slot]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(600)
+    assert not any(t.is_alive() for t in threads), "a writer still waits after 10 minutes"
+    assert not errors, errors
+    # A stalled topic costs a move a 30 s read timeout; ending the open transaction takes seconds.
+    assert max(slowest.values()) < control_log.WRITE_TIMEOUT_S / 2, slowest
+    log = committed_log(bootstrap, topic)
+    final = assert_chain(app, log)
+    assert final.revision == before.revision + 2 * rounds * len(cycle)  # every move landed once
+    assert {slot: spec.desired for slot, spec in final.slots.items()} == {s: SlotState.RUNNING for s in Slot}
     assert read_control(bootstrap, app, topic) == final
 
 
