@@ -371,8 +371,9 @@ def test_both_slots_moved_at_once_never_stall_the_control_topic(bootstrap, topic
         t.join(600)
     assert not any(t.is_alive() for t in threads), "a writer still waits after 10 minutes"
     assert not errors, errors
-    # A stalled topic costs a move a 30 s read timeout; ending the open transaction takes seconds.
-    assert max(slowest.values()) < control_log.WRITE_TIMEOUT_S / 2, slowest
+    # A stalled topic costs a move at least a 30 s read timeout; ending the open transaction takes
+    # seconds (a commit Tansu leaves unanswered costs its 10 s timeout, on a slow host a little more).
+    assert max(slowest.values()) < control_log.WRITE_TIMEOUT_S, slowest
     log = committed_log(bootstrap, topic)
     final = assert_chain(app, log)
     assert final.revision == before.revision + 2 * rounds * len(cycle)  # every move landed once
