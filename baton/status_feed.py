@@ -19,7 +19,8 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from baton.app_view import AppView, PlotPoints, app_view
 from baton.apps import AppDefinition, load_registry
 from baton.kafka.control_log import apply_records
-from baton.kafka.tail import _consumer as tail_consumer
+from baton.kafka.fetch_wait import StallWatch, fetch_wait_ms, lengthen, short_wait
+from baton.kafka.tail import FETCH_WAIT_MS, _consumer as tail_consumer
 from baton.leases import Lease
 from baton.records import ControlRecord, RecordError, Slot, StatusRecord
 from baton.settings import CONTROL_TOPIC, LEASES_TOPIC, STATUS_TOPIC
@@ -57,13 +58,44 @@ class StatusFeed:
     def refresh(self) -> None:
         """Read every record that arrived since the last refresh (to each topic's end)."""
         with self.lock:
-            c = tail_consumer(self.bootstrap, logger=KAFKA_LOG)
-            try:
-                self._read(c)
-            finally:
-                c.close()
+            self._read()
 
-    def _read(self, c: Consumer) -> None:
+    def _read(self) -> None:
+        wait = max(fetch_wait_ms(self.bootstrap, t, FETCH_WAIT_MS) for t in self.tails)
+        c = tail_consumer(self.bootstrap, wait, logger=KAFKA_LOG)
+        try:
+            starts = self._starts(c)
+            if not starts:
+                return
+            c.assign([TopicPartition(t, 0, o) for t, o in starts.items()])
+            pending, deadline = set(starts), time.monotonic() + self.timeout_s
+            position = dict(starts)
+            watch = StallWatch()
+            while pending:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{', '.join(sorted(pending))} not read to the end within {self.timeout_s}s "
+                                       f"(broker {self.bootstrap}, fetch.wait.max.ms={wait})")
+                for m in c.consume(10_000, 0.05):
+                    if m.error():
+                        if m.error().code() == KafkaError._PARTITION_EOF:
+                            pending.discard(m.topic())
+                            continue
+                        raise KafkaException(m.error())
+                    position[m.topic()] = m.offset() + 1
+                    self._take(m.topic(), m.key(), m.value())
+                if pending and watch.stalled() and (longer := max(
+                        (lengthen(self.bootstrap, t, wait) or 0 for t in pending if short_wait(c, t, 0, position[t])),
+                        default=0)):
+                    c.close()  # its fetches come back (nearly) empty (Tansu): on from where it stopped, waiting longer
+                    wait, c = longer, tail_consumer(self.bootstrap, longer, logger=KAFKA_LOG)
+                    c.assign([TopicPartition(t, 0, position[t]) for t in pending])
+            self.next.update(position)
+            self._forget_before(int(time.time() * 1000) - self.window_ms)
+        finally:
+            c.close()
+
+    def _starts(self, c: Consumer) -> dict[str, int]:
+        """Where each topic's read starts: where the last one ended, else its tail (all of the control topic)."""
         starts = {}
         for topic, tail in self.tails.items():
             if topic in self.next:
@@ -76,25 +108,7 @@ class StatusFeed:
                     continue  # not created yet (no app ever started): nothing to show
                 raise
             starts[topic] = low if tail is None else max(low, high - tail)
-        if not starts:
-            return
-        c.assign([TopicPartition(t, 0, o) for t, o in starts.items()])
-        pending, deadline = set(starts), time.monotonic() + self.timeout_s
-        position = dict(starts)
-        while pending:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{', '.join(sorted(pending))} not read to the end within {self.timeout_s}s "
-                                   f"(broker {self.bootstrap})")
-            for m in c.consume(10_000, 0.05):
-                if m.error():
-                    if m.error().code() == KafkaError._PARTITION_EOF:
-                        pending.discard(m.topic())
-                        continue
-                    raise KafkaException(m.error())
-                position[m.topic()] = m.offset() + 1
-                self._take(m.topic(), m.key(), m.value())
-        self.next.update(position)
-        self._forget_before(int(time.time() * 1000) - self.window_ms)
+        return starts
 
     def _take(self, topic: str, key: bytes | None, value: bytes | None) -> None:
         self.read[topic] += 1

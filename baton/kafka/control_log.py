@@ -39,6 +39,7 @@ from typing import Iterable
 
 from baton.records import ControlRecord, RecordError
 from baton.kafka.client_config import kafka_config
+from baton.kafka.fetch_wait import StallWatch, fetch_wait_ms, lengthen, short_wait
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +55,9 @@ WRITE_TIMEOUT_S = 30.0
 COMMIT_TIMEOUT_S = 10.0
 # A write's first read waits this long for an open control transaction before it initialises again.
 OPEN_TRANSACTION_WAIT_S = 2.0
+# The writer's reads end with a fetch that finds the end, which returns after this wait: EOF in a
+# millisecond. Longer on a control topic of many batches on Tansu (baton.kafka.fetch_wait).
+FETCH_WAIT_MS = 1
 
 
 def apply_records(current: ControlRecord | None, records: Iterable[ControlRecord]) -> ControlRecord | None:
@@ -130,6 +134,7 @@ class ControlWriter:
         self._lock = threading.Lock()
         self._producer = None
         self._consumer = None
+        self._consumer_wait = FETCH_WAIT_MS  # the fetch.wait.max.ms of _consumer
 
     def init(self) -> None:
         """Initialise the producer now (if it is not): this fences every other writer of the app."""
@@ -264,16 +269,30 @@ class ControlWriter:
         return self._read(topic)
 
     def _read(self, topic: str, held_s: float | None = None) -> list[ControlRecord]:
+        wait = fetch_wait_ms(self.bootstrap, topic, FETCH_WAIT_MS)
+        if self._consumer is not None and self._consumer_wait != wait:
+            self._consumer.close()
+            self._consumer = None
         if self._consumer is None:
-            self._consumer = _consumer(self.bootstrap)
+            self._consumer, self._consumer_wait = _consumer(self.bootstrap, wait), wait
         try:
-            return read_records(self._consumer, topic, self.app, WRITE_TIMEOUT_S, held_s)
+            return read_records(self._consumer, topic, self.app, WRITE_TIMEOUT_S, held_s,
+                                reopen=lambda: self._reopen_longer(topic))
         except HeldBack:
             raise
         except BaseException:
             self._consumer.close()
             self._consumer = None
             raise
+
+    def _reopen_longer(self, topic: str):
+        """A consumer with a longer fetch wait in place of one whose fetches come back empty; None if it had the longest."""
+        longer = lengthen(self.bootstrap, topic, self._consumer_wait)
+        if longer is None:
+            return None
+        self._consumer.close()
+        self._consumer, self._consumer_wait = _consumer(self.bootstrap, longer), longer
+        return self._consumer
 
 
 # A dropped producer was fenced or is being replaced: that its close could not abort is expected. (A
@@ -301,13 +320,13 @@ def _was_applied(record: ControlRecord, records: list[ControlRecord]) -> bool:
     return False
 
 
-def _consumer(bootstrap: str):
+def _consumer(bootstrap: str, fetch_wait: int = FETCH_WAIT_MS):
     from confluent_kafka import Consumer
 
     return Consumer(kafka_config(bootstrap, {
         "group.id": f"baton-control-{uuid.uuid4().hex[:8]}",  # assign only: no group
         "enable.auto.commit": False, "isolation.level": "read_committed", "enable.partition.eof": True,
-        "fetch.wait.max.ms": 1,  # the empty fetch at the end answers at once: EOF in a millisecond
+        "fetch.wait.max.ms": fetch_wait,
     }))
 
 
@@ -367,22 +386,26 @@ def end_open_transactions(bootstrap: str, topic: str, stable: int, end: int,
 
 
 def read_records(consumer, topic: str, app: str, timeout_s: float = WRITE_TIMEOUT_S,
-                 held_s: float | None = None) -> list[ControlRecord]:
+                 held_s: float | None = None, reopen=None) -> list[ControlRecord]:
     """The control records of `app` in log order: `topic` read committed from its start to at least the
     high watermark seen at the first end. A read_committed reader's end is the last stable offset: an
     open control transaction (any app's) hides the records after it, which may include a record of
     `app` committed since; so the read waits for that transaction to end (its commit's ms, or its abort
     when its writer died), for `held_s` at most (then HeldBack). `consumer` is read_committed with
-    partition EOF events; it is unassigned after."""
+    partition EOF events; it is unassigned after. A read with no end yet after STALL_S goes on through
+    `reopen()`: it closes `consumer` and returns one with a longer fetch wait (or None:
+    go on as it is)."""
     from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
     tp = TopicPartition(topic, 0)
     low = consumer.get_watermark_offsets(tp, timeout=timeout_s)[0]
     consumer.assign([TopicPartition(topic, 0, low)])
+    position = low
     try:
         records: list[ControlRecord] = []
         target = held_since = None
         stable = low
+        watch = StallWatch()
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if held_since is not None and held_s is not None and time.monotonic() - held_since > held_s:
@@ -391,6 +414,7 @@ def read_records(consumer, topic: str, app: str, timeout_s: float = WRITE_TIMEOU
             for m in consumer.consume(10_000, 0.002):
                 err = m.error()
                 if err is None:
+                    position = m.offset() + 1
                     if (rec := decode_for_app(app, m.key(), m.value())) is not None:
                         records.append(rec)
                     continue
@@ -404,8 +428,14 @@ def read_records(consumer, topic: str, app: str, timeout_s: float = WRITE_TIMEOU
                     held_since = time.monotonic()
                 if m.offset() >= target:
                     return records
+            if target is None and reopen is not None and watch.stalled() and short_wait(consumer, topic, 0, position):
+                # No end yet after STALL_S: Tansu's (nearly) empty answers to a fetch wait too short for this
+                # topic (after the first end, what holds the read back is an open transaction: held_s).
+                if (longer := reopen()) is not None:  # the stalled one is closed
+                    consumer = longer
+                    consumer.assign([TopicPartition(topic, 0, position)])
         raise TimeoutError(f"{topic}: not read committed to offset {target} within {timeout_s}s "
-                           "(a control transaction left open by a writer that died?)")
+                           f"(at offset {position}; a control transaction left open by a writer that died?)")
     finally:
         consumer.unassign()
 

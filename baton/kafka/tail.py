@@ -15,18 +15,22 @@ from typing import Callable, Iterable, Mapping, TypeVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 from baton.kafka.client_config import kafka_config
+from baton.kafka.fetch_wait import StallWatch, fetch_wait_ms, lengthen, short_wait
 
 T = TypeVar("T")
 # consume(n, t) returns after n messages or t seconds, whichever comes first: with n large, t is
 # what each read of a small topic to its end costs, so it stays short (the loops end at EOF).
 READ_WAIT_S = 0.05
+# The fetch that finds the end returns after this wait: EOF in milliseconds (longer where Tansu needs it:
+# baton.kafka.fetch_wait).
+FETCH_WAIT_MS = 10
 
 
-def _consumer(bootstrap: str, **extra) -> Consumer:
+def _consumer(bootstrap: str, fetch_wait: int = FETCH_WAIT_MS, **extra) -> Consumer:
     return Consumer(kafka_config(bootstrap, {**extra,
         "group.id": f"baton-tail-{uuid.uuid4().hex[:8]}",
         "enable.auto.commit": False, "isolation.level": "read_committed", "enable.partition.eof": True,
-        "fetch.wait.max.ms": 10,  # an empty fetch at the end is answered at once: EOF in milliseconds
+        "fetch.wait.max.ms": fetch_wait,
     }))
 
 
@@ -34,12 +38,14 @@ def read_tail(bootstrap: str, topic: str, keep: Callable[[Message], T | None], l
               partition: int = 0, timeout_s: float = 15.0) -> list[T]:
     """keep(message) for (at least) the last `last_n` records of one partition (None: all), in log order;
     messages for which keep returns None are dropped."""
-    c = _consumer(bootstrap)
+    wait = fetch_wait_ms(bootstrap, topic, FETCH_WAIT_MS)
+    c = _consumer(bootstrap, wait)
     try:
         low, high = c.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout_s)
-        start = low if last_n is None else max(low, high - last_n)
-        c.assign([TopicPartition(topic, partition, start)])
+        position = low if last_n is None else max(low, high - last_n)
+        c.assign([TopicPartition(topic, partition, position)])
         out: list[T] = []
+        watch = StallWatch()
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             for m in c.consume(10_000, READ_WAIT_S):
@@ -47,9 +53,16 @@ def read_tail(bootstrap: str, topic: str, keep: Callable[[Message], T | None], l
                     if m.error().code() == KafkaError._PARTITION_EOF:
                         return out
                     raise KafkaException(m.error())
+                position = m.offset() + 1
                 if (item := keep(m)) is not None:
                     out.append(item)
-        raise TimeoutError(f"{topic}[{partition}] not read to its end within {timeout_s}s")
+            if (watch.stalled() and short_wait(c, topic, partition, position)
+                    and (longer := lengthen(bootstrap, topic, wait)) is not None):
+                c.close()  # its fetches come back (nearly) empty (Tansu): on from where it stopped, waiting longer
+                wait, c = longer, _consumer(bootstrap, longer)
+                c.assign([TopicPartition(topic, partition, position)])
+        raise TimeoutError(f"{topic}[{partition}] not read to its end within {timeout_s}s "
+                           f"(at offset {position}, fetch.wait.max.ms={wait})")
     finally:
         c.close()
 

@@ -44,6 +44,7 @@ from baton.records import Role, Slot, SlotState
 from baton.settings import LEASES_TOPIC, LEASES_TOPIC_CONFIG
 from spark_apps.runtime.follower import Follower
 from spark_apps.runtime.kafka_sink import writer_transactional_id
+from baton.kafka.fetch_wait import StallWatch, answered_high, fetch_wait_ms, lengthen
 from baton.kafka.markers import read_last_marker
 from baton.kafka.client_config import kafka_config
 
@@ -51,6 +52,8 @@ log = logging.getLogger(__name__)
 
 # How far back a watcher starts reading the leases topic: enough for every slot's last few renewals.
 LOOK_BACK_RECORDS = 2000
+# Renewals are seen within this of their write (longer where Tansu needs it: baton.kafka.fetch_wait).
+FETCH_WAIT_MS = 50
 # After a takeover that did not happen (a check failed, the epoch moved), the next try waits this long.
 RETRY_AFTER_S = 2.0
 
@@ -78,16 +81,24 @@ class LeaseKeeper:
             # A renewal older than the ttl says nothing any more: dropped rather than delivered late.
             "message.timeout.ms": app.lease_ttl_ms, "reconnect.backoff.max.ms": 1000,
         }))
-        self._consumer = Consumer(kafka_config(bootstrap, {
-            "group.id": f"baton-lease-{app.name}-{slot.value}",
-            "enable.auto.commit": False, "fetch.wait.max.ms": 50, "reconnect.backoff.max.ms": 1000,
+        self._fetch_wait = fetch_wait_ms(bootstrap, LEASES_TOPIC, FETCH_WAIT_MS)
+        self._consumer = self._new_consumer()
+        self._watch = StallWatch()
+        self._position = self._high_before = 0  # the next offset to read; the end seen at the last stall check
+
+    def _new_consumer(self) -> Consumer:
+        return Consumer(kafka_config(self.bootstrap, {
+            "group.id": f"baton-lease-{self.app.name}-{self.slot.value}",
+            "enable.auto.commit": False, "fetch.wait.max.ms": self._fetch_wait, "reconnect.backoff.max.ms": 1000,
         }))
 
     # --- lifecycle --------------------------------------------------------------------------------
     def start(self) -> None:
         tp = TopicPartition(LEASES_TOPIC, 0)
         high = self._consumer.get_watermark_offsets(tp, timeout=10)[1]
-        self._consumer.assign([TopicPartition(LEASES_TOPIC, 0, max(0, high - LOOK_BACK_RECORDS))])
+        self._position = max(0, high - LOOK_BACK_RECORDS)  # the next offset to read
+        self._high_before = high
+        self._consumer.assign([TopicPartition(LEASES_TOPIC, 0, self._position)])
         self._thread = threading.Thread(target=self._run, name=f"baton-lease-{self.slot.value}", daemon=True)
         self._thread.start()
 
@@ -104,8 +115,11 @@ class LeaseKeeper:
         while not self._stop.is_set():
             try:
                 self._renew()
+                if self._watch.stalled():  # once per STALL_S
+                    self._unless_stuck()
                 for m in self._consumer.consume(500, 0.1):
                     if m.error() is None:
+                        self._position = m.offset() + 1
                         if (lease := decode_lease(self.app.name, m.key(), m.value())) is not None:
                             self.judge.observe(lease)
                     elif m.error().code() != KafkaError._PARTITION_EOF:
@@ -114,6 +128,24 @@ class LeaseKeeper:
             except Exception:  # never let the lease thread die silently: the slot would look dead
                 log.exception("%s/%s: lease keeper", self.app.name, self.slot.value)
                 time.sleep(self.interval_s)
+
+    def _unless_stuck(self) -> None:
+        """Not yet where the topic ended a STALL_S ago (renewals are read within milliseconds of their write):
+        the fetch wait is too short for the topic (Tansu, after hours of renewals: baton.kafka.fetch_wait).
+        Renewals unseen would make the other slot's lease look expired."""
+        high = answered_high(self._consumer, LEASES_TOPIC)
+        if high is None:
+            return  # a broker that does not answer (paused, unreachable): no wait would help
+        high_before, self._high_before = self._high_before, high
+        if self._position >= high_before:
+            return
+        longer = lengthen(self.bootstrap, LEASES_TOPIC, self._fetch_wait)
+        if longer is not None:
+            self._fetch_wait = longer
+            fresh = self._new_consumer()
+            fresh.assign([TopicPartition(LEASES_TOPIC, 0, self._position)])
+            self._consumer.close()
+            self._consumer = fresh
 
     # --- renewing ---------------------------------------------------------------------------------
     def _renew(self, force: bool = False) -> None:
