@@ -15,7 +15,7 @@ from typing import Callable, Iterable, Mapping, TypeVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 from baton.kafka.client_config import kafka_config
-from baton.kafka.fetch_wait import StallWatch, fetch_wait_ms, lengthen, short_wait
+from baton.kafka.fetch_wait import StallWatch, answered_high, fetch_wait_ms, lengthen, short_wait
 
 T = TypeVar("T")
 # consume(n, t) returns after n messages or t seconds, whichever comes first: with n large, t is
@@ -76,20 +76,28 @@ def is_fatal(err) -> bool:
                               KafkaError.LEADER_NOT_AVAILABLE, KafkaError.REQUEST_TIMED_OUT) and not err.retriable()
 
 
-def probe_ends(c: Consumer, topic: str, bound: Mapping[int, int], timeout_s: float) -> tuple[dict[int, int], set[int]]:
+def probe_ends(c: Consumer, topic: str, bound: Mapping[int, int], timeout_s: float, bootstrap: str | None = None,
+               fetch_wait: int = FETCH_WAIT_MS) -> tuple[dict[int, int], set[int]]:
     """(end per partition, partitions not settled) reading from ListOffsets' lower bound `bound`.
 
     A partition is settled at EOF, or once records past the bound were read: a fetch delivers whole
     batches, so that covers the batch ListOffsets under-reported (Tansu), and under a steady write load
     EOF may never come (every fetch brings more). An unsettled partition's end is the position reached
-    within timeout_s, still a readable end. `c` is assigned for the probe and unassigned after it."""
-    ends, unsettled = probe_many(c, {(topic, p): b for p, b in bound.items()}, timeout_s)
+    within timeout_s, still a readable end. `c` is assigned for the probe and unassigned after it. With
+    `bootstrap` (and `c`'s fetch.wait.max.ms, `fetch_wait`), see probe_many."""
+    ends, unsettled = probe_many(c, {(topic, p): b for p, b in bound.items()}, timeout_s, bootstrap, fetch_wait)
     return {p: e for (_, p), e in ends.items()}, {p for _, p in unsettled}
 
 
-def probe_many(c: Consumer, bound: Mapping[tuple[str, int], int], timeout_s: float
-               ) -> tuple[dict[tuple[str, int], int], set[tuple[str, int]]]:
-    """probe_ends of several topics' partitions at once, keyed by (topic, partition): one wait for all."""
+def probe_many(c: Consumer, bound: Mapping[tuple[str, int], int], timeout_s: float, bootstrap: str | None = None,
+               fetch_wait: int = FETCH_WAIT_MS) -> tuple[dict[tuple[str, int], int], set[tuple[str, int]]]:
+    """probe_ends of several topics' partitions at once, keyed by (topic, partition): one wait for all.
+
+    With `bootstrap`, a probe not settled within STALL_S while the broker answers has a fetch wait
+    (`fetch_wait`, `c`'s) too short for a partition of many batches (Tansu: baton.kafka.fetch_wait; a
+    10 ms wait stopped settling between 10,000 and 20,000 batches, about a quarter of an hour of the
+    load generator's input): the wait is lengthened for those topics and the probe returns at once
+    (unsettled), instead of waiting out timeout_s; the caller's next consumer uses the longer wait."""
     reached, eof = dict(bound), {}
     keys = list(bound)
 
@@ -98,8 +106,15 @@ def probe_many(c: Consumer, bound: Mapping[tuple[str, int], int], timeout_s: flo
 
     c.assign([TopicPartition(t, p, bound[(t, p)]) for t, p in keys])
     try:
+        watch = StallWatch()
         deadline = time.monotonic() + timeout_s
         while not all(map(settled, keys)) and time.monotonic() < deadline:
+            if bootstrap is not None and watch.stalled():
+                waiting = [k for k in keys if not settled(k)]
+                if answered_high(c, *waiting[0]) is not None:
+                    for topic in sorted({t for t, _ in waiting}):
+                        lengthen(bootstrap, topic, fetch_wait)
+                    break
             for m in c.consume(100_000, 0.01):
                 err, k = m.error(), (m.topic(), m.partition())
                 if err is None:
@@ -127,11 +142,12 @@ def end_offsets(bootstrap: str, topic: str, partitions: Iterable[int], timeout_s
 
 def ends_of(bootstrap: str, topics: Mapping[str, Iterable[int]], timeout_s: float = 3.0) -> dict[str, dict[int, int]]:
     """end_offsets of several topics through one consumer and one probe (a status read of many apps' inputs)."""
-    c = _consumer(bootstrap)
+    wait = max((fetch_wait_ms(bootstrap, t, FETCH_WAIT_MS) for t in topics), default=FETCH_WAIT_MS)
+    c = _consumer(bootstrap, wait)
     try:
         bound = {(t, p): c.get_watermark_offsets(TopicPartition(t, p), timeout=timeout_s)[1]
                  for t, partitions in topics.items() for p in partitions}
-        ends, _ = probe_many(c, bound, timeout_s)
+        ends, _ = probe_many(c, bound, timeout_s, bootstrap, wait)
         out: dict[str, dict[int, int]] = {t: {} for t in topics}
         for (t, p), e in ends.items():
             out[t][p] = e

@@ -17,10 +17,15 @@ import uuid
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
+from baton.kafka.fetch_wait import fetch_wait_ms
 from baton.kafka.tail import probe_ends
 from baton.kafka.client_config import kafka_config
 
 log = logging.getLogger(__name__)
+
+FETCH_WAIT_MS = 10
+# Long enough for a stalled probe to lengthen its wait (baton.kafka.fetch_wait.STALL_S) on Tansu.
+PROBE_TIMEOUT_S = 2.0
 
 
 class InputEnds(threading.Thread):
@@ -28,11 +33,17 @@ class InputEnds(threading.Thread):
         super().__init__(name="baton-input-ends", daemon=True)
         self.topic, self.partitions, self.interval_s, self.fresh_s = topic, partitions, interval_s, fresh_s
         self._read_at = 0.0
-        self.consumer = Consumer(kafka_config(bootstrap, {"group.id": f"baton-ends-{uuid.uuid4().hex[:8]}",
-                                  "enable.auto.commit": False, "isolation.level": "read_committed",
-                                  "enable.partition.eof": True, "fetch.wait.max.ms": 10}))
+        self.bootstrap = bootstrap
+        self.fetch_wait = 0
+        self.consumer = self._consumer()
         self._latest: dict[int, int] | None = None
         self._halt = threading.Event()
+
+    def _consumer(self) -> Consumer:
+        self.fetch_wait = fetch_wait_ms(self.bootstrap, self.topic, FETCH_WAIT_MS)
+        return Consumer(kafka_config(self.bootstrap, {"group.id": f"baton-ends-{uuid.uuid4().hex[:8]}",
+                                     "enable.auto.commit": False, "isolation.level": "read_committed",
+                                     "enable.partition.eof": True, "fetch.wait.max.ms": self.fetch_wait}))
 
     def latest(self) -> dict[int, int] | None:
         """The end read within the last fresh_s, else None: an older end, beside a newer batch's
@@ -43,9 +54,13 @@ class InputEnds(threading.Thread):
         try:
             while not self._halt.is_set():
                 try:
+                    if fetch_wait_ms(self.bootstrap, self.topic, FETCH_WAIT_MS) != self.fetch_wait:
+                        self.consumer.close()  # a probe stalled: Tansu needs a longer wait (baton.kafka.fetch_wait)
+                        self.consumer = self._consumer()
                     bound = {p: self.consumer.get_watermark_offsets(TopicPartition(self.topic, p), timeout=2)[1]
                              for p in range(self.partitions)}
-                    self._latest = probe_ends(self.consumer, self.topic, bound, timeout_s=1.0)[0]
+                    self._latest = probe_ends(self.consumer, self.topic, bound, PROBE_TIMEOUT_S, self.bootstrap,
+                                              self.fetch_wait)[0]
                     self._read_at = time.monotonic()
                 except KafkaException as exc:  # the broker away for a moment: the last end stands
                     log.debug("input end not read: %s", exc)

@@ -35,6 +35,7 @@ from pyspark.sql.streaming.datasource import (
 
 from baton.kafka.client_config import kafka_config
 from baton.kafka.positions import first_record, search_timestamp
+from baton.kafka.fetch_wait import fetch_wait_ms
 from baton.kafka.tail import probe_ends
 from spark_apps.runtime.input_check import (
     BEFORE_START, FAIL, Decision, InputDataLoss, decide, observe, read_identity, skipped, topic_id, write_identity,
@@ -51,6 +52,8 @@ log = logging.getLogger(__name__)
 
 GROUP_ID = "baton-source"
 PROBE_TIMEOUT_S = 10.0
+# The probe's fetch that finds an end returns after this wait (longer where Tansu needs it: baton.kafka.fetch_wait).
+PROBE_FETCH_WAIT_MS = 10
 
 
 class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -60,6 +63,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: SourceOptions):
         self.opts = options
         self._probe = None  # driver-side consumer for end offsets and timestamp search
+        self._probe_wait = PROBE_FETCH_WAIT_MS  # its fetch.wait.max.ms
         self._latest: Optional[dict[int, int]] = None  # last available ends seen (uncapped)
         self._lows: dict[int, int] = {}
         self._target: Optional[dict[int, int]] = None  # Trigger.AvailableNow bound
@@ -96,10 +100,14 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return conf
 
     def _consumer(self):
+        wait = fetch_wait_ms(self.opts.bootstrap, self.opts.topic, PROBE_FETCH_WAIT_MS)
+        if self._probe is not None and wait != self._probe_wait:  # a probe stalled: Tansu needs a longer wait
+            self._probe.close()
+            self._probe = None
         if self._probe is None:
             from confluent_kafka import Consumer
 
-            self._probe = Consumer(self._conf(**{"fetch.wait.max.ms": 10}))
+            self._probe, self._probe_wait = Consumer(self._conf(**{"fetch.wait.max.ms": wait})), wait
         return self._probe
 
     # -- metadata and offsets (driver)
@@ -127,10 +135,11 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def available_ends(self, parts: Sequence[int]) -> dict[int, int]:
         """Readable end per partition: the ListOffsets lower bound, then read to EOF or past the bound."""
         _, bound = self._watermarks(parts)
-        ends, unsettled = probe_ends(self._consumer(), self.opts.topic, bound, PROBE_TIMEOUT_S)
+        ends, unsettled = probe_ends(self._consumer(), self.opts.topic, bound, PROBE_TIMEOUT_S,
+                                     self.opts.bootstrap, self._probe_wait)
         if unsettled:
-            log.warning("baton-kafka: no partition EOF within %.0fs for %s; using positions reached",
-                        PROBE_TIMEOUT_S, sorted(unsettled))
+            log.warning("baton-kafka: no partition end found for %s of %s (fetch.wait.max.ms=%d); using positions reached",
+                        sorted(unsettled), self.opts.topic, self._probe_wait)
         return ends
 
     def offset_for_timestamp(self, p: int, ts_ms: int, low: int, end: int) -> int:

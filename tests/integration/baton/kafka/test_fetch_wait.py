@@ -22,13 +22,14 @@ from baton.kafka import fetch_wait
 from baton.kafka.fetch_wait import short_wait
 from baton.kafka.admin import TopicSpec, delete_topics, ensure_topics
 from baton.kafka.control_log import ControlWriter, close_writers, read_control
-from baton.kafka.tail import read_tail
+from baton.kafka.tail import probe_ends, read_tail
 from baton.local.broker import Broker
 from baton.local.procs import free_port
 from baton.records import ControlRecord, Slot, SlotState
 from baton.settings import LEASES_TOPIC, LEASES_TOPIC_CONFIG
 from baton.status_feed import StatusFeed
 from spark_apps.runtime import lease as lease_module
+from spark_apps.runtime.input_ends import InputEnds
 from spark_apps.runtime.lease import LeaseKeeper
 
 pytestmark = pytest.mark.integration
@@ -37,11 +38,13 @@ pytestmark = pytest.mark.integration
 BATCHES = 6000
 
 
-def fill(bootstrap: str, topic: str, n: int) -> None:
-    """n records of no app, each its own batch (as control writes and lease renewals are)."""
-    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
-    for _ in range(n):
-        p.produce(topic, b"x" * 200, b"filler")
+def fill(bootstrap: str, topic: str, batches: int, per_batch: int = 1) -> None:
+    """Records of no app in `batches` batches (one record each, as control writes and lease renewals are;
+    more, as an app's input has)."""
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 1000})
+    for _ in range(batches):
+        for _ in range(per_batch):
+            p.produce(topic, b"x" * 200, b"filler")
         p.flush(10)
     p.close()
 
@@ -125,6 +128,38 @@ def test_a_tail_read_and_the_status_feed_reach_the_end_past_many_batches(tansu):
     feed.tails = {topic: None}  # the feed's reads of baton.status, .control and .leases, on this topic
     feed.refresh()
     assert feed.read[topic] == 20_000
+    delete_topics(tansu, [topic])
+
+
+def test_an_end_probe_lengthens_its_wait_instead_of_timing_out_on_many_batches(tansu):
+    """The Spark source's end probe (every batch) and the slot's input-end reader: Tansu's ListOffsets end
+    lies inside the last batch, and a fetch there with a 10 ms wait got nothing on a partition of 20,000
+    batches, so every probe waited out its timeout (10 s for the source)."""
+    topic = f"input-{uuid.uuid4().hex[:8]}"
+    ensure_topics(tansu, [TopicSpec(topic, 1, {})])
+    fill(tansu, topic, 20_000, per_batch=2)
+    c = Consumer({"bootstrap.servers": tansu, "group.id": f"probe-{uuid.uuid4().hex[:8]}", "enable.auto.commit": False,
+                  "isolation.level": "read_committed", "enable.partition.eof": True, "fetch.wait.max.ms": 10})
+    try:
+        bound = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[1]
+        assert bound < 40_000  # Tansu's short end: the last batch's base + 1
+        t0 = time.monotonic()
+        ends, unsettled = probe_ends(c, topic, {0: bound}, 10.0, tansu, 10)
+        assert unsettled == {0} and time.monotonic() - t0 < 5  # not the 10 s timeout
+    finally:
+        c.close()
+    assert fetch_wait.fetch_wait_ms(tansu, topic, 10) == 50
+    reader = InputEnds(tansu, topic, 1, interval_s=0.2)  # its next consumer has the longer wait
+    reader.start()
+    try:
+        deadline = time.monotonic() + 10
+        while reader.latest() != {0: 40_000} and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert reader.latest() == {0: 40_000}
+        assert reader.fetch_wait == 50
+    finally:
+        reader.stop()
+        reader.join(5)
     delete_topics(tansu, [topic])
 
 
