@@ -93,12 +93,13 @@ def read_control(bootstrap: str, app: str, control_topic: str | None = None, tim
     """The applied control state of `app`, reading the control topic to its end (read committed).
 
     While some app's control transaction is open, this is the state before it (the end a
-    read_committed reader sees); a writer waits for it (ControlWriter). Read through this process's
-    writer of the app (no producer: a read fences nobody), so it resumes where the process's last read
-    of the topic stopped (ReadPoint): the control plane reads before every write."""
+    read_committed reader sees); a writer waits for it (ControlWriter)."""
+    from baton.kafka.tail import read_tail
     from baton.settings import CONTROL_TOPIC
 
-    return _writer(bootstrap, app).read(control_topic or CONTROL_TOPIC, timeout_s)
+    records = read_tail(bootstrap, control_topic or CONTROL_TOPIC, lambda m: decode_for_app(app, m.key(), m.value()),
+                        last_n=None, timeout_s=timeout_s)
+    return apply_records(None, records)
 
 
 def control_transactional_id(app: str) -> str:
@@ -162,11 +163,6 @@ class ControlWriter:
             p.init_transactions(WRITE_TIMEOUT_S)
             self._producer = p
         return self._producer
-
-    def read(self, topic: str, timeout_s: float = WRITE_TIMEOUT_S) -> ControlRecord | None:
-        """See read_control."""
-        with self._lock:
-            return self._read(topic, timeout_s=timeout_s, to_first_end=True).applied()
 
     def write(self, record: ControlRecord, topic: str) -> ControlRecord:
         """See write_control."""
@@ -276,8 +272,7 @@ class ControlWriter:
             self._init()
         return self._read(topic)
 
-    def _read(self, topic: str, held_s: float | None = None, timeout_s: float = WRITE_TIMEOUT_S,
-              to_first_end: bool = False) -> "AppLog":
+    def _read(self, topic: str, held_s: float | None = None) -> "AppLog":
         wait = fetch_wait_ms(self.bootstrap, topic, FETCH_WAIT_MS)
         if self._consumer is not None and self._consumer_wait != wait:
             self._consumer.close()
@@ -286,8 +281,8 @@ class ControlWriter:
             self._consumer, self._consumer_wait = _consumer(self.bootstrap, wait), wait
         since = self._read_points.pop(topic, None)  # put back by a read that reached its end
         try:
-            log = read_records(self._consumer, topic, self.app, timeout_s, held_s,
-                               reopen=lambda: self._reopen_longer(topic), since=since, to_first_end=to_first_end)
+            log = read_records(self._consumer, topic, self.app, WRITE_TIMEOUT_S, held_s,
+                               reopen=lambda: self._reopen_longer(topic), since=since)
         except HeldBack:
             if since is not None:
                 self._read_points[topic] = since  # still a point the next read may resume at
@@ -427,8 +422,7 @@ class AppLog:
 
 
 def read_records(consumer, topic: str, app: str, timeout_s: float = WRITE_TIMEOUT_S,
-                 held_s: float | None = None, reopen=None, since: ReadPoint | None = None,
-                 to_first_end: bool = False) -> AppLog:
+                 held_s: float | None = None, reopen=None, since: ReadPoint | None = None) -> AppLog:
     """The control records of `app` in log order: `topic` read committed from its start to at least the
     high watermark seen at the first end. A read_committed reader's end is the last stable offset: an
     open control transaction (any app's) hides the records after it, which may include a record of
@@ -440,8 +434,7 @@ def read_records(consumer, topic: str, app: str, timeout_s: float = WRITE_TIMEOU
     With `since` (a previous read's point) the read starts at that message instead of the topic's start,
     if the same message is still there (the log is append-only; what compaction removes before it does
     not change the state applied up to it); else (a topic recreated, a broker that lost its data, the
-    message compacted away) it reads from the start. `to_first_end`: stop at the first end (the last
-    stable offset: the state before an open transaction, what read_control returns)."""
+    message compacted away) it reads from the start."""
     from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
     tp = TopicPartition(topic, 0)
@@ -483,7 +476,7 @@ def read_records(consumer, topic: str, app: str, timeout_s: float = WRITE_TIMEOU
                     # the end is the last stable offset, below it while a transaction is open.
                     target = consumer.get_watermark_offsets(tp, cached=True)[1]
                     held_since = time.monotonic()
-                if m.offset() >= target or to_first_end:
+                if m.offset() >= target:
                     if log.point is not None and log.point is not since:
                         log.point = dataclasses.replace(log.point, applied=log.applied())
                     return log
@@ -497,7 +490,7 @@ def read_records(consumer, topic: str, app: str, timeout_s: float = WRITE_TIMEOU
                            f"(at offset {position}; a control transaction left open by a writer that died?)")
     except _ResumeRefused:
         consumer.unassign()
-        return read_records(consumer, topic, app, timeout_s, held_s, reopen, since=None, to_first_end=to_first_end)
+        return read_records(consumer, topic, app, timeout_s, held_s, reopen, since=None)
     finally:
         consumer.unassign()
 

@@ -502,36 +502,3 @@ def test_a_read_point_that_is_no_longer_there_reads_from_the_start(bootstrap, to
         assert log.base is None and [r.revision for r in log.records] == [1, 2], since
         assert log.applied() == record(app, 2, "w")
         assert time.monotonic() - t0 < 10  # Tansu answers a fetch beyond the end with nothing: never asked
-
-
-def test_read_control_resumes_and_does_not_wait_for_an_open_transaction(bootstrap, topic, monkeypatch):
-    """read_control reads through the process's writer of the app (the control plane reads before every
-    write): it resumes where the process's last read stopped, and returns the state before an open
-    control transaction at once (a writer waits for it; a reader does not)."""
-    app, other_app = f"reader-{uuid.uuid4().hex[:6]}", f"open-{uuid.uuid4().hex[:6]}"
-    write_control(bootstrap, record(app, 1, "w"), topic)
-    assert read_control(bootstrap, app, topic) == record(app, 1, "w")
-    write_control(bootstrap, record(app, 2, "w"), topic)
-    resumed_at, read = [], control_log.read_records
-
-    def spy(*args, **kwargs):
-        resumed_at.append(kwargs.get("since"))
-        return read(*args, **kwargs)
-
-    with monkeypatch.context() as m:
-        m.setattr(control_log, "read_records", spy)
-        assert read_control(bootstrap, app, topic) == record(app, 2, "w")
-    assert len(resumed_at) == 1 and resumed_at[0] is not None  # where the write's read-back stopped
-    assert resumed_at[0].applied == record(app, 2, "w")
-    opened = Producer({"bootstrap.servers": bootstrap, "transactional.id": control_transactional_id(other_app),
-                       "linger.ms": 0})
-    opened.init_transactions(30)
-    opened.begin_transaction()
-    opened.produce(topic, record(other_app, 1, "open").to_bytes(), other_app.encode())
-    opened.flush(30)
-    try:
-        t0 = time.monotonic()
-        assert read_control(bootstrap, app, topic) == record(app, 2, "w")
-        assert time.monotonic() - t0 < control_log.OPEN_TRANSACTION_WAIT_S
-    finally:
-        opened.abort_transaction(30)
