@@ -44,7 +44,7 @@ from baton.records import Role, Slot, SlotState
 from baton.settings import LEASES_TOPIC, LEASES_TOPIC_CONFIG
 from spark_apps.runtime.follower import Follower
 from spark_apps.runtime.kafka_sink import writer_transactional_id
-from baton.kafka.fetch_wait import StallWatch, answered_high, fetch_wait_ms, lengthen
+from baton.kafka.fetch_wait import StallWatch, fetch_wait_ms, lengthen
 from baton.kafka.markers import read_last_marker
 from baton.kafka.client_config import kafka_config
 
@@ -84,7 +84,9 @@ class LeaseKeeper:
         self._fetch_wait = fetch_wait_ms(bootstrap, LEASES_TOPIC, FETCH_WAIT_MS)
         self._consumer = self._new_consumer()
         self._watch = StallWatch()
-        self._position = self._high_before = 0  # the next offset to read; the end seen at the last stall check
+        # The next offset to read; the end of the topic as this slot's own delivered renewals show it, now
+        # and at the last stall check (no broker query: a renewal is delivered every interval).
+        self._position = self._known_end = self._end_before = 0
 
     def _new_consumer(self) -> Consumer:
         return Consumer(kafka_config(self.bootstrap, {
@@ -97,7 +99,6 @@ class LeaseKeeper:
         tp = TopicPartition(LEASES_TOPIC, 0)
         high = self._consumer.get_watermark_offsets(tp, timeout=10)[1]
         self._position = max(0, high - LOOK_BACK_RECORDS)  # the next offset to read
-        self._high_before = high
         self._consumer.assign([TopicPartition(LEASES_TOPIC, 0, self._position)])
         self._thread = threading.Thread(target=self._run, name=f"baton-lease-{self.slot.value}", daemon=True)
         self._thread.start()
@@ -130,14 +131,13 @@ class LeaseKeeper:
                 time.sleep(self.interval_s)
 
     def _unless_stuck(self) -> None:
-        """Not yet where the topic ended a STALL_S ago (renewals are read within milliseconds of their write):
-        the fetch wait is too short for the topic (Tansu, after hours of renewals: baton.kafka.fetch_wait).
-        Renewals unseen would make the other slot's lease look expired."""
-        high = answered_high(self._consumer, LEASES_TOPIC)
-        if high is None:
-            return  # a broker that does not answer (paused, unreachable): no wait would help
-        high_before, self._high_before = self._high_before, high
-        if self._position >= high_before:
+        """Not yet past a renewal of this slot's own that was delivered a STALL_S ago (renewals are read within
+        milliseconds of their write): the fetch wait is too short for the topic (Tansu, after hours of
+        renewals: baton.kafka.fetch_wait). Renewals unseen would make the other slot's lease look expired.
+        Judged from the delivery reports, not a ListOffsets a second per slot; a broker that does not answer
+        (paused, unreachable) delivers nothing, so it never lengthens the wait, which would not help."""
+        end_before, self._end_before = self._end_before, self._known_end
+        if self._position >= end_before:
             return
         longer = lengthen(self.bootstrap, LEASES_TOPIC, self._fetch_wait)
         if longer is not None:
@@ -165,9 +165,11 @@ class LeaseKeeper:
         self._producer.produce(LEASES_TOPIC, lease.to_bytes(), lease.key(), on_delivery=self._delivered)
         self._next_renewal = now + self.interval_s
 
-    def _delivered(self, err, _msg) -> None:
+    def _delivered(self, err, msg) -> None:
         self._inflight = False
-        if err is not None:
+        if err is None:
+            self._known_end = max(self._known_end, msg.offset() + 1)
+        else:
             log.warning("%s/%s: lease renewal not delivered: %s", self.app.name, self.slot.value, err)
 
     # --- taking over ------------------------------------------------------------------------------
