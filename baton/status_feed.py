@@ -19,7 +19,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from baton.app_view import AppView, PlotPoints, app_view
 from baton.apps import AppDefinition, load_registry
 from baton.kafka.control_log import apply_records
-from baton.kafka.fetch_wait import StallWatch, fetch_wait_ms, lengthen, short_wait
+from baton.kafka.fetch_wait import StallWatch, fetch_wait_ms, reopen_longer, short_wait
 from baton.kafka.tail import FETCH_WAIT_MS, _consumer as tail_consumer
 from baton.leases import Lease
 from baton.records import ControlRecord, RecordError, Slot, StatusRecord
@@ -83,12 +83,11 @@ class StatusFeed:
                         raise KafkaException(m.error())
                     position[m.topic()] = m.offset() + 1
                     self._take(m.topic(), m.key(), m.value())
-                if pending and watch.stalled() and (longer := max(
-                        (lengthen(self.bootstrap, t, wait) or 0 for t in pending if short_wait(c, t, 0, position[t])),
-                        default=0)):
-                    c.close()  # its fetches come back (nearly) empty (Tansu): on from where it stopped, waiting longer
-                    wait, c = longer, tail_consumer(self.bootstrap, longer, logger=KAFKA_LOG)
-                    c.assign([TopicPartition(t, 0, position[t]) for t in pending])
+                if pending and watch.stalled() and (reopened := reopen_longer(
+                        c, lambda w: tail_consumer(self.bootstrap, w, logger=KAFKA_LOG), self.bootstrap,
+                        [t for t in pending if short_wait(c, t, 0, position[t])], wait,
+                        [TopicPartition(t, 0, position[t]) for t in pending])):
+                    c, wait = reopened
             self.next.update(position)
             self._forget_before(int(time.time() * 1000) - self.window_ms)
         finally:

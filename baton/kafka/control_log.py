@@ -41,7 +41,7 @@ from typing import Iterable
 
 from baton.records import ControlRecord, RecordError
 from baton.kafka.client_config import kafka_config
-from baton.kafka.fetch_wait import StallWatch, fetch_wait_ms, lengthen, short_wait
+from baton.kafka.fetch_wait import StallWatch, fetch_wait_ms, reopen_longer, short_wait
 
 log = logging.getLogger(__name__)
 
@@ -297,11 +297,11 @@ class ControlWriter:
 
     def _reopen_longer(self, topic: str):
         """A consumer with a longer fetch wait in place of one whose fetches come back empty; None if it had the longest."""
-        longer = lengthen(self.bootstrap, topic, self._consumer_wait)
-        if longer is None:
+        reopened = reopen_longer(self._consumer, lambda w: _consumer(self.bootstrap, w), self.bootstrap, [topic],
+                                 self._consumer_wait)
+        if reopened is None:
             return None
-        self._consumer.close()
-        self._consumer, self._consumer_wait = _consumer(self.bootstrap, longer), longer
+        self._consumer, self._consumer_wait = reopened
         return self._consumer
 
 
@@ -488,8 +488,7 @@ def read_records(consumer, topic: str, app: str, timeout_s: float = WRITE_TIMEOU
                     consumer.assign([TopicPartition(topic, 0, position)])
         raise TimeoutError(f"{topic}: not read committed to offset {target} within {timeout_s}s "
                            f"(at offset {position}; a control transaction left open by a writer that died?)")
-    except _ResumeRefused:
-        consumer.unassign()
+    except _ResumeRefused:  # the read from the start assigns anew
         return read_records(consumer, topic, app, timeout_s, held_s, reopen, since=None)
     finally:
         consumer.unassign()

@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Callable
+from typing import Callable, Iterable
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +58,22 @@ def lengthen(bootstrap: str, topic: str, current_ms: int) -> int | None:
                 "answers a fetch whose wait is too short for a partition of many batches with (nearly) nothing)",
                 topic, STALL_S, current_ms, longer)
     return longer
+
+
+def reopen_longer(consumer, make: Callable[[int], object], bootstrap: str, topics: Iterable[str], current_ms: int,
+                  assignment: list | None = None):
+    """(a consumer with the next longer wait, that wait) in place of `consumer`, whose reads of `topics` stalled
+    at `current_ms` (the wait is learned for those topics in this process: lengthen); `make(wait)` builds the
+    new consumer, assigned to `assignment` (TopicPartitions at the positions to read on from) if given, and
+    `consumer` is closed. None, with `consumer` kept, when its wait was already the longest."""
+    longer = max((w for t in topics if (w := lengthen(bootstrap, t, current_ms)) is not None), default=None)
+    if longer is None:
+        return None
+    consumer.close()  # its fetches come back (nearly) empty: on from where it stopped, waiting longer
+    fresh = make(longer)
+    if assignment:
+        fresh.assign(assignment)
+    return fresh, longer
 
 
 def answered_high(consumer, topic: str, partition: int = 0) -> int | None:

@@ -15,7 +15,7 @@ from typing import Callable, Iterable, Mapping, TypeVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 from baton.kafka.client_config import kafka_config
-from baton.kafka.fetch_wait import StallWatch, answered_high, fetch_wait_ms, lengthen, short_wait
+from baton.kafka.fetch_wait import StallWatch, answered_high, fetch_wait_ms, lengthen, reopen_longer, short_wait
 
 T = TypeVar("T")
 # consume(n, t) returns after n messages or t seconds, whichever comes first: with n large, t is
@@ -56,11 +56,10 @@ def read_tail(bootstrap: str, topic: str, keep: Callable[[Message], T | None], l
                 position = m.offset() + 1
                 if (item := keep(m)) is not None:
                     out.append(item)
-            if (watch.stalled() and short_wait(c, topic, partition, position)
-                    and (longer := lengthen(bootstrap, topic, wait)) is not None):
-                c.close()  # its fetches come back (nearly) empty (Tansu): on from where it stopped, waiting longer
-                wait, c = longer, _consumer(bootstrap, longer)
-                c.assign([TopicPartition(topic, partition, position)])
+            if watch.stalled() and short_wait(c, topic, partition, position) and (reopened := reopen_longer(
+                    c, lambda w: _consumer(bootstrap, w), bootstrap, [topic], wait,
+                    [TopicPartition(topic, partition, position)])):
+                c, wait = reopened
         raise TimeoutError(f"{topic}[{partition}] not read to its end within {timeout_s}s "
                            f"(at offset {position}, fetch.wait.max.ms={wait})")
     finally:

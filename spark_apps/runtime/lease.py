@@ -44,7 +44,7 @@ from baton.records import Role, Slot, SlotState
 from baton.settings import LEASES_TOPIC, LEASES_TOPIC_CONFIG
 from spark_apps.runtime.follower import Follower
 from spark_apps.runtime.kafka_sink import writer_transactional_id
-from baton.kafka.fetch_wait import StallWatch, fetch_wait_ms, lengthen
+from baton.kafka.fetch_wait import StallWatch, fetch_wait_ms, reopen_longer
 from baton.kafka.markers import read_last_marker
 from baton.kafka.client_config import kafka_config
 
@@ -82,16 +82,16 @@ class LeaseKeeper:
             "message.timeout.ms": app.lease_ttl_ms, "reconnect.backoff.max.ms": 1000,
         }))
         self._fetch_wait = fetch_wait_ms(bootstrap, LEASES_TOPIC, FETCH_WAIT_MS)
-        self._consumer = self._new_consumer()
+        self._consumer = self._new_consumer(self._fetch_wait)
         self._watch = StallWatch()
         # The next offset to read; the end of the topic as this slot's own delivered renewals show it, now
         # and at the last stall check (no broker query: a renewal is delivered every interval).
         self._position = self._known_end = self._end_before = 0
 
-    def _new_consumer(self) -> Consumer:
+    def _new_consumer(self, fetch_wait: int) -> Consumer:
         return Consumer(kafka_config(self.bootstrap, {
             "group.id": f"baton-lease-{self.app.name}-{self.slot.value}",
-            "enable.auto.commit": False, "fetch.wait.max.ms": self._fetch_wait, "reconnect.backoff.max.ms": 1000,
+            "enable.auto.commit": False, "fetch.wait.max.ms": fetch_wait, "reconnect.backoff.max.ms": 1000,
         }))
 
     # --- lifecycle --------------------------------------------------------------------------------
@@ -139,13 +139,10 @@ class LeaseKeeper:
         end_before, self._end_before = self._end_before, self._known_end
         if self._position >= end_before:
             return
-        longer = lengthen(self.bootstrap, LEASES_TOPIC, self._fetch_wait)
-        if longer is not None:
-            self._fetch_wait = longer
-            fresh = self._new_consumer()
-            fresh.assign([TopicPartition(LEASES_TOPIC, 0, self._position)])
-            self._consumer.close()
-            self._consumer = fresh
+        reopened = reopen_longer(self._consumer, self._new_consumer, self.bootstrap, [LEASES_TOPIC], self._fetch_wait,
+                                 [TopicPartition(LEASES_TOPIC, 0, self._position)])
+        if reopened is not None:
+            self._consumer, self._fetch_wait = reopened
 
     # --- renewing ---------------------------------------------------------------------------------
     def _renew(self, force: bool = False) -> None:

@@ -4,7 +4,8 @@ import uuid
 
 from confluent_kafka import KafkaError, KafkaException
 
-from baton.kafka.fetch_wait import FETCH_WAITS_MS, StallWatch, answered_high, fetch_wait_ms, lengthen, short_wait
+from baton.kafka.fetch_wait import (FETCH_WAITS_MS, StallWatch, answered_high, fetch_wait_ms, lengthen, reopen_longer,
+                                    short_wait)
 
 
 def a_topic() -> str:
@@ -96,3 +97,29 @@ def test_a_read_at_the_end_or_a_broker_that_does_not_answer_is_no_reason_to_wait
     assert not short_wait(FakeConsumer(high=None), "t", 0, position=725)  # paused or unreachable
     assert answered_high(FakeConsumer(high=None), "t") is None
     assert answered_high(FakeConsumer(high=42), "t") == 42
+
+
+class Closable:
+    def __init__(self, wait=None):
+        self.wait, self.closed, self.assigned = wait, False, None
+
+    def close(self):
+        self.closed = True
+
+    def assign(self, tps):
+        self.assigned = tps
+
+
+def test_a_stalled_consumer_is_replaced_by_one_with_the_next_wait_for_every_topic_it_read():
+    topics, old = [a_topic(), a_topic()], Closable()
+    fresh, wait = reopen_longer(old, Closable, "b:1", topics, 10, ["tp@7"])
+    assert (wait, fresh.wait, fresh.assigned, old.closed) == (50, 50, ["tp@7"], True)
+    assert [fetch_wait_ms("b:1", t, 1) for t in topics] == [50, 50]  # the topics' later readers start there
+
+
+def test_a_consumer_with_the_longest_wait_is_kept():
+    old = Closable()
+    assert reopen_longer(old, Closable, "b:1", [a_topic()], FETCH_WAITS_MS[-1]) is None
+    assert not old.closed
+    assert reopen_longer(old, Closable, "b:1", [], 10) is None  # no topic stalled: nothing to lengthen
+    assert not old.closed

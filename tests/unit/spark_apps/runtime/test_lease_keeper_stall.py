@@ -33,7 +33,7 @@ def keeper(monkeypatch):
     k._position = k._known_end = k._end_before = 0
     k._inflight = True
     made = []
-    monkeypatch.setattr(k, "_new_consumer", lambda: made.append(FakeConsumer()) or made[-1])
+    monkeypatch.setattr(k, "_new_consumer", lambda _wait: made.append(FakeConsumer()) or made[-1])
     k.made = made
     return k
 
