@@ -217,18 +217,20 @@ class Prefetcher:
     def wait_until(self, ends: Optional[dict[int, float]], budget: Optional[int], timeout_s: float,
                    limits: Optional[dict[int, float]] = None) -> bool:
         """Wait until every partition's buffer reaches `ends`, or (ends None) the partition's end as the
-        consumer found it, or holds `budget` records below the limits; False on timeout."""
+        consumer found it, or holds `budget` records below the limits; False on timeout. A full buffer
+        counts as reached: its fetching is paused until a batch takes from it (a backlog larger than the
+        buffer, read to an AvailableNow target, is read in several batches)."""
         ends_or_limits = ends if ends is not None else (limits or {p: float("inf") for p in self.buffers})
         deadline = time.monotonic() + timeout_s
         while True:
             self._raise()
             with self._lock:
                 if ends is None:
-                    reached = all(b.caught_up or b.next >= ends_or_limits.get(p, float("inf"))
+                    reached = all(b.caught_up or b.next >= ends_or_limits.get(p, float("inf")) or self._full(b)
                                   for p, b in self.buffers.items() if p not in self._seeks)
                 else:
                     reached = all(p not in self.buffers or p in self._seeks or self.buffers[p].next >= e
-                                  for p, e in ends.items())
+                                  or self._full(self.buffers[p]) for p, e in ends.items())
                 enough = budget is not None and sum(
                     self.buffers[p].available(e) for p, e in ends_or_limits.items() if p in self.buffers) >= budget
             if reached or enough:
@@ -236,6 +238,9 @@ class Prefetcher:
             if time.monotonic() > deadline:
                 return False
             time.sleep(0.005)
+
+    def _full(self, buf: PartitionBuffer) -> bool:
+        return len(buf) >= self.max_buffered
 
     def out_of_range(self) -> dict[int, int]:
         """Partitions whose fetch position the broker said is not in the log (Apache Kafka answers
@@ -272,7 +277,7 @@ class Prefetcher:
         with self._lock:
             seeks, self._seeks = self._seeks, {}
             new = [p for p in self.buffers if p not in self._assigned]
-            full = {p for p, b in self.buffers.items() if len(b) >= self.max_buffered}
+            full = {p for p, b in self.buffers.items() if self._full(b)}
         if new:
             self._consumer.incremental_assign([TopicPartition(self.topic, p, self.buffers[p].start) for p in new])
             self._assigned.update(new)

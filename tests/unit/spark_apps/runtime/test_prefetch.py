@@ -228,6 +228,28 @@ def test_a_partition_stops_fetching_once_its_buffer_is_full():
         pf.close()
 
 
+def test_a_backlog_larger_than_the_buffer_is_read_to_its_target_in_several_batches():
+    """AvailableNow with a target beyond what the buffer holds: the wait ends when the buffer is full (its
+    fetching paused until a batch takes), not at its timeout; each batch takes what is buffered."""
+    consumer = FakeConsumer({0: list(range(50)), 1: list(range(100, 130))})
+    pf = Prefetcher(lambda: consumer, "t", {0: 0, 1: 100}, 1, decode, max_buffered=10)
+    try:
+        begin, target, got = {0: 0, 1: 100}, {0: 50, 1: 130}, {0: [], 1: []}
+        for _batch in range(20):
+            if begin == target:
+                break
+            t0 = time.monotonic()
+            assert pf.wait_until({p: target[p] for p in begin}, None, 5.0)
+            assert time.monotonic() - t0 < 2.0
+            taken = pf.take(begin, {p: float(target[p]) for p in begin}, None)
+            for p, t in taken.items():
+                got[p].extend(t.offsets)
+                begin[p] = t.end
+        assert got == {0: list(range(50)), 1: list(range(100, 130))}
+    finally:
+        pf.close()
+
+
 class FakeError:
     def __init__(self, code):
         self._code = code
