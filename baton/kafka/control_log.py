@@ -200,13 +200,22 @@ class ControlWriter:
             return record
 
     def _after_failed_commit(self, exc, record: ControlRecord, topic: str) -> ControlRecord:
+        from confluent_kafka import KafkaException
+
         err = exc.args[0]
         abortable = err.txn_requires_abort() and not _fenced(err)
         if abortable:  # e.g. the record was refused: nothing committed, the producer is usable again
             try:
                 self._producer.abort_transaction(COMMIT_TIMEOUT_S)
-            except Exception:
+            except KafkaException as abort_exc:
                 self._drop_producer()  # the next write initialises again, which aborts it
+                if not _fenced(abort_exc.args[0]):
+                    raise
+                # Another writer initialised between the failed commit and its abort (Apache Kafka answers
+                # a commit racing that init with INVALID_TXN_STATE, then the abort with fenced): as fenced.
+                exc, err, abortable = abort_exc, abort_exc.args[0], False
+            except Exception:
+                self._drop_producer()
                 raise
         elif _fenced(err):
             # Another writer initialised after us: our transaction is aborted, this producer is done.
@@ -365,7 +374,7 @@ def end_open_transactions(bootstrap: str, topic: str, stable: int, end: int,
     then a transaction of its own is aborted on the topic's partition. That abort's marker also ends a
     transaction Tansu left open there without coordinator state (initialising alone does not).
     Returns the apps."""
-    from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+    from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
     c = Consumer(kafka_config(bootstrap, {"group.id": f"baton-control-{uuid.uuid4().hex[:8]}", "enable.auto.commit": False,
                                           "isolation.level": "read_uncommitted", "enable.partition.eof": True}))
@@ -393,6 +402,12 @@ def end_open_transactions(bootstrap: str, topic: str, stable: int, end: int,
             p.produce(topic, b"", ABORT_MARKER_KEY)
             p.flush(timeout_s)  # at the partition, so the abort writes its marker there
             p.abort_transaction(timeout_s)
+        except KafkaException as exc:
+            if not _fenced(exc.args[0]):
+                raise
+            # A writer of the app initialised meanwhile: that ended the transactions open before it
+            # (ours among them); a transaction of its own is its to commit.
+            log.info("ending open control transactions of %s: fenced by a writer of the app (%s)", app, exc)
         finally:
             p.flush(1)
     return sorted(apps)
