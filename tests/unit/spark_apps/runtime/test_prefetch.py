@@ -5,6 +5,7 @@ batch that starts elsewhere has its partition sought."""
 import threading
 import time
 
+from spark_apps.runtime import prefetch
 from spark_apps.runtime.prefetch import PartitionBuffer, Prefetcher, Stamp, aligned_limits
 
 
@@ -88,6 +89,24 @@ def test_catching_up_partitions_move_abreast_in_time():
     # Records without timestamps (-1) cannot be aligned: nothing is held.
     blind = {0: stamped(0, [-1] * 5), 1: stamped(0, [-1] * 3)}
     assert aligned_limits(blind, limits) == {0: 5, 1: 3}
+
+
+def test_a_steady_state_that_holds_nothing_back_is_never_a_hold(monkeypatch, caplog):
+    """A tailing partition whose end is on its way is behind, but none of its records are held: such
+    takes must not add up to ALIGN_MAX_HOLD_S (which warned, then dropped the alignment for real holds)."""
+    monkeypatch.setattr(prefetch, "ALIGN_MAX_HOLD_S", 0.0)
+    pf = object.__new__(Prefetcher)
+    pf.topic, pf._seeks, pf._held_since = "t", {}, None
+    pf.buffers = {0: stamped(0, [5000, 5040]), 1: stamped(0, [5010], at_end=True)}
+    limits = {0: INF, 1: INF}
+    for _take in range(3):
+        assert pf._aligned({0: 0, 1: 0}, limits) == limits
+    assert pf._held_since is None and "abreast" not in caplog.text
+    # A real hold still times out: partition 1 behind at 2,900 ms, partition 0 has records up to 10,900 ms.
+    pf.buffers = {0: stamped(0, [1000 + 100 * i for i in range(100)]), 1: stamped(500, [1000 + 100 * i for i in range(20)])}
+    assert pf._aligned({0: 0, 1: 500}, limits) == {0: 30, 1: 520}
+    time.sleep(0.01)
+    assert pf._aligned({0: 0, 1: 500}, limits) == limits and "abreast" in caplog.text
 
 
 class FakeMessage:
