@@ -207,16 +207,13 @@ class ControlWriter:
         if abortable:  # e.g. the record was refused: nothing committed, the producer is usable again
             try:
                 self._producer.abort_transaction(COMMIT_TIMEOUT_S)
-            except KafkaException as abort_exc:
+            except Exception as abort_exc:
                 self._drop_producer()  # the next write initialises again, which aborts it
-                if not _fenced(abort_exc.args[0]):
+                if not (isinstance(abort_exc, KafkaException) and _fenced(abort_exc.args[0])):
                     raise
                 # Another writer initialised between the failed commit and its abort (Apache Kafka answers
                 # a commit racing that init with INVALID_TXN_STATE, then the abort with fenced): as fenced.
                 exc, err, abortable = abort_exc, abort_exc.args[0], False
-            except Exception:
-                self._drop_producer()
-                raise
         elif _fenced(err):
             # Another writer initialised after us: our transaction is aborted, this producer is done.
             self._drop_producer()

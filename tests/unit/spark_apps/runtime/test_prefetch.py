@@ -257,9 +257,7 @@ def test_a_backlog_larger_than_the_buffer_is_read_to_its_target_in_several_batch
         for _batch in range(20):
             if begin == target:
                 break
-            t0 = time.monotonic()
-            assert pf.wait_until({p: target[p] for p in begin}, None, 5.0)
-            assert time.monotonic() - t0 < 2.0
+            assert pf.wait_until({p: target[p] for p in begin}, None, 5.0)  # False: its timeout ran out
             taken = pf.take(begin, {p: float(target[p]) for p in begin}, None)
             for p, t in taken.items():
                 got[p].extend(t.offsets)
