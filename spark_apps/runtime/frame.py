@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import importlib
 import json
+import logging
 from pathlib import Path
 from types import ModuleType
 
 from baton.apps import AppDefinition
 from spark_apps.runtime.decode import INVALID_PREFIX, NOT_AN_OBJECT, supported
+
+log = logging.getLogger(__name__)
 
 KIND_OUTPUT, KIND_DEAD = "o", "d"
 CORRUPT = "_baton_corrupt"  # from_json's corrupt-record column (the path where Spark parses events)
@@ -62,6 +65,8 @@ def build_frame(spark, app: AppDefinition, bootstrap: str, starting_offsets: str
         reader = reader.option("batchTimesFile", str(batch_times_file))
     if min_batch_interval_ms > TRIGGER_TICK_MS:
         reader = reader.option("minBatchIntervalMs", str(min_batch_interval_ms))
+    if not uses_event_time(spark, mod, app):
+        reader = reader.option("alignPartitions", "false")
     fields = decodable_fields(mod.VALUE_SCHEMA)
     if fields is not None:
         events = (reader.option("valueFields", json.dumps(fields))
@@ -101,6 +106,27 @@ def build_frame(spark, app: AppDefinition, bootstrap: str, starting_offsets: str
         F.col("partition").cast("int").alias("src_partition"), F.col("offset").cast("long").alias("src_offset"),
     )
     return out.unionByName(dead)
+
+
+def uses_event_time(spark, mod: ModuleType, app: AppDefinition) -> bool:
+    """Whether the app's transform sets an event-time watermark: its plan over a stream of the events'
+    schema holds one (Spark's built-in rate source, all nulls: nothing runs, no Python worker starts;
+    a static frame would not do, its analysis drops a watermark). The source then keeps the partitions
+    abreast in time while it reads a backlog (prefetch.py); without a watermark that only holds records
+    back. A transform that cannot be planned that way counts as using event time (the safe side)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import DataType
+
+    try:
+        schema = DataType.fromDDL(mod.VALUE_SCHEMA)
+        events = spark.readStream.format("rate").load().select(
+            *[F.lit(None).cast(f.dataType).alias(f.name) for f in schema.fields])
+        plan = app_transform(mod, app, events)._jdf.queryExecution().analyzed().toString()
+    except Exception as exc:
+        log.info("%s: keeping the input's partitions abreast (its transform could not be planned on a test "
+                 "stream: %s)", app.name, exc)
+        return True
+    return "EventTimeWatermark" in plan
 
 
 def decodable_fields(ddl: str) -> list[tuple[str, str]] | None:

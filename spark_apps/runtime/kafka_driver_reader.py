@@ -181,7 +181,8 @@ class DriverStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableN
                 decoder = EventDecoder(self.opts.value_fields, self.opts.required)
                 width, decode = len(self.opts.value_fields), lambda msgs: decode_records(decoder, msgs)
             per_partition = max(10_000, MAX_BUFFERED // max(1, len(begin)))
-            self._prefetch = Prefetcher(lambda: Consumer(conf), self.opts.topic, begin, width, decode, per_partition)
+            self._prefetch = Prefetcher(lambda: Consumer(conf), self.opts.topic, begin, width, decode, per_partition,
+                                        align=self.opts.align_partitions)
         return self._prefetch
 
     def _note_times(self, taken: dict[int, Taken], end: dict[int, int]) -> None:

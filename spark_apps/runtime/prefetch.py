@@ -19,7 +19,10 @@ later than the newest record every such partition has ready (record timestamps, 
 no partition runs ahead of the others while a backlog is read (a restart, a standby catching up, a
 reprocess). An event-time watermark is the newest event time seen minus a delay, over every partition:
 one partition read minutes ahead would make the others' events late, and dropped. ALIGN_MAX_HOLD_S bounds how long a partition
-whose fetch brings nothing may hold the others back.
+whose fetch brings nothing may hold the others back. Only for an app with an event-time watermark
+(frame.uses_event_time; the source's alignPartitions): without one, the order across partitions
+changes no result, and holding records back cost a saturated active's batches their records: at the
+seed's rate, p99 12.3-13.2 s with it against 8.3-8.5 s without (both behind, bench/throughput.py).
 
 Event times: each fetched chunk of a partition leaves one stamp (its first offset, its first and last
 record's timestamp), so a batch knows when its oldest and newest records were written to within a
@@ -159,8 +162,10 @@ class Prefetcher:
     """Owns the consumer and its thread; `take` is called by the batch planner."""
 
     def __init__(self, make_consumer: Callable, topic: str, begin: dict[int, int], width: int,
-                 decode: Callable[[list], tuple[list[int], list[list], list[tuple]]], max_buffered: int):
+                 decode: Callable[[list], tuple[list[int], list[list], list[tuple]]], max_buffered: int,
+                 align: bool = True):
         self.topic, self.width, self.decode, self.max_buffered = topic, width, decode, max_buffered
+        self.align = align  # keep the partitions abreast in time (aligned_limits): for an event-time watermark
         self.buffers = {p: PartitionBuffer(o, o, width) for p, o in begin.items()}
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -189,7 +194,8 @@ class Prefetcher:
                 if buf is None or buf.start != o:
                     self.buffers[p] = PartitionBuffer(o, o, self.width)
                     self._seeks[p] = o
-            limits = self._aligned(begin, limits)
+            if self.align:
+                limits = self._aligned(begin, limits)
             ready = {p: self.buffers[p].available(limits.get(p, float("inf"))) for p in begin if p not in self._seeks}
             share = split_limit({p: n for p, n in ready.items() if n}, budget) if budget is not None and any(ready.values()) else None
             out = {}

@@ -41,6 +41,10 @@ Options (Spark lower-cases option keys; any case works):
   identityFile             path of a JSON file, kept inside the checkpoint, where the source records the
                            id of the topic its positions belong to: a recreated topic is then found even
                            when it has grown past the positions (input_check.py). Optional.
+  alignPartitions          readOn=driver: "true" (default) | "false". True: while a backlog is read, a batch
+                           takes no partition's records far ahead in time of the others' (prefetch.py),
+                           which an event-time watermark needs; false: every partition's ready records
+                           (an app without event time: holding records back only adds latency).
   batchTimesFile           readOn=driver: path of a file where the reader leaves the timestamps of each
                            batch's oldest and newest records, by the batch's end offsets (batch_times.py):
                            the slot's end-to-end latency. Optional.
@@ -65,14 +69,15 @@ class SourceOptions:
 
     __slots__ = ("bootstrap", "topic", "starting", "starting_timestamp", "max_records",
                  "cap_file", "poll_timeout_s", "kafka_conf", "value_fields", "required", "dead_letter_dir",
-                 "read_on", "min_batch_interval_s", "on_data_loss", "identity_file", "batch_times_file")
+                 "read_on", "min_batch_interval_s", "on_data_loss", "identity_file", "batch_times_file",
+                 "align_partitions")
 
     def __init__(self, bootstrap: str, topic: str, starting: Any, starting_timestamp: Optional[int],
                  max_records: Optional[int], cap_file: Optional[str], poll_timeout_s: float,
                  kafka_conf: dict[str, str], value_fields: Optional[list[tuple[str, str]]] = None,
                  required: Sequence[str] = (), dead_letter_dir: Optional[str] = None, read_on: str = "executors",
                  min_batch_interval_s: float = 0.0, on_data_loss: str = "fail", identity_file: Optional[str] = None,
-                 batch_times_file: Optional[str] = None):
+                 batch_times_file: Optional[str] = None, align_partitions: bool = True):
         self.bootstrap = bootstrap
         self.topic = topic
         self.starting = starting  # "earliest" | "latest" | {partition: offset or EARLIEST/LATEST}
@@ -89,6 +94,7 @@ class SourceOptions:
         self.on_data_loss = on_data_loss  # input_check.POLICIES
         self.identity_file = identity_file
         self.batch_times_file = batch_times_file
+        self.align_partitions = align_partitions
 
     def __getstate__(self):
         return {k: getattr(self, k) for k in self.__slots__}
@@ -190,6 +196,9 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
     on_data_loss = check_policy(opts.pop("ondataloss", FAIL), "option 'onDataLoss'")
     identity_file = opts.pop("identityfile", None) or None
     batch_times_file = opts.pop("batchtimesfile", None) or None
+    raw_align = str(opts.pop("alignpartitions", "true")).strip().lower()
+    if raw_align not in ("true", "false"):
+        raise ValueError(f"option 'alignPartitions' must be 'true' or 'false', got {raw_align!r}")
 
     kafka_conf: dict[str, str] = {}
     for k in list(opts):
@@ -205,7 +214,8 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
             log.warning("baton-kafka: ignoring unknown option %r", k)
     return SourceOptions(bootstrap, topic, starting, starting_timestamp, max_records, cap_file,
                          poll_ms / 1000.0, kafka_conf, value_fields, required, dead_letter_dir, read_on,
-                         interval_ms / 1000.0, on_data_loss, identity_file, batch_times_file)
+                         interval_ms / 1000.0, on_data_loss, identity_file, batch_times_file,
+                         align_partitions=raw_align == "true")
 
 
 def _parse_decoding(opts: dict) -> tuple[Optional[list[tuple[str, str]]], list[str], Optional[str]]:

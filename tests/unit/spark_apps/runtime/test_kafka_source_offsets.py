@@ -33,6 +33,7 @@ def test_defaults_and_case_insensitive_keys():
     assert (o.bootstrap, o.topic, o.starting, o.max_records, o.cap_file) == ("h:1", "clicks", "latest", 50, "/x/cap.json")
     assert o.kafka_conf == {"fetch.max.bytes": "1000"}
     assert o.poll_timeout_s == 120.0
+    assert o.align_partitions and not opts(alignPartitions="False").align_partitions
 
 
 def test_bootstrap_alias_is_accepted():
@@ -72,6 +73,7 @@ def test_starting_timestamp():
     ({"minbatchintervalms": "0"}, "minBatchIntervalMs"),
     ({"minbatchintervalms": "1s"}, "minBatchIntervalMs"),
     ({"kafka.group.id": "mine"}, "kafka.group.id"),
+    ({"alignpartitions": "no"}, "alignPartitions"),
 ])
 def test_bad_options_name_the_option(bad, option):
     options = {**BASE, **bad}

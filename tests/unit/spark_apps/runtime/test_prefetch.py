@@ -109,6 +109,18 @@ def test_a_steady_state_that_holds_nothing_back_is_never_a_hold(monkeypatch, cap
     assert pf._aligned({0: 0, 1: 500}, limits) == limits and "abreast" in caplog.text
 
 
+def test_without_an_event_time_watermark_a_batch_takes_every_partition_s_ready_records():
+    """alignPartitions=false: a partition behind with nothing ready holds no other (with alignment it
+    holds them all where they are, and the batch takes nothing)."""
+    pf = object.__new__(Prefetcher)
+    pf.topic, pf._seeks, pf._held_since, pf._lock, pf._error = "t", {}, None, threading.Lock(), None
+    buffers = lambda: {0: stamped(0, [5000, 5040, 5080]), 1: PartitionBuffer(7, 7, 1)}  # noqa: E731
+    pf.buffers, pf.align = buffers(), True
+    assert {p: t.offsets for p, t in pf.take({0: 0, 1: 7}, {0: INF, 1: INF}, None).items()} == {0: [], 1: []}
+    pf.buffers, pf.align = buffers(), False
+    assert {p: t.offsets for p, t in pf.take({0: 0, 1: 7}, {0: INF, 1: INF}, None).items()} == {0: [0, 1, 2], 1: []}
+
+
 class FakeMessage:
     def __init__(self, p, o):
         self.p, self.o = p, o
