@@ -119,6 +119,9 @@ class AppDefinition:
     # running fewer, larger batches costs less of the machine the active runs on. A fence or a role
     # change reaches it at once. 0: after every batch of the active.
     standby_pace_ms: int = 2000
+    # Added to a slot's nice value while it is the standby (spark_apps.runtime.priority): the active's
+    # batches get the CPU first on a busy host, the standby catches up with what is left. 0: equal.
+    standby_nice: int = 10
     # What a slot does when its checkpoint's positions are not in the input any more (a topic recreated,
     # a broker reset, retention): "fail" stops it with the reason (the way out: a reprocess into a new
     # generation); "earliest" resumes at the earliest available offsets, keeping the state and skipping
@@ -198,7 +201,8 @@ def _topic(d: dict[str, Any], key: str, path: Path) -> TopicRef:
 
 KNOWN_FIELDS = {
     "name", "module", "version", "input", "output", "trigger_ms", "max_records_per_trigger",
-    "batch_ms_budget", "max_lag_records", "standby_pace_ms", "on_data_loss", "lease_interval_ms", "lease_ttl_ms",
+    "batch_ms_budget", "max_lag_records", "standby_pace_ms", "standby_nice", "on_data_loss", "lease_interval_ms",
+    "lease_ttl_ms",
     "state", "health",
 }
 ON_DATA_LOSS = ("fail", "earliest")
@@ -208,6 +212,13 @@ def _on_data_loss(data: dict[str, Any], path: Path) -> str:
     value = _get(data, "on_data_loss", str, path, default="fail")
     if value not in ON_DATA_LOSS:
         raise AppDefinitionError(path, "on_data_loss", f"must be one of {', '.join(ON_DATA_LOSS)}, got {value!r}")
+    return value
+
+
+def _standby_nice(data: dict[str, Any], path: Path) -> int:
+    value = _get(data, "standby_nice", int, path, default=10)
+    if not 0 <= value <= 19:
+        raise AppDefinitionError(path, "standby_nice", f"must be a nice increment from 0 to 19, got {value}")
     return value
 
 
@@ -257,6 +268,7 @@ def parse_definition(data: Any, path: Path) -> AppDefinition:
         batch_ms_budget=_positive(_get(data, "batch_ms_budget", int, path, default=2000), path, "batch_ms_budget"),
         max_lag_records=_positive(_get(data, "max_lag_records", int, path, default=200_000), path, "max_lag_records"),
         standby_pace_ms=_not_negative(_get(data, "standby_pace_ms", int, path, default=2000), path, "standby_pace_ms"),
+        standby_nice=_standby_nice(data, path),
         on_data_loss=_on_data_loss(data, path),
         lease_interval_ms=_positive(_get(data, "lease_interval_ms", int, path, default=1000), path, "lease_interval_ms"),
         lease_ttl_ms=_positive(_get(data, "lease_ttl_ms", int, path, default=4000), path, "lease_ttl_ms"),

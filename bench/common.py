@@ -128,8 +128,9 @@ def bench(prefix: str, keep: Path | None = None) -> Iterator[Bench]:
 # --- the app under test -------------------------------------------------------------------------
 
 def click_count_app(directory: Path, partitions: int = 4, trigger_ms: int = 1000,
-                    max_records_per_trigger: int = 500_000) -> tuple[AppDefinition, Path]:
-    """A fresh click-count app definition (unique name and topics) written to `directory`."""
+                    max_records_per_trigger: int = 500_000, standby_nice: int | None = None) -> tuple[AppDefinition, Path]:
+    """A fresh click-count app definition (unique name and topics) written to `directory`;
+    `standby_nice` None: the app definition's default."""
     name = f"cc_bench_{uuid.uuid4().hex[:6]}"
     path = directory / f"{name}.yaml"
     path.write_text(
@@ -137,6 +138,7 @@ def click_count_app(directory: Path, partitions: int = 4, trigger_ms: int = 1000
         f"input: {{topic: clicks-{name}, partitions: {partitions}}}\n"
         f"output: {{topic: counts-{name}, partitions: {partitions}}}\n"
         f"trigger_ms: {trigger_ms}\nmax_records_per_trigger: {max_records_per_trigger}\n"
+        + (f"standby_nice: {standby_nice}\n" if standby_nice is not None else "")
     )
     return load_definition(path), path
 

@@ -40,6 +40,7 @@ from common import (  # noqa: E402
     pyplot, start_slot, total, wait_processed, write_result,
 )
 
+from baton.apps import AppDefinition  # noqa: E402
 from baton.records import Slot, SlotState  # noqa: E402
 from baton.tools.loadgen import LoadSpec, SendLog, user_id  # noqa: E402
 from baton.tools.loadgen import run as produce  # noqa: E402
@@ -63,6 +64,8 @@ def parser(doc: str = __doc__) -> argparse.ArgumentParser:
     ap.add_argument("--standby", action=argparse.BooleanOptionalAction, default=True)
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--trigger-ms", type=int, default=1000)
+    ap.add_argument("--standby-nice", type=int, default=None,
+                    help="the app's standby_nice (default: the app definition's, 10; 0: both slots at one priority)")
     ap.add_argument("--drain-timeout", type=float, default=300.0, help="wait this long for the backlog after the load")
     ap.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark setting for both slots")
     ap.add_argument("--profile", action="store_true", help="JFR on blue's JVM, py-spy on its Python (if installed)")
@@ -89,7 +92,7 @@ def main() -> int:
 def run(b: Bench, args, during=None) -> dict:
     """The measured run. `during(b, app, procs, watch)`, if given, runs `args.handoff_at` seconds into
     the measured window and returns [(wall time, label)] marks (bench/handoff.py)."""
-    app, path = click_count_app(b.tmp, args.partitions, args.trigger_ms)
+    app, path = click_count_app(b.tmp, args.partitions, args.trigger_ms, standby_nice=args.standby_nice)
     create_app(b.bootstrap, app, standby=args.standby)
     watch = StatusWatch(b.bootstrap, app.name)
     slots = [Slot.BLUE] + ([Slot.GREEN] if args.standby else [])
@@ -225,6 +228,7 @@ def analyse(args, prewarm: SendLog | None, sent: SendLog, obs: Observations, wat
         "malformed_share": args.malformed,
         "partitions": args.partitions,
         "trigger_ms": args.trigger_ms,
+        "standby_nice": args.standby_nice if args.standby_nice is not None else AppDefinition.standby_nice,
         "p50_ms": round(report.p50_ms, 1),
         "p99_ms": round(report.p99_ms, 1),
         "p99_99_ms": round(report.p99_99_ms, 1),

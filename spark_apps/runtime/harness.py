@@ -44,6 +44,7 @@ from spark_apps.runtime.hold import Hold
 from spark_apps.runtime.input_ends import InputEnds
 from spark_apps.runtime.kafka_sink import TransactionalEmitter, WriterFenced
 from spark_apps.runtime.lease import LeaseKeeper
+from spark_apps.runtime.priority import SlotPriority
 from spark_apps.runtime.progress import add_progress_listener, batch_latencies, failure_reason, status_from_progress
 
 log = logging.getLogger(__name__)
@@ -74,6 +75,7 @@ class Harness:
         self.status_producer = Producer(kafka_config(bootstrap, {"linger.ms": 20}))
         self.input_ends = InputEnds(bootstrap, app.input.topic, app.input.partitions)  # lag in each status record
         self.startup = StartUp()
+        self.priority = SlotPriority(app.standby_nice)  # the standby yields the CPU to the active
         self.sink = RoleGatedSink(app, slot, self.paths, self.follower, self.emitter, EmittedKeys(), self.mark)
         self.corrected_output = CorrectedOutput(self.sink)
         self.digests = StateDigests(app, slot, state_dir, self.paths, self.follower, spark=lambda: self.spark,
@@ -201,6 +203,7 @@ class Harness:
             # slots running then; a retry asks again): no digest job at every later restart.
             control, _ = self.follower.snapshot()
             self.digests.checked = self.digests.checked_active = control.check_at if control is not None else None
+            self.priority.follow(control.role_of(self.slot) if control is not None else Role.STANDBY)
             self.follower.start()
             self.input_ends.start()
             self.lease = LeaseKeeper(self.app, self.slot, self.bootstrap, self.follower, lambda: self.state, self.alive)
@@ -234,6 +237,8 @@ class Harness:
                         continue
                     break  # the query ended by itself: an error, reported below
                 control, _ = self.follower.snapshot()
+                self.priority.follow(control.role_of(self.slot) if control is not None else Role.STANDBY,
+                                     slow_batch=time.monotonic() - self.last_event > self.stall_s / 3)
                 spec = control.slots.get(self.slot) if control else None
                 if spec is not None and spec.desired in (SlotState.STOPPED, SlotState.STOPPING, SlotState.FAILED):
                     break

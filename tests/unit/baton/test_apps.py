@@ -31,6 +31,7 @@ def test_defaults_and_topics(tmp_path):
     assert app.trigger_ms == 1000 and app.standby_pace_ms == 2000
     assert (app.lease_interval_ms, app.lease_ttl_ms) == (1000, 4000)
     assert load_definition(write(tmp_path, GOOD + "standby_pace_ms: 0\n")).standby_pace_ms == 0
+    assert app.standby_nice == 10 and load_definition(write(tmp_path, GOOD + "standby_nice: 0\n")).standby_nice == 0
     assert [t.name for t in app.topics()] == ["clicks", "user_counts", "baton.demo.deadletter", "baton.demo.commits"]
 
 
@@ -41,6 +42,8 @@ def test_defaults_and_topics(tmp_path):
     (GOOD + "trigger_ms: true\n", "trigger_ms", "must be int"),
     (GOOD + "colour: blue\n", "colour", "is not a known field"),
     (GOOD + "standby_pace_ms: -1\n", "standby_pace_ms", "must be >= 0"),
+    (GOOD + "standby_nice: 20\n", "standby_nice", "from 0 to 19, got 20"),
+    (GOOD + "standby_nice: -5\n", "standby_nice", "from 0 to 19, got -5"),
     (GOOD + "lease_ttl_ms: 2000\n", "lease_ttl_ms", "at least 3 x lease_interval_ms (3000)"),
     (GOOD + "lease_interval_ms: 0\n", "lease_interval_ms", "must be > 0"),
     (GOOD.replace("user_counts", "clicks"), "output.topic", "must differ"),
