@@ -97,6 +97,7 @@ class SlotPriority:
         self.clock, self.threads, self.setpriority = clock, threads, setpriority
         self.current = self.base
         self._rewalk_at: float | None = None
+        self._role: Role | None = None
         self.enabled = standby_nice > 0 and self.base < 19
         if self.enabled and not may_raise(self.base):
             self.enabled = False
@@ -113,8 +114,12 @@ class SlotPriority:
         if not self.enabled:
             return
         nice = self.target(role, slow_batch)
+        new_role, self._role = role is not self._role, role
         if nice != self.current:
-            log.info("CPU priority for the %s role: nice %d (was %d)", role.value, nice, self.current)
+            # A role change is worth a line; a long batch's flips (every ~10 s in a catch-up) are not.
+            say = log.info if new_role else log.debug
+            say("CPU priority for the %s role: nice %d (was %d)%s", role.value, nice, self.current,
+                ", its batch running long" if slow_batch and role is Role.STANDBY else "")
             self.current = nice
             self._walk()
             self._rewalk_at = self.clock() + REWALK_S
