@@ -15,7 +15,7 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Iterator, Mapping, Sequence
 
 
 class StartError(RuntimeError):
@@ -141,19 +141,22 @@ def _reap(pid: int) -> None:
         pass
 
 
-def group_members(pgid: int) -> set[int]:
-    """Pids whose process group is pgid (read from /proc, Linux)."""
-    members: set[int] = set()
-    for entry in Path("/proc").iterdir():
+def process_stats(proc: Path = Path("/proc")) -> Iterator[tuple[int, list[str]]]:
+    """Every process's pid and the fields of /proc/<pid>/stat after its name (state, ppid, pgrp, ...:
+    the name may hold spaces and parentheses, so they start after its last ")"); a process gone
+    meanwhile is left out (Linux)."""
+    for entry in proc.iterdir():
         if not entry.name.isdigit():
             continue
         try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except (FileNotFoundError, ProcessLookupError, IndexError, PermissionError):
+            yield int(entry.name), (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
             continue
-        if int(fields[2]) == pgid:
-            members.add(int(entry.name))
-    return members
+
+
+def group_members(pgid: int) -> set[int]:
+    """Pids whose process group is pgid (read from /proc, Linux)."""
+    return {pid for pid, fields in process_stats() if int(fields[2]) == pgid}
 
 
 def pid_alive(pid: int) -> bool:

@@ -203,7 +203,7 @@ class Harness:
             # slots running then; a retry asks again): no digest job at every later restart.
             control, _ = self.follower.snapshot()
             self.digests.checked = self.digests.checked_active = control.check_at if control is not None else None
-            self.priority.follow(control.role_of(self.slot) if control is not None else Role.STANDBY)
+            self.priority.follow(self.follower.role())
             self.follower.start()
             self.input_ends.start()
             self.lease = LeaseKeeper(self.app, self.slot, self.bootstrap, self.follower, lambda: self.state, self.alive)
@@ -237,7 +237,7 @@ class Harness:
                         continue
                     break  # the query ended by itself: an error, reported below
                 control, _ = self.follower.snapshot()
-                self.priority.follow(control.role_of(self.slot) if control is not None else Role.STANDBY,
+                self.priority.follow(self.follower.role(),
                                      slow_batch=time.monotonic() - self.last_event > self.stall_s / 3)
                 spec = control.slots.get(self.slot) if control else None
                 if spec is not None and spec.desired in (SlotState.STOPPED, SlotState.STOPPING, SlotState.FAILED):

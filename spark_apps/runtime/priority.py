@@ -30,6 +30,7 @@ import resource
 import time
 from pathlib import Path
 
+from baton.local.procs import process_stats
 from baton.records import Role
 
 log = logging.getLogger(__name__)
@@ -54,26 +55,11 @@ def can_raise_priority(base: int, status: Path = PROC / "self" / "status") -> bo
     return soft == resource.RLIM_INFINITY or 20 - soft <= base
 
 
-def parents(proc: Path = PROC) -> dict[int, int]:
-    """Every process's parent pid (from /proc/<pid>/stat; a process gone meanwhile is left out)."""
-    out = {}
-    for entry in proc.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        # pid (comm) state ppid ...: comm may hold spaces and parentheses, so split after its last ")".
-        out[int(entry.name)] = int(stat[stat.rindex(")") + 2:].split()[1])
-    return out
-
-
 def tree_threads(root: int, proc: Path = PROC) -> list[int]:
     """Every thread id of `root`'s process and of its descendants (a process gone meanwhile is left out)."""
     children: dict[int, list[int]] = {}
-    for pid, ppid in parents(proc).items():
-        children.setdefault(ppid, []).append(pid)
+    for pid, fields in process_stats(proc):
+        children.setdefault(int(fields[1]), []).append(pid)
     tids, todo = [], [root]
     while todo:
         pid = todo.pop()
@@ -102,8 +88,8 @@ class SlotPriority:
         if self.enabled and not may_raise(self.base):
             self.enabled = False
             log.info("the standby keeps the active's CPU priority: this process may not raise a nice value "
-                        "again (no CAP_SYS_NICE, RLIMIT_NICE %s), so a standby taking over would stay behind",
-                        resource.getrlimit(resource.RLIMIT_NICE)[0])
+                     "again (no CAP_SYS_NICE, RLIMIT_NICE %s), so a standby taking over would stay behind",
+                     resource.getrlimit(resource.RLIMIT_NICE)[0])
 
     def target(self, role: Role, slow_batch: bool = False) -> int:
         return self.base if role is Role.ACTIVE or slow_batch else min(19, self.base + self.standby_nice)
