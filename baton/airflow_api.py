@@ -15,6 +15,14 @@ class AirflowAPIError(RuntimeError):
         self.status, self.body = status, body
 
 
+def log_line(line: Any) -> str:
+    """One structured task-log record as text: its event, and a failure's exception type and message."""
+    if not isinstance(line, dict):
+        return str(line)
+    errors = [f"{e.get('exc_type')}: {e.get('exc_value')}" for e in line.get("error_detail") or [] if isinstance(e, dict)]
+    return " ".join([str(line.get("event", "")), *errors])
+
+
 class AirflowClient:
     def __init__(self, base_url: str, username: str, password: str, timeout_s: float = 30.0):
         self.base_url = base_url.rstrip("/")
@@ -34,11 +42,11 @@ class AirflowClient:
             self._token = r.json()["access_token"]
         return {"Authorization": f"Bearer {self._token}"}
 
-    def request(self, method: str, path: str, what: str, **kwargs: Any) -> Any:
-        r = self._http.request(method, f"/api/v2{path}", headers=self._headers(), **kwargs)
+    def request(self, method: str, path: str, what: str, headers: dict[str, str] | None = None, **kwargs: Any) -> Any:
+        r = self._http.request(method, f"/api/v2{path}", headers={**self._headers(), **(headers or {})}, **kwargs)
         if r.status_code == 401:  # token expired: log in again once
             self._token = None
-            r = self._http.request(method, f"/api/v2{path}", headers=self._headers(), **kwargs)
+            r = self._http.request(method, f"/api/v2{path}", headers={**self._headers(), **(headers or {})}, **kwargs)
         if r.status_code >= 300:
             raise AirflowAPIError(r.status_code, r.text, what)
         return r.json() if r.content else None
@@ -100,6 +108,13 @@ class AirflowClient:
 
     def task_instances(self, dag_id: str, run_id: str) -> list[dict[str, Any]]:
         return self.request("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances", f"tasks of {run_id}")["task_instances"]
+
+    def task_log(self, dag_id: str, run_id: str, task_id: str, try_number: int, map_index: int = -1) -> list[str]:
+        """A task try's log lines (Airflow 3 serves structured records: each one's event text)."""
+        body = self.request("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/logs/{try_number}",
+                            f"log of {task_id} try {try_number}", params={"map_index": map_index, "full_content": True},
+                            headers={"Accept": "application/json"})
+        return [log_line(line) for line in (body or {}).get("content") or []]
 
     def clear_tasks(self, dag_id: str, run_id: str, task_ids: list[str]) -> Any:
         """Clear (re-run) tasks of a run, as the UI's Clear does: the retry path of an operator."""

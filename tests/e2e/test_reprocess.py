@@ -108,7 +108,7 @@ def test_a_reprocess_corrects_every_key_without_stopping_the_output_and_has_a_wa
     with LiveLoad(bootstrap, app.input.topic, per_tick=400, start=corrected, truth=truth) as load:
         time.sleep(3)
         back = run_dag(client, "baton_cutover", {"app": app.name, "correct": True}, timeout_s=600)
-        assert back["state"] == "success", back
+        assert back["state"] == "success", back.get("why", back)
         time.sleep(3)
     record = read_control(bootstrap, app.name)
     assert (record.active, record.epoch) == (before.active, before.epoch + 2)

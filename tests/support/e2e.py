@@ -1,9 +1,11 @@
 """Helpers for e2e tests driving the platform through Airflow's REST API."""
 
+import re
 import threading
 import time
 from collections import Counter
 from contextlib import contextmanager
+from pathlib import Path
 
 from baton.kafka.control_log import read_control
 from tests.support.slots import produce_clicks
@@ -14,8 +16,36 @@ ALERTS = "alerts.jsonl"
 
 
 def run_dag(client, dag_id, conf=None, timeout_s=420):
+    """Trigger and wait; a run that did not succeed carries "why" (its failed tasks' logs and the slot
+    drivers' logs they name), which the tests' assertion messages print."""
     run = client.trigger(dag_id, conf or {})
-    return client.wait_for_run(dag_id, run["dag_run_id"], timeout_s=timeout_s)
+    done = client.wait_for_run(dag_id, run["dag_run_id"], timeout_s=timeout_s)
+    if done["state"] != "success":
+        done["why"] = why_not_success(client, dag_id, run["dag_run_id"])
+    return done
+
+
+def why_not_success(client, dag_id, run_id, lines=30):
+    """The end of every failed (or retrying) task try's log, then of each driver log those name."""
+    try:
+        out, drivers = [], []
+        for ti in client.task_instances(dag_id, run_id):
+            if ti["state"] not in ("failed", "up_for_retry", "upstream_failed", "running", "deferred", "queued"):
+                continue
+            out.append(f"--- {ti['task_id']}[{ti.get('map_index', -1)}] {ti['state']}, try {ti.get('try_number')}")
+            for attempt in range(1, (ti.get("try_number") or 0) + 1):
+                log = client.task_log(dag_id, run_id, ti["task_id"], attempt, ti.get("map_index", -1))
+                out.append(f"try {attempt}:")
+                out.extend(log[-lines:])
+                drivers.extend(m for line in log for m in re.findall(r"(/\S+/driver\.log)", line))
+        for path in dict.fromkeys(drivers):
+            keep = [ln for ln in Path(path).read_text(errors="replace").splitlines()
+                    if ln.strip() and "rdkafka" not in ln and " WARN " not in ln and not ln.lstrip().startswith("at ")]
+            out.append(f"--- the end of {path}:")
+            out.extend(keep[-lines:])
+        return "\n".join(out)
+    except Exception as exc:  # the explanation must never hide the failure it explains
+        return f"(could not collect the failed tasks' logs: {type(exc).__name__}: {exc})"
 
 
 def desired(platform, app, slot):
@@ -61,7 +91,7 @@ class LiveLoad:
 def both_slots_running(client, app):
     """Both slots of `app` started through baton_lifecycle for the block, stopped after it."""
     started = run_dag(client, "baton_lifecycle", {"app": app.name, "action": "start", "slot": "both"})
-    assert started["state"] == "success", started
+    assert started["state"] == "success", started.get("why", started)
     yield
     stopped = run_dag(client, "baton_lifecycle", {"app": app.name, "action": "stop", "slot": "both"})
     assert stopped["state"] == "success"

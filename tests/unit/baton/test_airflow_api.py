@@ -5,7 +5,7 @@ import json
 import httpx
 import pytest
 
-from baton.airflow_api import AirflowAPIError, AirflowClient
+from baton.airflow_api import AirflowAPIError, AirflowClient, log_line
 
 
 def client_with(answers):
@@ -39,3 +39,11 @@ def test_a_bad_request_is_not_retried(monkeypatch):
     with pytest.raises(AirflowAPIError) as err:
         client.trigger("d", {"app": "nope"})
     assert err.value.status == 400 and len(sent) == 1
+
+
+def test_a_structured_log_record_reads_as_its_event_and_the_failure_it_carries():
+    record = {"event": "Task failed with exception", "level": "error",
+              "error_detail": [{"exc_type": "AirflowFailException", "exc_value": "blue running: slot failed"}]}
+    assert log_line(record) == "Task failed with exception AirflowFailException: blue running: slot failed"
+    assert log_line({"event": "trigger completed"}) == "trigger completed"
+    assert log_line("a plain line") == "a plain line"

@@ -17,7 +17,7 @@ from baton.tools.verify import read_output, verify
 from baton.kafka.markers import read_last_marker
 from spark_apps.runtime.lease import fence_writer
 from tests.integration.spark_apps.runtime.test_cutover import Load
-from tests.support.slots import (read_status, read_topic, start_slot, stop_slot, wait_for, wait_until_emitted)
+from tests.support.slots import (log_tail, read_status, read_topic, start_slot, stop_slot, wait_for, wait_until_emitted)
 
 pytestmark = pytest.mark.integration
 
@@ -109,7 +109,7 @@ def test_a_stalled_active_is_failed_over_fenced_and_rejoins_as_the_standby(boots
         for s in read_status(bootstrap, app.name, "blue")), 120, (blue, green))
     marks = finish_and_verify(bootstrap, app, load)
     one_writer_at_a_time(marks)
-    assert blue.poll() is None and green.poll() is None
+    assert blue.poll() is None and green.poll() is None, f"{log_tail(blue)}\n{log_tail(green)}"
     assert read_control(bootstrap, app.name).epoch == 2  # no flapping back
 
 
@@ -148,7 +148,7 @@ def test_a_stalled_broker_fails_nobody_over(bootstrap, broker, loaded_pair):
     assert (rec.epoch, rec.active) == (1, Slot.BLUE), rec
     marks = finish_and_verify(bootstrap, app, load)
     assert {m.slot for m in marks} == {Slot.BLUE}
-    assert blue.poll() is None and green.poll() is None
+    assert blue.poll() is None and green.poll() is None, f"{log_tail(blue)}\n{log_tail(green)}"
 
 
 def broker_pid(broker) -> int:
