@@ -42,6 +42,7 @@ from typing import Iterable
 from baton.records import ControlRecord, RecordError
 from baton.kafka.client_config import kafka_config
 from baton.kafka.fetch_wait import StallWatch, fetch_wait_ms, reopen_longer, short_wait
+from baton.kafka.txn_window import txn_window
 
 log = logging.getLogger(__name__)
 
@@ -160,7 +161,8 @@ class ControlWriter:
             # Connected first: librdkafka asks again for the transaction coordinator only 500 ms after
             # a first query that found no broker up, which a new client's init would otherwise pay.
             p.list_topics(timeout=WRITE_TIMEOUT_S)
-            p.init_transactions(WRITE_TIMEOUT_S)
+            with txn_window(self.bootstrap, control_transactional_id(self.app)):  # never inside another's commit
+                p.init_transactions(WRITE_TIMEOUT_S)
             self._producer = p
         return self._producer
 
@@ -188,9 +190,10 @@ class ControlWriter:
                     f"{applied.revision if applied else None}"
                 )
             try:
-                p.begin_transaction()
-                p.produce(topic, record.to_bytes(), record.key())
-                p.commit_transaction(COMMIT_TIMEOUT_S)
+                with txn_window(self.bootstrap, control_transactional_id(self.app)):  # no other writer's init inside it
+                    p.begin_transaction()
+                    p.produce(topic, record.to_bytes(), record.key())
+                    p.commit_transaction(COMMIT_TIMEOUT_S)
             except KafkaException as exc:
                 return self._after_failed_commit(exc, record, topic)
             # Read back: readers applied it (another writer's next record may follow it already). Always
@@ -206,7 +209,8 @@ class ControlWriter:
         abortable = err.txn_requires_abort() and not _fenced(err)
         if abortable:  # e.g. the record was refused: nothing committed, the producer is usable again
             try:
-                self._producer.abort_transaction(COMMIT_TIMEOUT_S)
+                with txn_window(self.bootstrap, control_transactional_id(self.app)):
+                    self._producer.abort_transaction(COMMIT_TIMEOUT_S)
             except Exception as abort_exc:
                 self._drop_producer()  # the next write initialises again, which aborts it
                 if not (isinstance(abort_exc, KafkaException) and _fenced(abort_exc.args[0])):
@@ -394,11 +398,12 @@ def end_open_transactions(bootstrap: str, topic: str, stable: int, end: int,
         p = Producer(kafka_config(bootstrap, {"transactional.id": control_transactional_id(app), "linger.ms": 0}))
         try:
             p.list_topics(timeout=timeout_s)
-            p.init_transactions(timeout_s)
-            p.begin_transaction()
-            p.produce(topic, b"", ABORT_MARKER_KEY)
-            p.flush(timeout_s)  # at the partition, so the abort writes its marker there
-            p.abort_transaction(timeout_s)
+            with txn_window(bootstrap, control_transactional_id(app)):
+                p.init_transactions(timeout_s)
+                p.begin_transaction()
+                p.produce(topic, b"", ABORT_MARKER_KEY)
+                p.flush(timeout_s)  # at the partition, so the abort writes its marker there
+                p.abort_transaction(timeout_s)
         except KafkaException as exc:
             if not _fenced(exc.args[0]):
                 raise

@@ -381,6 +381,45 @@ def test_both_slots_moved_at_once_never_stall_the_control_topic(bootstrap, topic
     assert read_control(bootstrap, app, topic) == final
 
 
+def test_two_processes_moving_their_slots_at_once_never_stall_the_control_topic(bootstrap, topic):
+    """The mapped start (or stop) of both slots as it runs: two task processes, each initialising a new
+    producer of the app's transactional.id just before its write, both at the same moment. An init that
+    Tansu handled inside the other's commit left that commit's transaction open for good, and every
+    read_committed reader of the topic stopped before it (CI: every later lifecycle step and health
+    check of the e2e session failed; reproduced in 18 rounds). Each process's commit and init are
+    serialised on the host (baton.kafka.txn_window): every move lands in seconds, one unbroken chain."""
+    import multiprocessing
+
+    from tests.support.control_race import CYCLE, move_in_rounds
+
+    app, rounds = f"procs-{uuid.uuid4().hex[:6]}", 40
+    setup = ControlPlane(KafkaControlStore(bootstrap, topic), writer="setup")
+    for slot in Slot:
+        setup.move_slot(app, slot, SlotState.STARTING)
+        setup.move_slot(app, slot, SlotState.RUNNING)
+    before = read_control(bootstrap, app, topic)
+    ctx = multiprocessing.get_context("spawn")
+    barrier, results = ctx.Barrier(len(Slot)), ctx.Queue()
+    procs = [ctx.Process(target=move_in_rounds, args=(bootstrap, topic, app, slot.value, rounds, barrier, results))
+             for slot in Slot]
+    for proc in procs:
+        proc.start()
+    try:
+        outcomes = [results.get(timeout=600) for _ in procs]
+    finally:
+        for proc in procs:
+            proc.join(30)
+            if proc.is_alive():
+                proc.kill()
+    assert [error for _, _, error in outcomes] == [None, None], outcomes
+    # A stalled topic costs a move its 30 s read timeout; a move takes well under a second.
+    assert max(slowest for _, slowest, _ in outcomes) < control_log.WRITE_TIMEOUT_S / 2, outcomes
+    final = assert_chain(app, committed_log(bootstrap, topic))
+    assert final.revision == before.revision + len(Slot) * rounds  # every move landed once
+    assert {slot: spec.desired for slot, spec in final.slots.items()} == {s: CYCLE[(rounds - 1) % len(CYCLE)] for s in Slot}
+    assert read_control(bootstrap, app, topic) == final
+
+
 def count_records(bootstrap: str, topic: str) -> int:
     """Records in the partition now, aborted ones included (read uncommitted)."""
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"count-{uuid.uuid4().hex[:6]}",
