@@ -324,3 +324,30 @@ def test_a_loss_of_many_partitions_keeps_its_cause_and_way_out_within_a_status()
     assert len(d.reason) < 2000 and d.reason.endswith("(its state kept, what was lost skipped).")
     assert "partition 3: checkpoint at offset 10003, beyond the end 5" in d.reason
     assert "and 508 more, at {4: 10004, 5: 10005, " in d.reason and "19: 10019, ...} (partition: checkpoint" in d.reason
+
+
+def test_a_broker_that_does_not_answer_makes_an_empty_batch_and_an_answer_still_fails():
+    from confluent_kafka import KafkaError, KafkaException
+
+    from spark_apps.runtime.kafka_driver_reader import DriverStreamReader
+
+    d = DriverStreamReader(parse_options({"kafka.bootstrap.servers": "h:1", "topic": "t", "readOn": "driver"}))
+    d.planner.verified = True
+    d.planner.cap_is_stale = lambda: False
+
+    def silent():
+        raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "Failed to get metadata: Local: Timed out"))
+
+    d.planner._partition_ids = silent
+    start = {"0": 5, "1": 7}
+    for _ in range(2):  # the query goes on, its next trigger asks again
+        rows, end = d.read(start)
+        assert list(rows) == [] and end == start
+    assert d._silent_since is not None
+
+    def missing():
+        raise ValueError("option 'topic': topic 't' does not exist")
+
+    d.planner._partition_ids = missing
+    with pytest.raises(ValueError, match="does not exist"):
+        d.read(start)
