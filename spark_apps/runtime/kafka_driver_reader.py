@@ -62,10 +62,10 @@ def broker_silent(exc: BaseException) -> bool:
     unreachable): the next trigger asks again. Anything else (a missing topic, data loss) is an answer."""
     from confluent_kafka import KafkaError, KafkaException
 
-    if not isinstance(exc, KafkaException) or not exc.args or not isinstance(exc.args[0], KafkaError):
-        return False
-    err = exc.args[0]
-    return err.retriable() or err.code() in (KafkaError._TIMED_OUT, KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN)
+    from baton.kafka.tail import is_fatal
+
+    return (isinstance(exc, KafkaException) and bool(exc.args) and isinstance(exc.args[0], KafkaError)
+            and not is_fatal(exc.args[0]))
 
 
 class DriverStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableNow):

@@ -15,7 +15,10 @@ from baton.records import Slot, SlotState
 CYCLE = (SlotState.STOPPING, SlotState.STOPPED, SlotState.STARTING, SlotState.RUNNING)
 
 
-class _Store(KafkaControlStore):
+class WriterStore(KafkaControlStore):
+    """A control store with a ControlWriter of its own: a writer as in another process (write_control
+    shares one per app in a process)."""
+
     def __init__(self, bootstrap: str, topic: str, app: str):
         super().__init__(bootstrap, topic)
         self.writer = ControlWriter(bootstrap, app)
@@ -32,7 +35,7 @@ def move_in_rounds(bootstrap: str, topic: str, app: str, slot: str, rounds: int,
         for i in range(rounds):
             barrier.wait(120)
             time.sleep(random.uniform(0, 0.5))
-            store = _Store(bootstrap, topic, app)
+            store = WriterStore(bootstrap, topic, app)
             plane = ControlPlane(store, writer=slot)
             t0 = time.monotonic()
             for _attempt in range(40):

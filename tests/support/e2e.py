@@ -5,10 +5,9 @@ import threading
 import time
 from collections import Counter
 from contextlib import contextmanager
-from pathlib import Path
 
 from baton.kafka.control_log import read_control
-from tests.support.slots import produce_clicks
+from tests.support.slots import driver_log_end, produce_clicks
 
 # What the e2e stack's alert notifier (tests.support.recording_notifier) was sent: this file beside the
 # platform's state dir.
@@ -39,10 +38,8 @@ def why_not_success(client, dag_id, run_id, lines=30):
                 out.extend(log[-lines:])
                 drivers.extend(m for line in log for m in re.findall(r"(/\S+/driver\.log)", line))
         for path in dict.fromkeys(drivers):
-            keep = [ln for ln in Path(path).read_text(errors="replace").splitlines()
-                    if ln.strip() and "rdkafka" not in ln and " WARN " not in ln and not ln.lstrip().startswith("at ")]
             out.append(f"--- the end of {path}:")
-            out.extend(keep[-lines:])
+            out.extend(driver_log_end(path, lines))
         return "\n".join(out)
     except Exception as exc:  # the explanation must never hide the failure it explains
         return f"(could not collect the failed tasks' logs: {type(exc).__name__}: {exc})"

@@ -179,6 +179,12 @@ def log_tail(proc, lines: int = 40) -> str:
     path = getattr(proc, "log_path", None)
     if path is None or not path.exists():
         return ""
-    keep = [ln for ln in path.read_text(errors="replace").splitlines()
+    return f"; the end of {path.name}:\n" + "\n".join(driver_log_end(path, lines))
+
+
+def driver_log_end(path: Path, lines: int = 40) -> list[str]:
+    """The last `lines` lines of a slot driver's log that say something (no JVM stack frames, WARN lines
+    or librdkafka chatter)."""
+    keep = [ln for ln in Path(path).read_text(errors="replace").splitlines()
             if ln.strip() and "rdkafka" not in ln and " WARN " not in ln and not ln.lstrip().startswith("at ")]
-    return f"; the end of {path.name}:\n" + "\n".join(keep[-lines:])
+    return keep[-lines:]

@@ -21,6 +21,7 @@ from baton.kafka.control_log import (ControlWriter, WriteConflict, apply_records
                                      decode_for_app, read_control, write_control)
 from baton.kafka.tail import read_tail
 from baton.records import ControlRecord, Slot, SlotState
+from tests.support.control_race import CYCLE, WriterStore, move_in_rounds
 
 pytestmark = pytest.mark.integration
 ON_APACHE_KAFKA = bool(os.environ.get("BATON_TEST_KAFKA_BOOTSTRAP"))
@@ -282,18 +283,10 @@ def test_concurrent_control_planes_lose_no_update_and_commit_no_loser(bootstrap,
     write_control(bootstrap, record(app, 1, "first"), topic)
     writers, increments = 3, 4
 
-    class Store(KafkaControlStore):
-        def __init__(self):
-            super().__init__(bootstrap, topic)
-            self.writer = ControlWriter(bootstrap, app)
-
-        def append(self, rec):
-            return self.writer.write(rec, topic)
-
     errors: list[Exception] = []
 
     def work(name: str) -> None:
-        plane = ControlPlane(Store(), writer=name)
+        plane = ControlPlane(WriterStore(bootstrap, topic, app), writer=name)
         try:
             for _ in range(increments):
                 for _attempt in range(40):
@@ -336,19 +329,11 @@ def test_both_slots_moved_at_once_never_stall_the_control_topic(bootstrap, topic
     before = read_control(bootstrap, app, topic)
     cycle, rounds = [SlotState.STOPPING, SlotState.STOPPED, SlotState.STARTING, SlotState.RUNNING], 10
 
-    class Store(KafkaControlStore):
-        def __init__(self):
-            super().__init__(bootstrap, topic)
-            self.writer = ControlWriter(bootstrap, app)  # as in a task process of its own
-
-        def append(self, rec):
-            return self.writer.write(rec, topic)
-
     errors: list[Exception] = []
     slowest: dict[Slot, float] = {}
 
     def move_through_cycles(slot: Slot) -> None:
-        plane = ControlPlane(Store(), writer=slot.value)
+        plane = ControlPlane(WriterStore(bootstrap, topic, app), writer=slot.value)
         try:
             for i in range(rounds * len(cycle)):
                 t0 = time.monotonic()
@@ -389,8 +374,6 @@ def test_two_processes_moving_their_slots_at_once_never_stall_the_control_topic(
     check of the e2e session failed; reproduced in 18 rounds). Each process's commit and init are
     serialised on the host (baton.kafka.txn_window): every move lands in seconds, one unbroken chain."""
     import multiprocessing
-
-    from tests.support.control_race import CYCLE, move_in_rounds
 
     app, rounds = f"procs-{uuid.uuid4().hex[:6]}", 40
     setup = ControlPlane(KafkaControlStore(bootstrap, topic), writer="setup")
