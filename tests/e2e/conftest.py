@@ -33,8 +33,10 @@ APPS = {
     "cc_fix": "module: tests.support.buggy_counts\ntrigger_ms: 500\nmax_records_per_trigger: 5000\n"
               "batch_ms_budget: 15000\n",
     "cc_lost": "module: spark_apps.apps.click_counts\ntrigger_ms: 500\nmax_records_per_trigger: 5000\n",
+    # A budget no batch meets: its slots are always DEGRADED, as on a busy host; a restarted one must
+    # still be desired RUNNING again (test_failover.py), or it could never take over by itself.
     "cc_fail": "module: spark_apps.apps.click_counts\ntrigger_ms: 500\nmax_records_per_trigger: 5000\n"
-               "batch_ms_budget: 15000\n",
+               "batch_ms_budget: 1\n",
     "crashy": "module: tests.support.crashing_app\n"
               # Restart at once, then after 1 s; the third death in the window gives up.
               "health: {max_restarts: 2, restart_backoff_s: 1, restart_window_s: 600, start_grace_s: 90}\n",

@@ -49,6 +49,18 @@ def disk_bytes(root: Path) -> int | None:
     return total
 
 
+
+def came_up(health: SlotHealth) -> bool:
+    """A (re)started slot runs its query: its last status says RUNNING (or RESTORING with no input
+    waiting: idle since its start) and the check found it alive (healthy, or degraded: over a budget,
+    behind; not stopping). Only then is it desired RUNNING again, and only a
+    standby desired RUNNING may take over by itself (baton.leases.decide_takeover). Healthy alone was
+    the test before: a restarted standby whose batches ran over their time budget on a busy host
+    stayed STARTING for good (seen on Apache Kafka at the seed's rate: 14 min after a failover), so the
+    next death of the active would have had no standby to take over."""
+    return (health.verdict in (Verdict.HEALTHY, Verdict.DEGRADED) and health.last is not None
+            and health.last.state in (SlotState.RUNNING, SlotState.RESTORING))
+
 class HealthCheckOperator(BaseOperator):
     def __init__(self, *, kafka_conn_id: str = BatonKafkaHook.default_conn_name,
                  spark_conn_id: str = BatonSparkHook.default_conn_name, act: bool = True, **kwargs: Any):
@@ -255,8 +267,8 @@ class HealthCheckOperator(BaseOperator):
                spark: BatonSparkHook) -> str:
         """act_on's moves, each only if the slot's spec is still `spec` (SlotMoved otherwise)."""
         plane = control.plane()
-        if health.verdict is Verdict.HEALTHY and spec.desired is SlotState.STARTING:
-            plane.move_slot(app.name, slot, SlotState.RUNNING, reason="", if_unchanged=spec)  # a restart came up
+        if spec.desired is SlotState.STARTING and came_up(health):
+            plane.move_slot(app.name, slot, SlotState.RUNNING, reason="", if_unchanged=spec)
             return "running again"
         if health.verdict is not Verdict.DEAD:
             return ""

@@ -251,3 +251,28 @@ def test_a_dead_slot_moved_by_another_run_since_the_check_read_it_is_left_alone(
     assert action.startswith("left alone: crashy/green is starting on v1")
     assert started == [] and stopped == []
     assert plane.current("crashy") == put_back
+
+
+def restarted_slot_checked(verdict, state):
+    """Blue restarted (desired STARTING), then checked: `verdict` with its last status in `state`.
+    (the action, blue's desired state after it)"""
+    control = running_app()
+    plane = control.plane()
+    spec = plane.move_slot("crashy", Slot.BLUE, SlotState.STARTING, reason="restarted: dead", started_ms=1_000)
+    health = SlotHealth("crashy", Slot.BLUE, verdict, last=status(state, 2_000))
+    action = HealthCheckOperator(task_id="check").act_on(APP, Slot.BLUE, health, spec, control, Spark())
+    return action, plane.current("crashy").slots[Slot.BLUE].desired
+
+
+def test_a_restart_that_came_up_is_desired_running_again_even_over_its_budgets():
+    """A restarted standby over its batch-time budget on a busy host (DEGRADED) is up: it must be desired
+    RUNNING again, or it may never take over from the active by itself (baton.leases.decide_takeover)."""
+    for verdict in (Verdict.HEALTHY, Verdict.DEGRADED):
+        assert restarted_slot_checked(verdict, SlotState.RUNNING) == ("running again", SlotState.RUNNING)
+    assert restarted_slot_checked(Verdict.HEALTHY, SlotState.RESTORING) == ("running again", SlotState.RUNNING)
+
+
+def test_a_restart_not_up_yet_stays_starting():
+    assert restarted_slot_checked(Verdict.STARTING, SlotState.RESTORING) == ("", SlotState.STARTING)
+    assert restarted_slot_checked(Verdict.DEGRADED, SlotState.STARTING) == ("", SlotState.STARTING)
+    assert restarted_slot_checked(Verdict.DEGRADED, SlotState.STOPPING) == ("", SlotState.STARTING)
