@@ -48,7 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import RESULTS, Procs, StatusWatch, log, machine, pyplot, total, wait_processed, write_result  # noqa: E402
 from dag_handoff import APP, code_rev, load_sends, next_output, slot_batches  # noqa: E402
-from dag_platform import Meter, platform, run_dag, slot_driver, wait_dags  # noqa: E402
+from dag_platform import Meter, broker_kind, platform, run_dag, slot_driver, wait_dags  # noqa: E402
 from dag_report import analyse  # noqa: E402
 
 from baton.records import CommitMarker, Role, Slot, SlotState  # noqa: E402
@@ -69,7 +69,7 @@ def ready(plat, watch: StatusWatch, app, ready_lag: int) -> str | None:
     from baton.kafka.control_log import read_control
     from baton.kafka.tail import end_offsets
 
-    rec = read_control(plat.broker.bootstrap, APP)
+    rec = read_control(plat.settings.kafka_bootstrap, APP)
     if rec is None or any(rec.slots.get(s) is None or rec.slots[s].desired is not SlotState.RUNNING for s in Slot):
         return None
     if any(slot_driver(plat.settings.state_dir, APP, s) is None for s in Slot):
@@ -80,7 +80,7 @@ def ready(plat, watch: StatusWatch, app, ready_lag: int) -> str | None:
         return None
     if time.time() - standby[-1].ts_ms / 1000 > 10 or max(r.batch_ms for r in standby) > CAUGHT_UP_BATCH_MS:
         return None
-    end = total(end_offsets(plat.broker.bootstrap, app.input.topic, range(app.input.partitions)))
+    end = total(end_offsets(plat.settings.kafka_bootstrap, app.input.topic, range(app.input.partitions)))
     trailing = total(standby[-1].emitted) - total(standby[-1].processed)
     return rec.active.value if trailing <= ready_lag and end - total(active[-1].processed) <= ready_lag else None
 
@@ -101,7 +101,7 @@ def kill_active(plat, active: str, stall_s: float = 0.0) -> dict:
     from baton.kafka.control_log import read_control
 
     time.sleep(random.uniform(5, 20))
-    before = read_control(plat.broker.bootstrap, APP)
+    before = read_control(plat.settings.kafka_bootstrap, APP)
     pid = slot_driver(plat.settings.state_dir, APP, before.active)
     group = os.getpgid(pid)
     t_kill = time.time()
@@ -109,7 +109,7 @@ def kill_active(plat, active: str, stall_s: float = 0.0) -> dict:
     log(f"{'stalled' if stall_s else 'killed'} {active} (pid {pid}) at epoch {before.epoch}")
     deadline = time.monotonic() + 120
     try:
-        while (rec := read_control(plat.broker.bootstrap, APP)).epoch == before.epoch:  # observed, not acted on
+        while (rec := read_control(plat.settings.kafka_bootstrap, APP)).epoch == before.epoch:  # observed, not acted on
             if time.monotonic() > deadline:
                 raise TimeoutError(f"no failover within 120 s of the {'stall' if stall_s else 'kill'} of {active}")
             time.sleep(0.1)
@@ -151,7 +151,7 @@ def measure(plat, client, procs: Procs, args) -> dict:
 
     wait_dags(client, {"baton_topics", "baton_lifecycle", "baton_health"})
     run_dag(client, "baton_topics", {}, 300)
-    bootstrap, app = plat.broker.bootstrap, load_registry()[APP]
+    bootstrap, app = plat.settings.kafka_bootstrap, load_registry()[APP]
     watch = StatusWatch(bootstrap, APP)
     try:
         run_dag(client, "baton_lifecycle", {"app": APP, "action": "start", "slot": "both"}, 600)
@@ -207,7 +207,7 @@ def measure(plat, client, procs: Procs, args) -> dict:
             k.update(around(result["timeline"]["latency"], k["t_kill_s"]))
         result.update({"kind": "failover", "path": "platform: make up's processes, baton_lifecycle start, "
                        "kill -9 of the active's process group, nothing in the benchmark acting on it",
-                       "kills": kills, "cpu": cpu, "lease": lease, "slot_batches": slot_batches(watch, t0),
+                       "broker": broker_kind(plat.settings), "kills": kills, "cpu": cpu, "lease": lease, "slot_batches": slot_batches(watch, t0),
                        "duration_s": round(t_end - t0, 1)})
         for key in ("detect_s", "resume_s", "next_output_s", "redundant_again_s"):
             values = [k[key] for k in kills if k.get(key) is not None and k["how"] == "SIGKILL"]

@@ -166,7 +166,7 @@ def load_sends(directory: Path) -> tuple[SendLog, list[dict]]:
 def run(plat, client, procs: Procs, args) -> dict:
     wait_dags(client, {"baton_topics", "baton_lifecycle", "baton_health", KINDS[args.kind][0]})
     run_dag(client, "baton_topics", {}, 300)
-    watch = StatusWatch(plat.broker.bootstrap, APP)
+    watch = StatusWatch(plat.settings.kafka_bootstrap, APP)
     try:
         return measure(plat, client, procs, args, watch)
     finally:
@@ -177,7 +177,7 @@ def measure(plat, client, procs: Procs, args, watch: StatusWatch) -> dict:
 
     dag_id, conf = KINDS[args.kind]
     bursty = args.kind == "rolling_upgrade_bursty"
-    bootstrap = plat.broker.bootstrap
+    bootstrap = plat.settings.kafka_bootstrap
     t = time.monotonic()
     run_dag(client, "baton_lifecycle", {"app": APP, "action": "start", "slot": "both"}, 600)
     for s in Slot:

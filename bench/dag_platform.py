@@ -36,8 +36,12 @@ def platform(keep: Path | None) -> Iterator[tuple[object, object, Procs]]:
     with tempfile.TemporaryDirectory(prefix="baton-bench-dag-") as tmp:
         root = Path(tmp)
         kafka_port = free_port()
+        # BATON_KAFKA_BOOTSTRAP: a Kafka cluster instead of the embedded broker, as `make up` takes it
+        # (a fresh one per run: the benchmark's topics and control records start empty).
+        external = os.environ.get("BATON_KAFKA_BOOTSTRAP", "").strip()
         settings = Settings(state_dir=root / "state", kafka_port=kafka_port, airflow_port=free_port(),
-                            kafka_bootstrap=f"127.0.0.1:{kafka_port}", spark_master="local[2]")
+                            kafka_bootstrap=external or f"127.0.0.1:{kafka_port}", external_kafka=bool(external),
+                            spark_master="local[2]")
         os.environ["BATON_HOME"] = str(settings.state_dir)  # what the platform's processes inherit
         plat = Platform(settings)
         procs = Procs(keep or root / "logs")
@@ -46,7 +50,7 @@ def platform(keep: Path | None) -> Iterator[tuple[object, object, Procs]]:
             t = time.monotonic()
             plat.up(say=lambda msg: log(msg.splitlines()[0]))
             client = AirflowClient(plat.airflow.url, "admin", plat.airflow.password())
-            log(f"platform up in {time.monotonic() - t:.0f}s: broker {plat.broker.bootstrap}, Airflow {plat.airflow.url}, "
+            log(f"platform up in {time.monotonic() - t:.0f}s: broker {broker_kind(settings)}, Airflow {plat.airflow.url}, "
                 f"state {settings.state_dir}")
             yield plat, client, procs
         finally:
@@ -60,6 +64,22 @@ def platform(keep: Path | None) -> Iterator[tuple[object, object, Procs]]:
                         subprocess.run(["cp", "-r", str(src), str(keep / sub.replace("/", "_"))], check=False)
             plat.down(say=lambda msg: log(msg))
             signal.signal(signal.SIGTERM, previous)
+
+def broker_kind(settings) -> str:
+    """What the run's broker is, for its result."""
+    if settings.external_kafka:
+        return f"Kafka cluster at {settings.kafka_bootstrap} (BATON_KAFKA_BOOTSTRAP)"
+    return f"embedded Tansu at {settings.kafka_bootstrap}"
+
+
+def broker_pid(plat) -> int | None:
+    """The broker's process for the CPU figures: the embedded one's, or an external one's given as
+    BATON_BENCH_KAFKA_PID (a broker on this host); None: not counted."""
+    if plat.settings.external_kafka:
+        pid = os.environ.get("BATON_BENCH_KAFKA_PID", "").strip()
+        return int(pid) if pid.isdigit() else None
+    return plat.broker.proc.pid()
+
 
 def wait_dags(client, dag_ids: set[str], timeout_s: float = 240.0) -> None:
     deadline = time.monotonic() + timeout_s
@@ -113,7 +133,8 @@ class Meter:
         self.cpu = CpuMeter()
         self.drivers: dict[Slot, int] = {}
         self.follow()
-        self.cpu.track("broker", plat.broker.proc.pid())
+        if (pid := broker_pid(plat)) is not None:
+            self.cpu.track("broker", pid)
         for name in ("loadgen", "verifier"):
             if name in procs.running:
                 self.cpu.track(name, procs.running[name].pid)
