@@ -207,7 +207,8 @@ def measure(plat, client, procs: Procs, args) -> dict:
             k.update(around(result["timeline"]["latency"], k["t_kill_s"]))
         result.update({"kind": "failover", "path": "platform: make up's processes, baton_lifecycle start, "
                        "kill -9 of the active's process group, nothing in the benchmark acting on it",
-                       "broker": broker_kind(plat.settings), "kills": kills, "cpu": cpu, "lease": lease, "slot_batches": slot_batches(watch, t0),
+                       "broker": broker_kind(plat.settings), "kills": kills, "cpu": cpu, "lease": lease,
+                       "slot_batches": slot_batches(watch, t0),
                        "duration_s": round(t_end - t0, 1)})
         for key in ("detect_s", "resume_s", "next_output_s", "redundant_again_s"):
             values = [k[key] for k in kills if k.get(key) is not None and k["how"] == "SIGKILL"]

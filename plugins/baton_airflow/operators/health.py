@@ -49,17 +49,18 @@ def disk_bytes(root: Path) -> int | None:
     return total
 
 
+def alive(health: SlotHealth | None) -> bool:
+    """The check found the slot running its query: healthy, or degraded (over a budget, behind)."""
+    return health is not None and health.verdict in (Verdict.HEALTHY, Verdict.DEGRADED)
+
 
 def came_up(health: SlotHealth) -> bool:
-    """A (re)started slot runs its query: its last status says RUNNING (or RESTORING with no input
-    waiting: idle since its start) and the check found it alive (healthy, or degraded: over a budget,
-    behind; not stopping). Only then is it desired RUNNING again, and only a
-    standby desired RUNNING may take over by itself (baton.leases.decide_takeover). Healthy alone was
-    the test before: a restarted standby whose batches ran over their time budget on a busy host
-    stayed STARTING for good (seen on Apache Kafka at the seed's rate: 14 min after a failover), so the
-    next death of the active would have had no standby to take over."""
-    return (health.verdict in (Verdict.HEALTHY, Verdict.DEGRADED) and health.last is not None
-            and health.last.state in (SlotState.RUNNING, SlotState.RESTORING))
+    """A (re)started slot is up: alive, its last status RUNNING (or RESTORING with no input waiting:
+    idle since its start). Degraded counts: a restarted standby over its batch budget on a busy host
+    must still be desired RUNNING again, since only such a standby may take over by itself
+    (baton.leases.decide_takeover)."""
+    return alive(health) and health.last is not None and health.last.state in (SlotState.RUNNING, SlotState.RESTORING)
+
 
 class HealthCheckOperator(BaseOperator):
     def __init__(self, *, kafka_conn_id: str = BatonKafkaHook.default_conn_name,
@@ -230,8 +231,7 @@ class HealthCheckOperator(BaseOperator):
     def can_fail_over(record: ControlRecord, standby: Slot, health: SlotHealth | None) -> bool:
         """The standby can take over: desired RUNNING and alive (healthy or degraded, not starting)."""
         spec = record.slots.get(standby)
-        return (spec is not None and spec.desired is SlotState.RUNNING and health is not None
-                and health.verdict in (Verdict.HEALTHY, Verdict.DEGRADED))
+        return spec is not None and spec.desired is SlotState.RUNNING and alive(health)
 
     def fail_over(self, app: AppDefinition, dead: Slot, record: ControlRecord, control: BatonControlHook,
                   spark: BatonSparkHook, health_reason: str = "") -> str:
