@@ -88,15 +88,56 @@ class Procs:
             return "(no log)"
 
 
+class ExternalBroker:
+    """A Kafka cluster given as BATON_KAFKA_BOOTSTRAP (as `make up` takes it) instead of an own Tansu:
+    the benchmark neither starts nor stops it; BATON_BENCH_KAFKA_PID (a broker on this host) is the
+    process its CPU is counted from."""
+
+    kind = "external"
+
+    def __init__(self, bootstrap: str, pid: int | None):
+        self.bootstrap, self.pid = bootstrap, pid
+
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+    def describe(self) -> str:
+        return f"Kafka cluster at {self.bootstrap} (BATON_KAFKA_BOOTSTRAP)"
+
+
+def external_broker() -> ExternalBroker | None:
+    bootstrap = os.environ.get("BATON_KAFKA_BOOTSTRAP", "").strip()
+    if not bootstrap:
+        return None
+    pid = os.environ.get("BATON_BENCH_KAFKA_PID", "").strip()
+    return ExternalBroker(bootstrap, int(pid) if pid.isdigit() else None)
+
+
 @dataclass
 class Bench:
     tmp: Path
-    broker: Broker
+    broker: Broker | ExternalBroker
     procs: Procs
 
     @property
     def bootstrap(self) -> str:
         return self.broker.bootstrap
+
+    @property
+    def broker_pid(self) -> int | None:
+        """The broker's process for the CPU figures (None: an external one not on this host)."""
+        if isinstance(self.broker, ExternalBroker):
+            return self.broker.pid
+        return self.broker.proc.pid()
+
+    @property
+    def broker_kind(self) -> str:
+        if isinstance(self.broker, ExternalBroker):
+            return self.broker.describe()
+        return f"embedded Tansu at {self.bootstrap}"
 
 
 class Interrupted(KeyboardInterrupt):
@@ -105,7 +146,8 @@ class Interrupted(KeyboardInterrupt):
 
 @contextmanager
 def bench(prefix: str, keep: Path | None = None) -> Iterator[Bench]:
-    """A temp dir, an own Tansu broker on a free port, and a process registry; all gone at exit.
+    """A temp dir, an own Tansu broker on a free port (or the cluster named by BATON_KAFKA_BOOTSTRAP,
+    left running), and a process registry; all gone at exit.
     `keep`: a directory to keep the process logs in (else they go with the temp dir)."""
     def on_term(*_):
         raise Interrupted("SIGTERM")
@@ -113,7 +155,7 @@ def bench(prefix: str, keep: Path | None = None) -> Iterator[Bench]:
     previous = signal.signal(signal.SIGTERM, on_term)
     with tempfile.TemporaryDirectory(prefix=f"baton-bench-{prefix}-") as tmp:
         tmpd = Path(tmp)
-        broker = Broker(state_dir=tmpd / "broker", port=free_port())
+        broker = external_broker() or Broker(state_dir=tmpd / "broker", port=free_port())
         procs = Procs(keep or tmpd / "logs")
         broker.start()
         try:

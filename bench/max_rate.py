@@ -70,6 +70,7 @@ def main() -> int:
         raise SystemExit(f"--step-s must be a multiple of the load's {CHUNK_S:g} s pieces")
     with bench("max_rate", keep=args.logs) as b:
         result = run(b, args)
+        result["broker"] = b.broker_kind
     result["machine"] = machine()
     path = write_result(args.name, result)
     plot(result, RESULTS / f"{args.name}.png")
@@ -111,7 +112,8 @@ def run(b, args) -> dict:
         cpu = CpuMeter()
         for name in ("loadgen", "verifier"):
             cpu.track(name, b.procs.running[name].pid)
-        cpu.track("broker", b.broker.proc.pid())
+        if b.broker_pid is not None:
+            cpu.track("broker", b.broker_pid)
         for s in slots:
             cpu.track(s.value, procs[s].pid, slot=True)
         cpu.start()

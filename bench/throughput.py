@@ -79,6 +79,7 @@ def main() -> int:
 
     with bench("throughput", keep=args.logs) as b:
         result = run(b, args)
+        result["broker"] = b.broker_kind
     result["machine"] = machine()
     path = write_result(args.name, result)
     plot(result, RESULTS / f"{args.name}.png")
@@ -124,7 +125,8 @@ def run(b: Bench, args, during=None) -> dict:
     cpu = CpuMeter()
     cpu.track("loadgen", loadgen.pid)
     cpu.track("verifier", verifier.pid)
-    cpu.track("broker", b.broker.proc.pid())
+    if b.broker_pid is not None:
+        cpu.track("broker", b.broker_pid)
     for s in slots:
         cpu.track(s.value, procs[s].pid, slot=True)
     time.sleep(args.warmup)
