@@ -70,13 +70,14 @@ status:
 # standby beside it (about 5 min), the highest rate it holds so (input stepped up +5k/s a minute),
 # restart to first batch with 100k and 1M keys of state, the windowed app's state, the state-TTL
 # app's state and latency under key churn against the app without TTL (2 x 10 min), a cutover, a corrected-output cutover and a rolling upgrade v1 -> v2 under
-# that load, each run by its steps directly (component benchmarks); the failover through the
+# that load, and a standby killed and restarted beside the active (about 7 min), each run by its
+# steps directly (component benchmarks); the failover through the
 # platform itself (handoff.py --kind failover runs bench/dag_failover.py: 5 kill -9s of the active
 # and a 10 s SIGSTOP, the standby taking over by its lease watch, baton_health restarting the dead
 # slot; about 35 min); then the product path: the embedded platform with Airflow, the app started
 # and each handoff DAG triggered through the REST API with the form's defaults under that load
 # (rolling upgrade with steady and with bursty input, cutover, reprocess; a DAG run is given 30
-# min); last the Baton page's data with 20 apps registered (about 3 min). About 165 min in all on a
+# min); last the Baton page's data with 20 apps registered (about 3 min). About 172 min in all on a
 # quiet machine.
 # Run on a quiet machine: other load skews every figure.
 bench: install
@@ -90,6 +91,7 @@ bench: install
 	$(BIN)/python bench/handoff.py --kind corrected_cutover
 	$(BIN)/python bench/handoff.py --kind failover
 	$(BIN)/python bench/handoff.py --kind rolling_upgrade
+	$(BIN)/python bench/handoff.py --kind standby_restart
 	$(BIN)/python bench/dag_handoff.py --kind rolling_upgrade
 	$(BIN)/python bench/dag_handoff.py --kind rolling_upgrade_bursty
 	$(BIN)/python bench/dag_handoff.py --kind cutover

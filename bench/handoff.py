@@ -6,6 +6,7 @@ a rolling upgrade; for a kill -9 failover this runs bench/dag_failover.py (the p
     .venv/bin/python bench/handoff.py --kind corrected_cutover  # -> bench/results/handoff_corrected_cutover.*
     .venv/bin/python bench/handoff.py --kind failover    # -> bench/dag_failover.py: handoff_failover.json/.png
     .venv/bin/python bench/handoff.py --kind rolling_upgrade  # -> bench/results/handoff_rolling_upgrade.json/.png
+    .venv/bin/python bench/handoff.py --kind standby_restart  # -> bench/results/handoff_standby_restart.json/.png
 
 cutover: fence F ~2 s of input ahead, blue stops at exactly F, one write makes green the writer
 (epoch + 1) and lifts the fence (the baton_cutover DAG's steps, run here directly).
@@ -14,6 +15,10 @@ green also publishes its whole state (every user's count) beside its batches; th
 those records apart by their header (republished counts, not duplicates).
 failover: the platform's own, through Airflow and the slots' leases: bench/dag_failover.py (this
 command runs it).
+standby_restart: kill -9 of the standby, a new launch of it --down-s later on its checkpoint, its
+catch-up beside the active until it follows again (the active's latency while a restarted standby
+catches up; the platform's own path, with baton_health restarting it, is bench/dag_failover.py).
+Its CPU figures count the standby's first launch only.
 rolling_upgrade: v1 -> v2 of the click-count app (same state), the baton_rolling_upgrade DAG's steps
 run here directly: green stopped and started on v2 (restore check: it restored the digest it left; its
 first batch on v2 checks the state schema), warm-up (the DAG's gate with the form's defaults: within
@@ -154,6 +159,27 @@ def warm(b, app, watch, slot: Slot, since_ms: int) -> None:
     wait(f"{slot.value} warm", within, 600)
 
 
+def standby_restart(b, app, procs, watch, conf, down_s: float) -> list[tuple[float, str]]:
+    """kill -9 of the standby's process group, `down_s` later a new launch on its checkpoint (what the
+    platform does after baton_health finds it dead), then its catch-up beside the active until it
+    follows again: the active's latency while a restarted standby catches up a backlog."""
+    import os
+    import signal
+
+    marks = [(time.time(), "standby killed")]
+    os.killpg(procs[Slot.GREEN].pid, signal.SIGKILL)
+    procs[Slot.GREEN].wait(30)
+    b.procs.running.pop(Slot.GREEN.value, None)
+    time.sleep(down_s)
+    launched_ms = int(time.time() * 1000)
+    procs[Slot.GREEN] = start_slot(b, Path(app.path), Slot.GREEN, conf)
+    marks.append((time.time(), "standby started"))
+    warm(b, app, watch, Slot.GREEN, launched_ms)
+    marks.append((time.time(), "standby following"))
+    log("standby restart: " + ", ".join(f"{label} +{t - marks[0][0]:.1f}s" for t, label in marks))
+    return marks
+
+
 def rolling_upgrade(b, app, procs, watch, rate: float, ahead_s: float, conf, settle_s: float = 10.0):
     v2 = Path(app.path).parent / "versions" / app.name / "v2.yaml"
     v2.parent.mkdir(parents=True, exist_ok=True)
@@ -193,12 +219,15 @@ if __name__ == "__main__":
         os.execv(sys.executable, [sys.executable, str(Path(__file__).resolve().parent / "dag_failover.py"),
                                   *sys.argv[3:]])
     ap = parser(__doc__)
-    ap.add_argument("--kind", choices=["cutover", "corrected_cutover", "rolling_upgrade"],
+    ap.add_argument("--kind", choices=["cutover", "corrected_cutover", "rolling_upgrade", "standby_restart"],
                     default="cutover")
     ap.add_argument("--handoff-at", type=float, default=40.0, help="seconds into the measured window")
     ap.add_argument("--ahead-s", type=float, default=2.0, help="cutover: fence this much input ahead")
+    ap.add_argument("--down-s", type=float, default=60.0, help="standby_restart: seconds the standby stays dead")
     ap.set_defaults(seconds=90.0)
     args = ap.parse_args()
+    if args.kind == "standby_restart" and "--seconds" not in sys.argv:
+        args.seconds = 300.0  # the backlog of --down-s and its catch-up inside the window
     if args.kind == "rolling_upgrade" and "--seconds" not in sys.argv:
         # Both slots restart and catch up a backlog on a machine the other slot's load shares: keep the
         # load on throughout (a fence planned after the input stopped would never be reached).
@@ -212,6 +241,7 @@ if __name__ == "__main__":
         during = {"cutover": partial(cutover, rate=args.rate, ahead_s=args.ahead_s),
                   "corrected_cutover": partial(cutover, rate=args.rate, ahead_s=args.ahead_s, correct=True),
                   "rolling_upgrade": partial(rolling_upgrade, rate=args.rate, ahead_s=args.ahead_s, conf=args.conf),
+                  "standby_restart": partial(standby_restart, conf=args.conf, down_s=args.down_s),
                   }[args.kind]
         result = run(b, args, during=during)
     marks = result["marks"]
