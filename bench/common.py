@@ -93,8 +93,6 @@ class ExternalBroker:
     the benchmark neither starts nor stops it; BATON_BENCH_KAFKA_PID (a broker on this host) is the
     process its CPU is counted from."""
 
-    kind = "external"
-
     def __init__(self, bootstrap: str, pid: int | None):
         self.bootstrap, self.pid = bootstrap, pid
 
@@ -109,11 +107,16 @@ class ExternalBroker:
 
 
 def external_broker() -> ExternalBroker | None:
+    """The cluster named by BATON_KAFKA_BOOTSTRAP (None: none named, the benchmark runs its own)."""
     bootstrap = os.environ.get("BATON_KAFKA_BOOTSTRAP", "").strip()
     if not bootstrap:
         return None
     pid = os.environ.get("BATON_BENCH_KAFKA_PID", "").strip()
     return ExternalBroker(bootstrap, int(pid) if pid.isdigit() else None)
+
+
+def embedded_kind(bootstrap: str) -> str:
+    return f"embedded Tansu at {bootstrap}"
 
 
 @dataclass
@@ -137,7 +140,7 @@ class Bench:
     def broker_kind(self) -> str:
         if isinstance(self.broker, ExternalBroker):
             return self.broker.describe()
-        return f"embedded Tansu at {self.bootstrap}"
+        return embedded_kind(self.bootstrap)
 
 
 class Interrupted(KeyboardInterrupt):

@@ -16,7 +16,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Iterator
 
-from common import CpuMeter, Interrupted, Procs, log
+from common import CpuMeter, Interrupted, Procs, embedded_kind, external_broker, log
 
 from baton.records import Slot
 
@@ -38,9 +38,10 @@ def platform(keep: Path | None) -> Iterator[tuple[object, object, Procs]]:
         kafka_port = free_port()
         # BATON_KAFKA_BOOTSTRAP: a Kafka cluster instead of the embedded broker, as `make up` takes it
         # (a fresh one per run: the benchmark's topics and control records start empty).
-        external = os.environ.get("BATON_KAFKA_BOOTSTRAP", "").strip()
+        external = external_broker()
         settings = Settings(state_dir=root / "state", kafka_port=kafka_port, airflow_port=free_port(),
-                            kafka_bootstrap=external or f"127.0.0.1:{kafka_port}", external_kafka=bool(external),
+                            kafka_bootstrap=external.bootstrap if external else f"127.0.0.1:{kafka_port}",
+                            external_kafka=external is not None,
                             spark_master="local[2]")
         os.environ["BATON_HOME"] = str(settings.state_dir)  # what the platform's processes inherit
         plat = Platform(settings)
@@ -68,16 +69,15 @@ def platform(keep: Path | None) -> Iterator[tuple[object, object, Procs]]:
 def broker_kind(settings) -> str:
     """What the run's broker is, for its result."""
     if settings.external_kafka:
-        return f"Kafka cluster at {settings.kafka_bootstrap} (BATON_KAFKA_BOOTSTRAP)"
-    return f"embedded Tansu at {settings.kafka_bootstrap}"
+        return external_broker().describe()
+    return embedded_kind(settings.kafka_bootstrap)
 
 
 def broker_pid(plat) -> int | None:
     """The broker's process for the CPU figures: the embedded one's, or an external one's given as
     BATON_BENCH_KAFKA_PID (a broker on this host); None: not counted."""
     if plat.settings.external_kafka:
-        pid = os.environ.get("BATON_BENCH_KAFKA_PID", "").strip()
-        return int(pid) if pid.isdigit() else None
+        return external_broker().pid
     return plat.broker.proc.pid()
 
 

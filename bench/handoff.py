@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import time
 from functools import partial
@@ -163,13 +164,9 @@ def standby_restart(b, app, procs, watch, conf, down_s: float) -> list[tuple[flo
     """kill -9 of the standby's process group, `down_s` later a new launch on its checkpoint (what the
     platform does after baton_health finds it dead), then its catch-up beside the active until it
     follows again: the active's latency while a restarted standby catches up a backlog."""
-    import os
-    import signal
-
     marks = [(time.time(), "standby killed")]
     os.killpg(procs[Slot.GREEN].pid, signal.SIGKILL)
-    procs[Slot.GREEN].wait(30)
-    b.procs.running.pop(Slot.GREEN.value, None)
+    b.procs.stop(Slot.GREEN.value)  # reaps it (dead already: nothing left to signal)
     time.sleep(down_s)
     launched_ms = int(time.time() * 1000)
     procs[Slot.GREEN] = start_slot(b, Path(app.path), Slot.GREEN, conf)
