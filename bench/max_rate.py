@@ -14,7 +14,9 @@ sent, and (judged after the run, from the verifier) the p99 of the events sent i
 load stops after two steps in a row fell behind (the active's lag grew for two steps running) or at
 --max. `max_rate` is the highest step rate held; `max_rate_keeps_pace` the highest blue kept up with. Per step: input and processed rate, lag, p50/p99,
 standby lag, CPU by process (each slot's JVM with its JIT threads apart, its Python workers, the
-broker, the load generator, the verifier). Not measured here: GC time and bytes per event.
+broker, the load generator, the verifier) and bytes per event: the input records' own (key and
+value) and what each process moved through read/write calls per event sent (bench/io_meter.py:
+sockets and files, e.g. the broker's fetches to two readers, checkpoints and state deltas).
 Writes bench/results/max_rate.json and max_rate.png.
 """
 
@@ -37,6 +39,7 @@ from common import (  # noqa: E402
     start_slot, total, wait_processed, write_result,
 )
 from dag_handoff import CHUNK_S, load_sends  # noqa: E402
+from io_meter import IoMeter, mean_record_bytes, per_event  # noqa: E402
 
 from baton.records import Slot, SlotState  # noqa: E402
 from baton.tools.loadgen import LoadSpec, SendLog, user_id  # noqa: E402
@@ -109,17 +112,21 @@ def run(b, args) -> dict:
     steps, behind_in_a_row, k = [], 0, 0
     while True:
         rate = args.start + k * args.step
-        cpu = CpuMeter()
+        cpu, io = CpuMeter(), IoMeter()
         for name in ("loadgen", "verifier"):
             cpu.track(name, b.procs.running[name].pid)
+            io.track(name, b.procs.running[name].pid)
         if b.broker_pid is not None:
             cpu.track("broker", b.broker_pid)
+            io.track("broker", b.broker_pid)
         for s in slots:
             cpu.track(s.value, procs[s].pid, slot=True)
+            io.track(s.value, procs[s].pid)
         cpu.start()
+        io.start()
         end = t0 + (k + 1) * args.step_s
         time.sleep(max(0.0, end - time.time()))
-        cpu_report = cpu.stop()
+        cpu_report, io_report = cpu.stop(), io.stop()
         time.sleep(SETTLE_S)
         # Where blue stood at the step's end: what was sent by then (the saved pieces cover it) less
         # what its last batch before then had processed.
@@ -130,7 +137,8 @@ def run(b, args) -> dict:
         lag = max(0, sent - ((total(at[-1].processed) if at else 0) - args.prewarm))
         behind = lag > BEHIND_S * rate
         steps.append({"rate": rate, "t_start_s": round(args.warmup + k * args.step_s, 1), "sent_total": sent,
-                      "lag_records": lag, "lag_s": round(lag / rate, 2), "behind": behind, "cpu": cpu_report})
+                      "lag_records": lag, "lag_s": round(lag / rate, 2), "behind": behind, "cpu": cpu_report,
+                      "io": io_report})
         log(f"step {k}: {rate:.0f}/s: blue {lag} records ({lag / rate:.1f} s of input) behind"
             f"{' : falling behind' if behind else ''}; cores used {cpu_report['cores_used']:.2f}")
         behind_in_a_row = behind_in_a_row + 1 if behind else 0
@@ -177,6 +185,8 @@ def analyse(args, prewarm, sent, obs, watch, steps, drained) -> dict:
                     events=int(inside.sum()), rate_in=round(float(inside.sum()) / args.step_s, 1),
                     rate_processed=round(processed_rate(blue, a, z), 1),
                     standby_behind_records=standby_behind(blue, green, a, z))
+        # I/O over the step's wall-clock window, per event sent in it (rate x step: the same window)
+        step["io_per_event"] = per_event(step["io"], int(round(step["rate"] * args.step_s)))
         step["held"] = bool(not step["behind"] and report.p99_ms <= P99_TARGET_MS)
     first = steps[0]["cpu"]["by_role"] if steps else {}
     slot_cores = round(sum(v["cores"] for role, v in first.items() if role.split(".")[0] in ("blue", "green")), 3)
@@ -185,6 +195,8 @@ def analyse(args, prewarm, sent, obs, watch, steps, drained) -> dict:
         "slot_cores_at_start": slot_cores,   # active + standby, JVMs (JIT included) and Python, at --start
         "slot_cores_at_20085": slot_cores if abs(args.start - 20085) < 1 else None,
         "cpu_at_start": steps[0]["cpu"] if steps else None,
+        "input_record_bytes": round(mean_record_bytes(sent.users, sent.kinds), 1),  # key + value, no framing
+        "io_per_event_at_start": steps[0]["io_per_event"] if steps else None,
         "start": args.start, "step": args.step, "step_s": args.step_s, "keys": args.keys,
         "malformed_share": args.malformed, "prewarm_events": args.prewarm, "p99_target_ms": P99_TARGET_MS,
         "behind_s": BEHIND_S, "steps": steps, "drained": drained,
