@@ -1,16 +1,28 @@
-"""Bytes a process tree moved through read/write system calls over a window (issue 24's "bytes per
-event"): sockets (the broker's fetches and produces) and files (checkpoints, state deltas, logs) alike,
-from Linux's per-process `rchar` / `wchar` (psutil's `read_chars` / `write_chars`).
+"""Bytes each process tree moved over a window (issue 24's "bytes per event"), two ways:
 
-A process alive at both ends counts the difference; one born inside the window counts from zero; one
-that died inside it is not counted (its parent's counters do not take it over, unlike CPU times).
-A slot's processes (driver, JVM, the few Python workers of a driver-side reader) live through a
-benchmark's step, so its figure is whole; a tree that forks short-lived workers reads low.
+- `kafka_sent` / `kafka_received`: bytes over its TCP connections to the broker's port, from the kernel's
+  per-connection counters (`ss -tin`: tcp_info's bytes_sent / bytes_received), so the broker's fetches
+  to two readers, the produces and the transactions' round trips are counted where they happen;
+- `read_bytes` / `write_bytes`: Linux's per-process `rchar` / `wchar` (psutil's `read_chars` /
+  `write_chars`): bytes through read/write calls on files and pipes (checkpoints, state deltas, logs,
+  the JVM's pipes to its Python workers). Socket send/recv calls do not count there: measured, the
+  load generator's rchar/wchar moved 5 bytes per event it sent of 55.
+
+A process (or a connection) alive at both ends counts the difference; one born inside the window counts
+from zero; one that ended inside it is not counted. A slot's processes and Kafka connections live through
+a benchmark's step, so its figures are whole; a tree that forks short-lived workers reads low.
 """
 
 from __future__ import annotations
 
+import re
+import shutil
+import subprocess
+
 import psutil
+
+_PID = re.compile(r"pid=(\d+)")
+_BYTES = re.compile(r"\bbytes_(sent|received):(\d+)")
 
 
 def _tree(root: int) -> dict[int, tuple[int, int]]:
@@ -30,47 +42,80 @@ def _tree(root: int) -> dict[int, tuple[int, int]]:
     return out
 
 
-class IoMeter:
-    """`track(role, pid)` before `start()`; `stop()` returns {role: {"read_bytes", "write_bytes"}}."""
+def connections(port: int) -> dict[tuple[str, str], tuple[int, int, int]]:
+    """(local, peer) -> (pid, bytes sent, bytes received) of every established TCP connection from or to
+    `port` on this host (both ends of a local connection appear, each with its own process)."""
+    ss = shutil.which("ss")
+    if ss is None:
+        raise RuntimeError("bench/io_meter.py needs `ss` (Debian: apt-get install -y iproute2)")
+    out = subprocess.run([ss, "-tinpH", "state", "established", f"( sport = :{port} or dport = :{port} )"],
+                         capture_output=True, text=True, check=True).stdout
+    found, key, pid = {}, None, None
+    for line in out.splitlines():
+        if not line[:1].isspace():  # a connection: [Recv-Q Send-Q] local peer users:(("name",pid=N,fd=M))
+            fields = line.split()
+            addrs = [f for f in fields if ":" in f and not f.startswith("users:")]
+            m = _PID.search(line)
+            key, pid = (tuple(addrs[:2]) if len(addrs) >= 2 else None), (int(m.group(1)) if m else None)
+            continue
+        if key is None or pid is None:
+            continue
+        counts = dict((k, int(v)) for k, v in _BYTES.findall(line))
+        found[key] = (pid, counts.get("sent", 0), counts.get("received", 0))
+        key = None
+    return found
 
-    def __init__(self):
+
+class IoMeter:
+    """`track(role, pid)` before `start()`; `stop()` returns {role: {"read_bytes", "write_bytes",
+    "kafka_sent", "kafka_received"}} (the Kafka figures when a broker port is given)."""
+
+    def __init__(self, broker_port: int | None = None):
+        self.broker_port = broker_port
         self.roots: dict[str, int] = {}
         self._start: dict[str, dict[int, tuple[int, int]]] = {}
+        self._conns: dict[tuple[str, str], tuple[int, int, int]] = {}
 
     def track(self, role: str, pid: int) -> None:
         self.roots[role] = pid
 
     def start(self) -> None:
         self._start = {role: _tree(pid) for role, pid in self.roots.items()}
+        self._conns = connections(self.broker_port) if self.broker_port else {}
 
     def stop(self) -> dict[str, dict[str, int]]:
+        conns = connections(self.broker_port) if self.broker_port else {}
         out = {}
         for role, pid in self.roots.items():
             before, now = self._start.get(role, {}), _tree(pid)
             read = sum(r - before.get(p, (0, 0))[0] for p, (r, _) in now.items())
             write = sum(w - before.get(p, (0, 0))[1] for p, (_, w) in now.items())
             out[role] = {"read_bytes": max(0, read), "write_bytes": max(0, write)}
+            if self.broker_port:
+                mine = {k: v for k, v in conns.items() if v[0] in now}
+                sent = sum(s - self._conns.get(k, (0, 0, 0))[1] for k, (_, s, _) in mine.items())
+                received = sum(r - self._conns.get(k, (0, 0, 0))[2] for k, (_, _, r) in mine.items())
+                out[role].update(kafka_sent=max(0, sent), kafka_received=max(0, received))
         return out
 
 
 def per_event(io: dict[str, dict[str, int]], events: int) -> dict[str, dict[str, float]]:
-    """Each role's bytes read and written per event of the window."""
+    """Each role's bytes per event of the window, for each figure it has."""
     if events <= 0:
         return {}
-    return {role: {"read_per_event": round(v["read_bytes"] / events, 1),
-                   "write_per_event": round(v["write_bytes"] / events, 1)} for role, v in io.items()}
+    return {role: {f"{k}_per_event": round(n / events, 1) for k, n in v.items()} for role, v in io.items()}
 
 
 def mean_record_bytes(users, kinds, ts: int = 1_764_000_000) -> float:
     """Key and value bytes of the load generator's input records, averaged over what it sent (its
     users and kinds arrays; the timestamp's digits as of today's seconds)."""
+    import numpy as np
+
     from baton.tools.loadgen import encode, user_id
 
     if len(users) == 0:
         return 0.0
-    import numpy as np
-
-    keys = {}
+    keys: dict[int, bytes] = {}
     total = 0
     pairs, counts = np.unique(np.stack([users, kinds]), axis=1, return_counts=True)
     for (u, kind), n in zip(pairs.T.tolist(), counts.tolist()):

@@ -15,8 +15,9 @@ load stops after two steps in a row fell behind (the active's lag grew for two s
 --max. `max_rate` is the highest step rate held; `max_rate_keeps_pace` the highest blue kept up with. Per step: input and processed rate, lag, p50/p99,
 standby lag, CPU by process (each slot's JVM with its JIT threads apart, its Python workers, the
 broker, the load generator, the verifier) and bytes per event: the input records' own (key and
-value) and what each process moved through read/write calls per event sent (bench/io_meter.py:
-sockets and files, e.g. the broker's fetches to two readers, checkpoints and state deltas).
+value), and per event sent what each process moved over its connections to the broker (the fetches
+of two readers, produces, transactions) and through read/write calls on files and pipes
+(checkpoints, state deltas): bench/io_meter.py.
 Writes bench/results/max_rate.json and max_rate.png.
 """
 
@@ -112,7 +113,7 @@ def run(b, args) -> dict:
     steps, behind_in_a_row, k = [], 0, 0
     while True:
         rate = args.start + k * args.step
-        cpu, io = CpuMeter(), IoMeter()
+        cpu, io = CpuMeter(), IoMeter(broker_port=int(b.bootstrap.rsplit(":", 1)[1]))
         for name in ("loadgen", "verifier"):
             cpu.track(name, b.procs.running[name].pid)
             io.track(name, b.procs.running[name].pid)
