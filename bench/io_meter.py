@@ -21,6 +21,8 @@ import subprocess
 
 import psutil
 
+from common import log
+
 _PID = re.compile(r"pid=(\d+)")
 _BYTES = re.compile(r"\bbytes_(sent|received):(\d+)")
 
@@ -47,7 +49,7 @@ def connections(port: int) -> dict[tuple[str, str], tuple[int, int, int]]:
     `port` on this host (both ends of a local connection appear, each with its own process)."""
     ss = shutil.which("ss")
     if ss is None:
-        raise RuntimeError("bench/io_meter.py needs `ss` (Debian: apt-get install -y iproute2)")
+        raise FileNotFoundError("`ss` (Debian: apt-get install -y iproute2)")
     out = subprocess.run([ss, "-tinpH", "state", "established", f"( sport = :{port} or dport = :{port} )"],
                          capture_output=True, text=True, check=True).stdout
     found, key, pid = {}, None, None
@@ -71,6 +73,10 @@ class IoMeter:
     "kafka_sent", "kafka_received"}} (the Kafka figures when a broker port is given)."""
 
     def __init__(self, broker_port: int | None = None):
+        if broker_port is not None and shutil.which("ss") is None:
+            log("bytes over Kafka connections not measured: no `ss` on this host (Debian: apt-get install -y "
+                "iproute2); files and pipes only")
+            broker_port = None
         self.broker_port = broker_port
         self.roots: dict[str, int] = {}
         self._start: dict[str, dict[int, tuple[int, int]]] = {}
