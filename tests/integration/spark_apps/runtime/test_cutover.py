@@ -18,7 +18,7 @@ from baton.records import CommitMarker, Slot, covers
 from baton.tools.verify import read_output, verify
 from baton.kafka.markers import read_last_marker
 from tests.support.slots import (produce_clicks, read_status, read_topic, start_slot, stop_slot, wait_for,
-                                 wait_until_emitted)
+                                 wait_until_emitted, wait_until_following)
 
 pytestmark = pytest.mark.integration
 
@@ -55,6 +55,7 @@ def test_cutover_under_load_is_exactly_once_and_moves_the_writer(bootstrap, both
     try:
         load.start()
         wait_until_emitted(bootstrap, app, 4000, timeout_s=240)
+        wait_until_following(bootstrap, app, "green", procs)
         plane = ControlPlane(KafkaControlStore(bootstrap), writer="test")
         partitions = range(app.input.partitions)
 
@@ -148,6 +149,7 @@ def test_a_corrected_output_cutover_to_a_trailing_standby_leaves_every_key_corre
     try:
         load.start()
         wait_until_emitted(bootstrap, app, 4000, timeout_s=240)
+        wait_until_following(bootstrap, app, "green", procs)
         plane = ControlPlane(KafkaControlStore(bootstrap), writer="test")
         active = [s for s in read_status(bootstrap, app.name, "blue") if s.batch_id >= 0][-1]
         fence = plan_fence(end_offsets(bootstrap, app.input.topic, range(app.input.partitions)), active.processed,
