@@ -44,12 +44,9 @@ def _tree(root: int) -> dict[int, tuple[int, int]]:
     return out
 
 
-def connections(port: int) -> dict[tuple[str, str], tuple[int, int, int]]:
+def connections(port: int, ss: str = "ss") -> dict[tuple[str, str], tuple[int, int, int]]:
     """(local, peer) -> (pid, bytes sent, bytes received) of every established TCP connection from or to
     `port` on this host (both ends of a local connection appear, each with its own process)."""
-    ss = shutil.which("ss")
-    if ss is None:
-        raise FileNotFoundError("`ss` (Debian: apt-get install -y iproute2)")
     out = subprocess.run([ss, "-tinpH", "state", "established", f"( sport = :{port} or dport = :{port} )"],
                          capture_output=True, text=True, check=True).stdout
     found, key, pid = {}, None, None
@@ -73,7 +70,8 @@ class IoMeter:
     "kafka_sent", "kafka_received"}} (the Kafka figures when a broker port is given)."""
 
     def __init__(self, broker_port: int | None = None):
-        if broker_port is not None and shutil.which("ss") is None:
+        self.ss = shutil.which("ss")
+        if broker_port is not None and self.ss is None:
             log("bytes over Kafka connections not measured: no `ss` on this host (Debian: apt-get install -y "
                 "iproute2); files and pipes only")
             broker_port = None
@@ -87,10 +85,10 @@ class IoMeter:
 
     def start(self) -> None:
         self._start = {role: _tree(pid) for role, pid in self.roots.items()}
-        self._conns = connections(self.broker_port) if self.broker_port else {}
+        self._conns = connections(self.broker_port, self.ss) if self.broker_port else {}
 
     def stop(self) -> dict[str, dict[str, int]]:
-        conns = connections(self.broker_port) if self.broker_port else {}
+        conns = connections(self.broker_port, self.ss) if self.broker_port else {}
         out = {}
         for role, pid in self.roots.items():
             before, now = self._start.get(role, {}), _tree(pid)
@@ -121,10 +119,9 @@ def mean_record_bytes(users, kinds, ts: int = 1_764_000_000) -> float:
 
     if len(users) == 0:
         return 0.0
-    keys: dict[int, bytes] = {}
     total = 0
     pairs, counts = np.unique(np.stack([users, kinds]), axis=1, return_counts=True)
     for (u, kind), n in zip(pairs.T.tolist(), counts.tolist()):
-        key = keys.setdefault(u, user_id(u).encode())
+        key = user_id(u).encode()
         total += n * (len(key) + len(encode(key, kind, ts)))
     return total / len(users)

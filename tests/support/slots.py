@@ -17,7 +17,7 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from baton.apps import AppDefinition, load_definition
 from baton.kafka.admin import TopicSpec, ensure_topics
 from baton.kafka.client_config import kafka_config
-from baton.records import SlotState, StatusRecord
+from baton.records import Role, SlotState, StatusRecord
 from baton.settings import CONTROL_TOPIC, STATUS_TOPIC
 from baton.kafka.markers import read_last_marker
 
@@ -102,14 +102,15 @@ def wait_until_emitted(bootstrap: str, app: AppDefinition, total: int, timeout_s
 
 
 def wait_until_following(bootstrap: str, app: AppDefinition, slot: str, procs=(), timeout_s: float = 240) -> StatusRecord:
-    """The slot (a standby) ran a batch and runs: a handoff gate that lets the standby trail F judges it by
-    its last batch and RUNNING state, which a standby stopped (SIGSTOP) before its first batch never has.
-    Seen in CI on a slow host: the active had emitted 4,000 records while its standby, niced, was still
-    starting; held there, the cutover waited 120 s for nothing."""
+    """The slot ran a batch as the standby and runs: what a handoff gate that lets the standby trail F
+    and a takeover (baton.leases.decide_takeover) judge it by, and what a standby stopped (SIGSTOP) or
+    killed before its first batch never has. Seen in CI on a slow host: the active had emitted 4,000
+    records while its standby, niced, was still starting; held there, the cutover waited 120 s for nothing."""
     def batch():
         rs = read_status(bootstrap, app.name, slot)
         last = next((r for r in reversed(rs) if r.batch_id >= 0), None)
-        return last if last is not None and rs[-1].state is SlotState.RUNNING else None
+        ok = last is not None and last.role is Role.STANDBY and rs[-1].state is SlotState.RUNNING
+        return last if ok else None
     return wait_for(f"{slot}'s first batch", batch, timeout_s, procs)
 
 

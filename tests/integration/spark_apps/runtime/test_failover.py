@@ -17,7 +17,8 @@ from baton.tools.verify import read_output, verify
 from baton.kafka.markers import read_last_marker
 from spark_apps.runtime.lease import fence_writer
 from tests.integration.spark_apps.runtime.test_cutover import Load
-from tests.support.slots import (log_tail, read_status, read_topic, start_slot, stop_slot, wait_for, wait_until_emitted)
+from tests.support.slots import (log_tail, read_status, read_topic, start_slot, stop_slot, wait_for, wait_until_emitted,
+                                 wait_until_following)
 
 pytestmark = pytest.mark.integration
 
@@ -34,7 +35,7 @@ def loaded_pair(bootstrap, both_slots_app, tmp_path):
     try:
         load.start()
         wait_until_emitted(bootstrap, app, 3000, timeout_s=240)
-        wait_for("green running as the standby", lambda: standby_running(bootstrap, app), 120, (blue, green))
+        wait_until_following(bootstrap, app, "green", (blue, green), timeout_s=120)
         yield app, blue, green, load, state
     finally:
         load.done.set()
@@ -42,11 +43,6 @@ def loaded_pair(bootstrap, both_slots_app, tmp_path):
             if p.poll() is None:
                 os.killpg(p.pid, signal.SIGCONT)
             stop_slot(p)
-
-
-def standby_running(bootstrap, app):
-    """Green has run batches as the standby: it is a candidate (decide_takeover wants it RUNNING)."""
-    return any(s.batch_id >= 0 and s.role is Role.STANDBY for s in read_status(bootstrap, app.name, "green"))
 
 
 def took_over(bootstrap, app, epoch=2):
