@@ -14,7 +14,12 @@ ttl - interval and ttl while the broker took the standby's writes. Why relative:
 (paused, cut off from both) stops both slots' renewals alike; judged by the standby's clock alone every
 lease would expire at once when it came back (a failover storm). A renewer keeps one renewal in flight,
 so a stalled broker leaves a gap in the standby's own chain, and a chain begun after the gap must span
-the ttl again, by which time the live active's renewals are back in the log.
+the ttl again, by which time the live active's renewals are usually back in the log. Not always: a
+client whose connection the stall caught mid-setup waits out librdkafka's request timeouts (the
+ApiVersion request's 10 s) before it reconnects, and on a CI host the active's renewals came back ~7 s
+after the standby's. So a chain begun after a gap of its own counts the other's silence only after a
+further RECOVERY_GRACE_MS: a death during a broker stall is failed over that much later, a live active
+is never failed over for the broker's pause.
 
 On the same host the standby also looks at the active's process: a pid that is gone (or now names
 another process: its start time differs) is a death seen at once, without waiting for the ttl.
@@ -86,6 +91,12 @@ def decode_lease(app: str, key: bytes | None, value: bytes | None) -> Lease | No
     return lease if lease.app == app else None
 
 
+# After a gap in the standby's own renewals (a stalled broker), how long the active gets to reconnect before
+# its silence counts: librdkafka's api.version.request.timeout.ms (10 s) plus a reconnect backoff and a
+# renewal interval (module docstring).
+RECOVERY_GRACE_MS = 12_000
+
+
 def max_gap_ms(interval_ms: int) -> int:
     """The longest pause between two of a slot's own renewals that still counts as renewing steadily:
     two intervals (one late renewal is jitter, a busy host) but less than a stalled broker's gap."""
@@ -101,18 +112,21 @@ class LeaseJudge:
         self.other: Lease | None = None      # the other slot's newest lease
         self.mine: Lease | None = None       # this launch's newest renewal seen in the log
         self._chain: tuple[int, int] | None = None  # (first, last) ts of my unbroken renewals since the other's
+        self._after_gap = False  # the chain began after a gap in my own renewals (a stall) since the other's last
 
     def observe(self, lease: Lease) -> None:
         if lease.app != self.app:
             return
         if lease.slot is not self.me:
-            self.other, self._chain = lease, None
+            self.other, self._chain, self._after_gap = lease, None, False
             return
         if lease.launch != self.launch:
             return  # an earlier launch of this slot
         self.mine = lease
-        if self._chain is None or lease.ts_ms - self._chain[1] > max_gap_ms(self.interval_ms):
-            self._chain = (lease.ts_ms, lease.ts_ms)  # a first renewal, or one after a gap: count afresh
+        if self._chain is not None and lease.ts_ms - self._chain[1] > max_gap_ms(self.interval_ms):
+            self._chain, self._after_gap = None, True  # a gap: count afresh, and give the other time to reconnect
+        if self._chain is None:
+            self._chain = (lease.ts_ms, lease.ts_ms)
         else:
             self._chain = (self._chain[0], lease.ts_ms)
 
@@ -125,7 +139,8 @@ class LeaseJudge:
         """How long the other slot has been silent while this one renewed steadily (0: not known to be)."""
         if self._chain is None:
             return 0
-        return self._chain[1] - self._chain[0] + self.interval_ms
+        counted = self._chain[1] - self._chain[0] + self.interval_ms
+        return max(0, counted - RECOVERY_GRACE_MS) if self._after_gap else counted
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,8 @@ import pytest
 
 from baton.control_plane import ControlPlane
 from baton.handoff import FAILOVER, HandoffError, take_over, taken_over_at
-from baton.leases import (Lease, LeaseJudge, decide_takeover, decode_lease, max_gap_ms, proc_start_ticks,
-                          process_gone)
+from baton.leases import (RECOVERY_GRACE_MS, Lease, LeaseJudge, decide_takeover, decode_lease, max_gap_ms,
+                          proc_start_ticks, process_gone)
 from baton.records import ControlRecord, RecordError, Role, Slot, SlotSpec, SlotState
 from tests.support.fakes import MemoryControlStore
 
@@ -60,8 +60,22 @@ def test_a_gap_in_my_own_renewals_restarts_the_count_so_a_broker_pause_expires_n
     # The broker stalled for 15 s: my renewals stop landing too. Mine from before and after it do not
     # add up to a silence of the other.
     j = judge_after(lease(ts=0), mine(500), mine(1500), mine(16_500), mine(17_500))
-    assert j.silent_ms() == 2000
+    assert j.silent_ms() == 0
     assert max_gap_ms(INTERVAL) < 15_000 - INTERVAL
+
+
+def test_after_a_gap_in_my_own_renewals_the_other_gets_time_to_reconnect_before_its_silence_counts():
+    # The broker came back at 16 s; the active's client waits out a request timeout before it renews.
+    after = [mine(t) for t in range(16_500, 16_500 + RECOVERY_GRACE_MS + TTL, INTERVAL)]
+    j = judge_after(lease(ts=0), mine(500), mine(1500), *after[:RECOVERY_GRACE_MS // INTERVAL])
+    assert j.silent_ms() == 0  # a ttl of my renewals since the stall, but still within the grace
+    for item in after[RECOVERY_GRACE_MS // INTERVAL:]:
+        j.observe(item)
+    assert j.silent_ms() == TTL  # it never came back: dead, failed over a grace later than without a stall
+    j.observe(lease(ts=after[-1].ts_ms + 100))  # it renewed: the next silence counts without the grace
+    for item in (mine(after[-1].ts_ms + 500 + i * INTERVAL) for i in range(TTL // INTERVAL)):
+        j.observe(item)
+    assert j.silent_ms() == TTL
 
 
 def test_a_new_epoch_counts_the_new_active_silence_from_then():

@@ -13,6 +13,7 @@ from baton.control_plane import ControlPlane, KafkaControlStore
 from baton.handoff import FAILOVER, take_over
 from baton.kafka.control_log import read_control
 from baton.records import CommitMarker, Role, Slot
+from baton.leases import RECOVERY_GRACE_MS
 from baton.tools.verify import read_output, verify
 from baton.kafka.markers import read_last_marker
 from spark_apps.runtime.lease import fence_writer
@@ -139,7 +140,8 @@ def test_a_stalled_broker_fails_nobody_over(bootstrap, broker, loaded_pair):
         time.sleep(15)
     finally:
         os.kill(pid, signal.SIGCONT)
-    time.sleep(3 * app.lease_ttl_ms / 1000)  # every lease had time to look expired, had it been judged by clocks
+    # Every lease had time to look expired, had it been judged by clocks, and the active's past its grace.
+    time.sleep((app.lease_ttl_ms + RECOVERY_GRACE_MS) / 1000 + 3)
     rec = read_control(bootstrap, app.name)
     assert (rec.epoch, rec.active) == (1, Slot.BLUE), rec
     marks = finish_and_verify(bootstrap, app, load)
