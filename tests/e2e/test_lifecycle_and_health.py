@@ -170,7 +170,11 @@ def test_cutover_from_the_baton_page_under_load_is_exactly_once_and_the_page_sho
         assert dialog.locator("select[name=app]").input_value(timeout=30_000) == app.name
         assert dialog.locator("input[name=ahead_s]").input_value() == "2"  # the form's default
         dialog.locator("#trigger-submit").click()
-        run_id = dialog.locator("#trigger-run").inner_text(timeout=30_000)
+        # The run's link, or the page's error saying why not (a slow API server on a busy host: 90 s).
+        outcome = dialog.locator("#trigger-result").locator("#trigger-run, .error")
+        outcome.wait_for(timeout=90_000)
+        assert outcome.get_attribute("id") == "trigger-run", outcome.inner_text()
+        run_id = outcome.inner_text()
         cut = client.wait_for_run("baton_cutover", run_id, timeout_s=600)
         assert cut["state"] == "success", cut.get("why", cut)
         record = read_control(bootstrap, app.name)
