@@ -8,8 +8,8 @@ resumable (a retried step finds its own write and goes on):
 2. wait: the active has emitted exactly F (its commit marker) and the standby, which never passes
    the active's emitted position, is on its way to F: live, not past F and within a lag bound
    (`trail_records`). If the active had read past F before it saw the fence (only possible if the
-   fence took longer to reach it than the input took to arrive), the handoff is aborted: nothing has
-   changed hands, the fence is lifted.
+   fence took longer to reach it than the input took to arrive), nothing has changed hands: the
+   handoff plans a fence further ahead (fence_passed, moved_fence) a few times, then gives up and lifts it.
 3. cut over: one write makes the standby active at epoch E+1 and lifts the fence, by whoever watched
    the gate, the moment it is met (cut_over_at_fence). Safe in one step
    because the old active verifiably stands at F: capped at F until it applies the new record and at
@@ -182,6 +182,31 @@ def cut_over_at_fence(plane, app: str, to: Slot, epoch: int, fence: Positions,
     except HandoffError as exc:
         return Check(failed=True, message=str(exc))
     return Check(met=True, message=f"{check.message}; cut over: {to.value} is active at epoch {rec.epoch}")
+
+
+def fence_passed(rec: ControlRecord | None, epoch: int, fence: Positions, by: str, marker: CommitMarker | None) -> bool:
+    """Handoff `by`'s fence `fence` at `epoch` still stands, nothing has moved, and the active's output
+    went past it: it emitted a batch it had planned before it saw the fence (input that resumed after
+    a pause, a host too busy to deliver the fence in time). Planning a fence further ahead is safe then
+    (moved_fence): the role is where it was and the new fence lies beyond everything either slot read."""
+    if rec is None or marker is None or rec.epoch != epoch or marker.epoch != epoch:
+        return False
+    if rec.fence is None or dict(rec.fence) != dict(fence) or rec.handoff is None or rec.handoff.id != by:
+        return False
+    return bool(_passed(dict(marker.emitted), fence))
+
+
+def moved_fence(old: Positions, new: Positions, epoch: int, by: str):
+    """Change: handoff `by` replaces its fence `old` at `epoch` with `new` in one write (a fence the
+    active passed: fence_passed), keeping its expiry. Refused if anything else changed meanwhile."""
+    def change(rec: ControlRecord) -> ControlRecord:
+        if rec.fence is not None and dict(rec.fence) == dict(new) and rec.handoff is not None and rec.handoff.id == by:
+            return rec  # done before (a retry)
+        if rec.epoch != epoch or rec.fence is None or dict(rec.fence) != dict(old) or rec.handoff is None \
+                or rec.handoff.id != by:
+            raise HandoffError(f"{rec.app}: the fence is no longer {dict(old)} of {by} at epoch {epoch}: not moving it")
+        return dataclasses.replace(rec, fence=dict(new), handoff=dataclasses.replace(rec.handoff, fence=dict(new)))
+    return change
 
 
 def without_fence(epoch: int, by: str | None = None):

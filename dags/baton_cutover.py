@@ -39,6 +39,7 @@ with DAG(
     fence = FenceOperator(task_id="fence", app="{{ params.app }}", ahead_s="{{ params.ahead_s }}",
                           hold_s="{{ 4 * (params.fence_timeout_s + 10) + 120 }}")
     cutover = CutoverOperator(task_id="cutover", app="{{ params.app }}", plan=fence.output,
-                              correct="{{ params.correct }}", wait_timeout_s="{{ params.fence_timeout_s }}")
+                              correct="{{ params.correct }}", wait_timeout_s="{{ params.fence_timeout_s }}",
+                              ahead_s="{{ params.ahead_s }}")
     abort = AbortHandoffOperator(task_id="abort", app="{{ params.app }}", plan=fence.output)
     fence >> cutover >> abort

@@ -83,7 +83,8 @@ with DAG(
     fence = FenceOperator(task_id="fence", app=app, ahead_s="{{ params.ahead_s }}",
                           hold_s="{{ 4 * (params.fence_timeout_s + 10) + 120 }}")
     cutover = CutoverOperator(task_id="cutover", app=app, plan=fence.output, correct=True,
-                              wait_timeout_s="{{ params.fence_timeout_s }}")
+                              wait_timeout_s="{{ params.fence_timeout_s }}",
+                              ahead_s="{{ params.ahead_s }}")
     settle = SettleSensor(task_id="settle", app=app, cutover=cutover.output, settle_s="{{ params.settle_s }}",
                           correct=True)
     finish = FinishReprocessOperator(task_id="finish", app=app, plan=PLAN)

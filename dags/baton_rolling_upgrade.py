@@ -80,7 +80,8 @@ with DAG(
     fence = FenceOperator(task_id="fence", app=app, ahead_s="{{ params.ahead_s }}",
                           # past this the health DAG lifts the fence: the run died
                           hold_s="{{ 4 * (params.fence_timeout_s + 10) + 3 * 190 + 120 }}")
-    cutover = CutoverOperator(task_id="cutover", app=app, plan=fence.output, wait_timeout_s="{{ params.fence_timeout_s }}")
+    cutover = CutoverOperator(task_id="cutover", app=app, plan=fence.output, wait_timeout_s="{{ params.fence_timeout_s }}",
+                              ahead_s="{{ params.ahead_s }}")
     settle = SettleSensor(task_id="settle", app=app, cutover=cutover.output, settle_s="{{ params.settle_s }}",
                           max_batch_ms="{{ params.max_batch_ms }}")
     upgrade_old = UpgradeSlotOperator(task_id="upgrade_old_active", app=app, plan=PLAN, role="active")

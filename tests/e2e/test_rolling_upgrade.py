@@ -42,6 +42,14 @@ def failure_reason(client, run, task):
     return client.xcom("baton_rolling_upgrade", run["dag_run_id"], task, key="reason")
 
 
+def reason_or_none(client, run, task):
+    """A failed task's reason for an assertion's message (None if it pushed none)."""
+    try:
+        return failure_reason(client, run, task)
+    except Exception:  # noqa: BLE001 - only a message
+        return None
+
+
 def versions(record):
     return {slot: record.slots[slot].version for slot in Slot}
 
@@ -147,7 +155,8 @@ def test_a_version_that_breaks_the_sla_after_the_cutover_is_rolled_back(running)
     truth.update(load.truth)
     assert run["state"] == "failed"
     states = {ti["task_id"]: ti["state"] for ti in client.task_instances("baton_rolling_upgrade", run["dag_run_id"])}
-    assert states["cutover"] == "success" and states["settle"] == "failed" and states["rollback"] == "failed"
+    why = {task: reason_or_none(client, run, task) for task, state in states.items() if state == "failed"}
+    assert states["cutover"] == "success" and states["settle"] == "failed" and states["rollback"] == "failed", why
     assert states["upgrade_old_active"] == "upstream_failed" and states["abort"] == "skipped"
     assert "limit 1 ms" in failure_reason(client, run, "settle")
     record = read_control(bootstrap, app.name)

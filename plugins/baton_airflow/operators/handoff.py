@@ -12,7 +12,7 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
 from baton import handoff
-from baton.handoff import HandoffError, finished, other, with_fence, without_fence
+from baton.handoff import HandoffError, fence_passed, finished, moved_fence, other, with_fence, without_fence
 from baton.apps import AppDefinition
 from baton.plans import Cutover, HandoffPlan
 from baton.records import ControlRecord, Handoff, SlotState
@@ -97,45 +97,85 @@ def plan_of(handoff: Handoff) -> HandoffPlan:
     return HandoffPlan(fence=dict(handoff.fence), epoch=handoff.epoch, from_slot=other(handoff.to), to=handoff.to)
 
 
+# How many fences a cutover plans in all before it gives up: the first one (FenceOperator's), then one
+# twice as far ahead each time the active passed the last before it saw it.
+MAX_CUTOVER_FENCES = 4
+
+
 class CutoverOperator(_HandoffOperator):
     """Wait at the fence, then cut over: one write, the standby active at epoch + 1 and the fence lifted
     (baton.handoff explains why one step is safe once the active stands at F). Deferred: the triggerer
     watches the gate (the active's marker at exactly F, the standby live and on its way, within the
     app's lag budget) and writes the cutover the moment it is met (baton.handoff.cut_over_at_fence), so
     no task start lies between the output stopping at F and the write that lets the new active emit.
-    Fails if the gate fails (a slot went past F), and with a retry at `wait_timeout_s`. `plan` is the
-    FenceOperator's XCom. `correct`: the new active publishes its whole state as output on taking over
-    (a reprocess, or the way back)."""
+    A fence the active passed before it saw it (input resuming after a pause, a busy host) is planned
+    again, twice as far ahead each time (`ahead_s` the first step's), up to MAX_CUTOVER_FENCES in all:
+    nothing has moved, a farther fence is as safe. Fails if the gate fails otherwise (the standby went
+    past F, another handoff moved the epoch) or the fences run out, and with a retry at
+    `wait_timeout_s`. `plan` is the FenceOperator's XCom. `correct`: the new active publishes its whole
+    state as output on taking over (a reprocess, or the way back)."""
 
-    template_fields = ("app", "plan", "correct", "wait_timeout_s")
+    template_fields = ("app", "plan", "correct", "wait_timeout_s", "ahead_s")
 
-    def __init__(self, *, plan: Any, correct: bool | str = False, wait_timeout_s: float | str = 120.0, **kwargs: Any):
+    def __init__(self, *, plan: Any, correct: bool | str = False, wait_timeout_s: float | str = 120.0,
+                 ahead_s: float | str = 2.0, **kwargs: Any):
         kwargs.setdefault("retries", 3)  # apache/airflow#71580 (a deferred task), and a retry after a timeout
         super().__init__(**kwargs)
-        self.plan, self.correct, self.wait_timeout_s = plan, correct, wait_timeout_s
+        self.plan, self.correct, self.wait_timeout_s, self.ahead_s = plan, correct, wait_timeout_s, ahead_s
 
     def execute(self, context: Any) -> dict[str, Any]:
         app, _ = resolve(self.app, "blue")
         control = self.control()
         plan = HandoffPlan.of(self.plan)
         rec = control.plane().current(app.name)
+        mine = rec is not None and rec.handoff is not None and rec.handoff.id == context["run_id"]
+        if mine and rec.handoff.epoch == plan.epoch:  # this run planned its fence again before (a retry): that one
+            plan = plan_of(rec.handoff)
         if rec is not None and rec.active is plan.to and rec.epoch == plan.epoch + 1:  # done before (a retry)
             return self.cut(app, plan, rec)
+        self.wait(control, app, plan, attempt=1)
+
+    def wait(self, control: BatonControlHook, app: AppDefinition, plan: HandoffPlan, attempt: int) -> None:
         self.defer(trigger=CutoverTrigger(
             app=app.name, slot=plan.to.value, bootstrap=control.bootstrap, fence=plan.fence, epoch=plan.epoch,
             trail_records=app.max_lag_records, correct=str(self.correct).lower() == "true",
-            timeout_s=float(self.wait_timeout_s), poll_s=0.25), method_name="execute_complete")
+            timeout_s=float(self.wait_timeout_s), poll_s=0.25), method_name="execute_complete",
+            kwargs={"plan": plan.to_xcom(), "attempt": attempt})
 
-    def execute_complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
-        self.log.info("%s", met_or_raise(context, event))
+    def execute_complete(self, context: Any, event: dict[str, Any], plan: dict[str, Any] | None = None,
+                         attempt: int = 1) -> dict[str, Any]:
         app, _ = resolve(self.app, "blue")
-        rec = self.control().plane().current(app.name)  # observed, not assumed
-        plan = HandoffPlan.of(self.plan)
+        control = self.control()
+        plan = HandoffPlan.of(plan if plan is not None else self.plan)
+        if event.get("status") == "failed" and attempt < MAX_CUTOVER_FENCES:
+            again = self.plan_again(context, control, app, plan, attempt, str(event.get("message", "")))
+            if again is not None:
+                self.wait(control, app, again, attempt + 1)  # defers: the task resumes here again
+        self.log.info("%s", met_or_raise(context, event))
+        rec = control.plane().current(app.name)  # observed, not assumed
         if rec is None or rec.active is not plan.to or rec.epoch < plan.epoch + 1:
             raise AirflowFailException(f"{app.name}: the trigger reported the cutover, the control record does not "
                                        f"show it ({rec.active.value if rec else None} active at epoch "
                                        f"{rec.epoch if rec else None})")
         return self.cut(app, plan, rec)
+
+    def plan_again(self, context: Any, control: BatonControlHook, app: AppDefinition, plan: HandoffPlan,
+                   attempt: int, why: str) -> HandoffPlan | None:
+        """A new fence, farther ahead, if the active passed this one and nothing else moved; else None."""
+        plane, run = control.plane(), context["run_id"]
+        rec = plane.current(app.name)
+        if not fence_passed(rec, plan.epoch, plan.fence, run, control.last_commit(app)):
+            return None
+        ahead = float(self.ahead_s) * 2 ** attempt
+        new = plan_ahead(control, app, rec, ahead, fence=True)
+        try:
+            rec = plane.update(app.name, moved_fence(plan.fence, new, plan.epoch, run))
+        except HandoffError as exc:  # something else moved meanwhile: the gate's own failure stands
+            self.log.warning("%s: not planning another fence: %s", app.name, exc)
+            return None
+        self.log.warning("%s: %s; fence moved to %s (%g s ahead, fence %d of %d)", app.name, why, rec.fence, ahead,
+                         attempt + 1, MAX_CUTOVER_FENCES)
+        return plan_of(rec.handoff)
 
     def cut(self, app: AppDefinition, plan: HandoffPlan, rec: ControlRecord) -> dict[str, Any]:
         self.log.info("%s: %s is active at epoch %s and emits from %s", app.name, rec.active.value, rec.epoch,

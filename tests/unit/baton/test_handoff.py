@@ -5,7 +5,7 @@ import pytest
 from baton.control_plane import ControlPlane
 from baton.handoff import (
     FAILOVER, TRAILING_STANDBY_FRESH_MS, HandoffError, ahead_s_for, cut_over, cut_over_at_fence, failover_fence,
-    fence_reached, finished, plan_ahead, plan_fence, saw_epoch, stale_fence, taken_over_at, with_fence, without_fence,
+    fence_passed, fence_reached, finished, moved_fence, plan_ahead, plan_fence, saw_epoch, stale_fence, taken_over_at, with_fence, without_fence,
 )
 from baton.records import CommitMarker, Handoff, Role, Slot, SlotState, StatusRecord
 from tests.support.fakes import MemoryControlStore
@@ -34,6 +34,21 @@ def test_the_fence_is_ahead_of_the_input_by_the_arrival_rate_and_never_behind_th
         {0: 3000, 1: 3000}
     assert plan_fence({0: 1000, 1: 1000}, {0: 990, 1: 1200}, rate_per_s=0, ahead_s=2, partitions=2) == \
         {0: 1000, 1: 1200}
+
+
+def test_a_fence_the_active_passed_moves_in_one_write_only_while_nothing_else_changed(plane):
+    plane.move_slot("app", Slot.BLUE, SlotState.RUNNING)
+    rec = plane.update("app", with_fence(F, epoch=1, by="run1"))
+    assert fence_passed(rec, 1, F, "run1", marker({0: 101, 1: 200}))
+    assert not fence_passed(rec, 1, F, "run1", marker({0: 100, 1: 200}))  # at it: the gate failed otherwise
+    assert not fence_passed(rec, 1, F, "run2", marker({0: 101, 1: 200}))  # another run's fence
+    assert not fence_passed(rec, 1, F, "run1", marker({0: 101, 1: 200}, epoch=2))  # a newer epoch wrote
+    new = {0: 500, 1: 600}
+    moved = plane.update("app", moved_fence(F, new, 1, "run1"))
+    assert (moved.fence, moved.handoff.fence, moved.fence_expires_ms) == (new, new, rec.fence_expires_ms)
+    assert plane.update("app", moved_fence(F, new, 1, "run1")) == moved  # a retry: done already
+    with pytest.raises(HandoffError, match="no longer"):
+        plane.update("app", moved_fence(F, {0: 900, 1: 900}, 1, "run1"))
 
 
 def test_a_full_handoff_moves_the_role_once_and_every_step_can_be_rerun(plane):
