@@ -3,15 +3,20 @@ its own uniquely named topics (see `topic_names`) and deletes them afterwards.""
 
 from __future__ import annotations
 
+import atexit
 import gc
 import logging
 import os
+import shutil
 import tempfile
 import uuid
 from types import SimpleNamespace
 
 # Airflow reads its home at first import: tests that import hooks or DAGs get a throwaway one, never ~/airflow.
-os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="baton-test-airflow-"))
+# Removed when the test process ends (atexit: Airflow may write its logs there until then).
+if "AIRFLOW_HOME" not in os.environ:
+    os.environ["AIRFLOW_HOME"] = tempfile.mkdtemp(prefix="baton-test-airflow-")
+    atexit.register(shutil.rmtree, os.environ["AIRFLOW_HOME"], ignore_errors=True)
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 # py4j logs "Closing down clientserver connection" from a finalizer at interpreter exit, when pytest
 # has closed the stream its handler writes to ("--- Logging error ---" after the summary).
