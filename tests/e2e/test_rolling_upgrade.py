@@ -86,7 +86,9 @@ def test_a_version_with_another_state_schema_is_refused_and_the_standby_put_back
 def test_a_rolling_upgrade_under_load_is_exactly_once(running):
     platform, client, app, truth = running
     bootstrap = platform.settings.kafka_bootstrap
-    with LiveLoad(bootstrap, app.input.topic) as load:
+    # ~600 clicks/s, steady: each restarted slot has a minute of it to catch up with (the seed's rate is
+    # bench/dag_handoff.py's; here, twice this rate tripled the warm-up's time and added nothing).
+    with LiveLoad(bootstrap, app.input.topic, per_tick=150) as load:
         run = run_dag(client, "baton_rolling_upgrade", {"app": app.name, "version": "v2", "settle_s": 10},
                       timeout_s=900)
         time.sleep(3)
