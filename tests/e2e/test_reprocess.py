@@ -22,6 +22,9 @@ from tests.support.slots import produce_clicks, read_topic, wait_until_emitted
 
 pytestmark = pytest.mark.e2e
 APP = "cc_fix"
+# Live input of ~600 clicks/s (per 0.25 s tick): every reprocess from earliest in this module replays all
+# of it (at 1,600/s the staged one at the end replayed 556k records, 2.5 min of its run, testing nothing more).
+LIVE_PER_TICK = 150
 
 
 def buggy(truth):
@@ -69,9 +72,7 @@ def test_a_reprocess_corrects_every_key_without_stopping_the_output_and_has_a_wa
     bootstrap = platform.settings.kafka_bootstrap
     assert compacted(bootstrap, app) == buggy(truth)  # the bug, as downstream sees it
     before = read_control(bootstrap, app.name)
-    # ~600 clicks/s of live input: every reprocess from earliest in this module replays all of it (at
-    # 1,600/s the staged one at the end replayed 556k records, 2.5 min of its run, and tested nothing more).
-    with LiveLoad(bootstrap, app.input.topic, per_tick=150, start=4_000, truth=truth) as load:
+    with LiveLoad(bootstrap, app.input.topic, per_tick=LIVE_PER_TICK, start=4_000, truth=truth) as load:
         started_at = time.time()
         first = client.trigger("baton_reprocess", {"app": app.name, "version": "v2", "start": "earliest",
                                                    "settle_s": 10})
@@ -107,7 +108,7 @@ def test_a_reprocess_corrects_every_key_without_stopping_the_output_and_has_a_wa
 
     # The way back, under live load: the previous generation (v1, still following) takes over and
     # publishes its state.
-    with LiveLoad(bootstrap, app.input.topic, per_tick=150, start=corrected, truth=truth) as load:
+    with LiveLoad(bootstrap, app.input.topic, per_tick=LIVE_PER_TICK, start=corrected, truth=truth) as load:
         time.sleep(3)
         back = run_dag(client, "baton_cutover", {"app": app.name, "correct": True}, timeout_s=600)
         assert back["state"] == "success", back.get("why", back)
@@ -121,7 +122,7 @@ def test_a_reprocess_corrects_every_key_without_stopping_the_output_and_has_a_wa
     # copy of blue's checkpoint and follows it; the v2 generation no slot runs is archived, and with a
     # retention of 0 days deleted at once. The output goes on meanwhile.
     state_dir = platform.settings.state_dir
-    with LiveLoad(bootstrap, app.input.topic, per_tick=150, start=load.sent, truth=truth) as load:
+    with LiveLoad(bootstrap, app.input.topic, per_tick=LIVE_PER_TICK, start=load.sent, truth=truth) as load:
         confirm = run_dag(client, "baton_reprocess_confirm", {"app": app.name, "retention_days": 0,
                                                                "max_lag_records": 10_000}, timeout_s=900)
         assert confirm["state"] == "success", client.task_instances("baton_reprocess_confirm", confirm["dag_run_id"])
@@ -154,7 +155,7 @@ def test_a_staged_reprocess_ends_with_the_new_generation_hot_in_the_standby_slot
     bootstrap = platform.settings.kafka_bootstrap
     before = read_control(bootstrap, app.name)
     standby = before.active.other
-    with LiveLoad(bootstrap, app.input.topic, per_tick=150, start=sum(truth.values()), truth=truth) as load:
+    with LiveLoad(bootstrap, app.input.topic, per_tick=LIVE_PER_TICK, start=sum(truth.values()), truth=truth) as load:
         staged = run_dag(client, "baton_reprocess", {"app": app.name, "version": "v2", "start": "earliest",
                                                      "end": "standby"}, timeout_s=900)
         assert staged["state"] == "success", client.task_instances("baton_reprocess", staged["dag_run_id"])

@@ -87,7 +87,7 @@ def test_a_rolling_upgrade_under_load_is_exactly_once(running):
     platform, client, app, truth = running
     bootstrap = platform.settings.kafka_bootstrap
     # ~600 clicks/s, steady: each restarted slot has a minute of it to catch up with (the seed's rate is
-    # bench/dag_handoff.py's; here, twice this rate tripled the warm-up's time and added nothing).
+    # bench/dag_handoff.py's; here ~2,000/s made the warm-up 110 s instead of 50 s and tested nothing more).
     with LiveLoad(bootstrap, app.input.topic, per_tick=150) as load:
         run = run_dag(client, "baton_rolling_upgrade", {"app": app.name, "version": "v2", "settle_s": 10},
                       timeout_s=900)
