@@ -10,6 +10,9 @@ as its child with output to the log, forwards SIGTERM/SIGINT to the driver only 
 stops at a batch boundary; signalling the JVM as well would tear the SparkContext down under the
 running batch) and writes the driver's exit code to the exit file.
 
+The launcher gives each launch a temporary directory of its own for the driver's JVM (JVM_TMPDIR_ENV,
+baton.launch_tmp): the wrapper removes it once the driver has ended, however it ended.
+
 `--lock-fd` is an open file description on which the launcher took an flock. The wrapper and the
 driver keep it open, so the lock stays held exactly as long as either of them lives: that is how a
 launcher tells a live launch from a dead one without trusting a pid.
@@ -22,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -30,6 +34,8 @@ import traceback
 from pathlib import Path
 
 LAUNCH_ID_ENV = "BATON_LAUNCH_ID"
+# The launch's own directory for the driver JVM's java.io.tmpdir (baton.launch_tmp).
+JVM_TMPDIR_ENV = "BATON_JVM_TMPDIR"
 # What a staged driver is told (baton.launcher.stage, spark_apps.runtime.run): hold until this record
 # names its launch, at most this long.
 HOLD_ARG, HOLD_TIMEOUT_ARG = "--hold-until-recorded", "--hold-timeout-s"
@@ -80,6 +86,8 @@ def supervise(argv: list[str], log: Path, pid_file: Path, exit_file: Path, lock_
         driver.send_signal(signal.SIGTERM)
     code = driver.wait()
     print(f"[baton] driver {driver.pid} exited with code {code}")
+    if os.environ.get(JVM_TMPDIR_ENV):  # what its JVM's shutdown hooks did not delete (a kill -9 of the JVM)
+        shutil.rmtree(os.environ[JVM_TMPDIR_ENV], ignore_errors=True)
     write_json(exit_file, {"launch_id": launch_id, "code": code, "driver_pid": driver.pid,
                            "stop_signal": stop_signals[0] if stop_signals else None,
                            "started_at": started, "ended_at": time.time()})

@@ -68,8 +68,9 @@ from urllib.parse import urlparse
 import psutil
 
 from baton.apps import AppDefinition, definition_path, load_app
-from baton.driver_wrapper import HOLD_ARG, HOLD_TIMEOUT_ARG, LAUNCH_ID_ENV
+from baton.driver_wrapper import HOLD_ARG, HOLD_TIMEOUT_ARG, JVM_TMPDIR_ENV, LAUNCH_ID_ENV
 from baton.kafka.client_config import CLIENT_CONFIG_ENV
+from baton.launch_tmp import launch_tmp_dir, remove_gone
 from baton.local.procs import tail
 from baton.records import Slot
 from baton.settings import REPO_ROOT
@@ -407,19 +408,48 @@ class Launcher:
             raise SlotBusy(f"{rec.app}/{rec.slot.value} already runs pid {rec.pid} with {what}; "
                            "stop it before starting a different launch in this slot")
 
+    def _live_launch_ids(self, app: str, slot: Slot) -> set[str]:
+        """The launches of the slot that may still run: the recorded one and a staged one, each if its
+        lock is held or a process of it is left."""
+        live = set()
+        slot_dir = self.slot_dir(app, slot)
+        for record, lock, pid_name in ((self.record_file(app, slot), "driver.lock", "driver.pid"),
+                                       (slot_dir / STAGED_RECORD, STAGED_LOCK, STAGED_PID)):
+            try:
+                rec = SlotProcess.from_json(record.read_text(), str(record))
+            except FileNotFoundError:
+                continue
+            self._check_host(rec)  # another host's launch: its files are not this host's to judge
+            if self._held(app, slot, lock) or self._leftovers(self._completed(rec, pid_name=pid_name)):
+                live.add(rec.launch_id)
+        return live
+
+    def _remove_ended_tmp(self, app: str, slot: Slot) -> None:
+        """Under the slot's lock: the temporary files of the slot's ended launches (baton.launch_tmp).
+        With an unreadable record, or another host's, nothing is removed: which launch runs is not known."""
+        try:
+            live = self._live_launch_ids(app, slot)
+        except LaunchError:
+            return
+        remove_gone(self.slot_dir(app, slot), live)
+
     def _spawn(self, rec: SlotProcess, lock_name: str = "driver.lock", pid_name: str = "driver.pid") -> None:
+        slot_dir = Path(rec.log_path).parent
+        self._remove_ended_tmp(rec.app, rec.slot)
+        jvm_tmp = launch_tmp_dir(slot_dir, rec.launch_id)
+        jvm_tmp.mkdir(parents=True, exist_ok=True)
         env = {
             **os.environ,
             "PYTHONPATH": os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH", "")) if p),
             "PYSPARK_DRIVER_PYTHON": self.python,
             "BATON_SPARK_MASTER": rec.master,
             LAUNCH_ID_ENV: rec.launch_id,
+            JVM_TMPDIR_ENV: str(jvm_tmp),
         }
         if rec.client_config_file:
             env[CLIENT_CONFIG_ENV] = rec.client_config_file
         if executors_on_this_host(rec.master):
             env["PYSPARK_PYTHON"] = self.python  # else the environment's (e.g. the cluster image's python3)
-        slot_dir = Path(rec.log_path).parent
         staged = " (staged: held until it is the slot's recorded launch)" if lock_name != "driver.lock" else ""
         with open(rec.log_path, "ab") as log, open(slot_dir / lock_name, "a+") as lock:
             log.write(f"[baton] launch {rec.launch_id}{staged} of {rec.app}/{rec.slot.value} generation {rec.generation} "
@@ -490,6 +520,7 @@ class Launcher:
             if staged is None:
                 return False
             self._discard(staged)
+            self._remove_ended_tmp(app, slot)
             return True
 
     def _staged(self, app: str, slot: Slot) -> SlotProcess | None:
@@ -564,39 +595,46 @@ class Launcher:
         (was_running=False)."""
         slot = Slot(slot)
         with self._locked(app, slot):
-            self._finish_promotion(app, slot)
-            if not keep_staged and (staged := self._staged(app, slot)) is not None:
-                self._discard(staged)
-            recorded = self.read_record(app, slot)
-            if recorded is None:
-                return StopResult(False, True, None, None)
-            self._check_host(recorded)
-            rec = self._completed(recorded, wait_s=self.spawn_timeout_s if self._held(app, slot) else 0.0)
-            if rec != recorded:
-                self._write_record(rec)
-            if not self._held(app, slot) and not self._leftovers(rec):
-                return StopResult(False, True, self.exit_info(rec), rec.pid)
-            if self_stop_s > 0 and self._wait_gone(rec, self_stop_s):
-                return StopResult(True, True, self.exit_info(rec), rec.pid)
-            live = self._leftovers(rec)
-            # The wrapper forwards SIGTERM to the driver alone; without a wrapper, signal what is left.
-            for pid in [rec.pid] if rec.pid in live else live:
-                _signal(pid, signal.SIGTERM)
-            graceful = self._wait_gone(rec, grace_s)
-            if not graceful:
-                deadline = time.monotonic() + 10
-                while (live := self._leftovers(rec)) and time.monotonic() < deadline:
-                    for pid in live:
-                        _signal(pid, signal.SIGKILL)
-                    time.sleep(0.1)
-                if not self._wait_gone(rec, 5):
-                    raise LaunchError(f"{app}/{slot.value}: launch {rec.launch_id} still alive after SIGKILL "
-                                      f"(processes {self._leftovers(rec)})")
-                if self.exit_info(rec) is None:
-                    write_json_text(Path(rec.exit_file), json.dumps(
-                        {"launch_id": rec.launch_id, "code": -signal.SIGKILL, "ended_at": time.time(),
-                         "killed_by_stop": True}))
-            return StopResult(True, graceful, self.exit_info(rec), rec.pid)
+            try:
+                return self._stop(app, slot, grace_s, self_stop_s, keep_staged)
+            finally:
+                self._remove_ended_tmp(app, slot)
+
+    def _stop(self, app: str, slot: Slot, grace_s: float, self_stop_s: float, keep_staged: bool) -> StopResult:
+        """stop() under the slot's lock."""
+        self._finish_promotion(app, slot)
+        if not keep_staged and (staged := self._staged(app, slot)) is not None:
+            self._discard(staged)
+        recorded = self.read_record(app, slot)
+        if recorded is None:
+            return StopResult(False, True, None, None)
+        self._check_host(recorded)
+        rec = self._completed(recorded, wait_s=self.spawn_timeout_s if self._held(app, slot) else 0.0)
+        if rec != recorded:
+            self._write_record(rec)
+        if not self._held(app, slot) and not self._leftovers(rec):
+            return StopResult(False, True, self.exit_info(rec), rec.pid)
+        if self_stop_s > 0 and self._wait_gone(rec, self_stop_s):
+            return StopResult(True, True, self.exit_info(rec), rec.pid)
+        live = self._leftovers(rec)
+        # The wrapper forwards SIGTERM to the driver alone; without a wrapper, signal what is left.
+        for pid in [rec.pid] if rec.pid in live else live:
+            _signal(pid, signal.SIGTERM)
+        graceful = self._wait_gone(rec, grace_s)
+        if not graceful:
+            deadline = time.monotonic() + 10
+            while (live := self._leftovers(rec)) and time.monotonic() < deadline:
+                for pid in live:
+                    _signal(pid, signal.SIGKILL)
+                time.sleep(0.1)
+            if not self._wait_gone(rec, 5):
+                raise LaunchError(f"{app}/{slot.value}: launch {rec.launch_id} still alive after SIGKILL "
+                                  f"(processes {self._leftovers(rec)})")
+            if self.exit_info(rec) is None:
+                write_json_text(Path(rec.exit_file), json.dumps(
+                    {"launch_id": rec.launch_id, "code": -signal.SIGKILL, "ended_at": time.time(),
+                     "killed_by_stop": True}))
+        return StopResult(True, graceful, self.exit_info(rec), rec.pid)
 
     def _wait_gone(self, rec: SlotProcess, timeout_s: float) -> bool:
         deadline = time.monotonic() + timeout_s

@@ -10,6 +10,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from baton.apps import AppDefinition
+from baton.driver_wrapper import JVM_TMPDIR_ENV
 
 # Jobs a slot runs beside its query (state digests) go to this pool; the query's batches run in the
 # default pool, which comes first whenever it has a task waiting (FAIR scheduling: a pool running
@@ -94,7 +95,9 @@ def background_jobs(spark):
 
 
 def driver_java_options(given: str) -> str:
-    """The driver JVM's options: the class-data-sharing archive (spark_apps.runtime.cds), then any given.
+    """The driver JVM's options: the class-data-sharing archive (spark_apps.runtime.cds), the launch's own
+    temporary directory (baton.launch_tmp: removed when the launch ends, however it ends), then any
+    given (a -Djava.io.tmpdir of the app's own comes after ours, and wins).
     The collector stays G1, the JVM's default: the throughput collector (-XX:+UseParallelGC) used ~5 %
     less CPU at the seed's rate, but its full collections of the 1 GB heap, every few minutes as the
     old generation filled (~10 % of it a minute), stopped a slot for up to 1.0 s (README, the hot path)."""
@@ -102,7 +105,10 @@ def driver_java_options(given: str) -> str:
 
     if "ArchiveClassesAtExit" in given:  # building the archive
         return given
-    return " ".join(o for o in (cds.java_options(), given) if o)
+    launch_tmp = os.environ.get(JVM_TMPDIR_ENV, "")
+    # Spark splits these options at spaces: a state dir with one in its path keeps the host's temp dir.
+    tmpdir = f"-Djava.io.tmpdir={launch_tmp}" if launch_tmp and " " not in launch_tmp else ""
+    return " ".join(o for o in (cds.java_options(), tmpdir, given) if o)
 
 
 def session(name: str, app: AppDefinition, extra: dict[str, str] | None = None):

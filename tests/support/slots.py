@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections import Counter
@@ -15,6 +16,7 @@ from pathlib import Path
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 from baton.apps import AppDefinition, load_definition
+from baton.driver_wrapper import JVM_TMPDIR_ENV
 from baton.kafka.admin import TopicSpec, ensure_topics
 from baton.kafka.client_config import kafka_config
 from baton.records import Role, SlotState, StatusRecord
@@ -42,7 +44,9 @@ def make_app(bootstrap: str, directory: Path, module: str = "spark_apps.apps.cli
 
 def start_slot(bootstrap: str, path: Path, state_dir: Path, slot: str = "blue",
                starting_offsets: str = "earliest", generation: int = 0) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    # The JVM's scratch files beside the test's state, not in /tmp (as the launcher does: baton.launch_tmp)
+    jvm_tmp = Path(tempfile.mkdtemp(prefix=f"jvm-{slot}-", dir=state_dir))
+    env = {**os.environ, "PYTHONPATH": str(REPO), JVM_TMPDIR_ENV: str(jvm_tmp)}
     log_path = state_dir / f"{path.stem}-{slot}.log"
     log = open(log_path, "ab")
     proc = subprocess.Popen([sys.executable, "-m", "spark_apps.runtime.run", "--app", str(path), "--slot", slot,

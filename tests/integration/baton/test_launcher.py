@@ -17,6 +17,7 @@ import pytest
 
 from baton.kafka.admin import delete_topics
 from baton.kafka.control_log import write_control
+from baton.launch_tmp import launch_tmp_dir
 from baton.launcher import Launcher, LaunchSpec
 from baton.local.procs import port_open
 from baton.local.spark_cluster import SparkCluster
@@ -103,6 +104,13 @@ def test_local_retry_after_kill_reattaches_and_stop_is_graceful(bootstrap, app, 
     assert len(drivers) == 1 and psutil.Process(drivers[0]).ppid() == retried.pid
     assert {s.pid for s in read_status(bootstrap, app.name)} == {drivers[0]}
 
+    # Its JVM's scratch files (Spark's block manager, the state store's RocksDB copies and library)
+    # are in the launch's own directory, not the host's /tmp (baton.launch_tmp).
+    jvm_tmp = launch_tmp_dir(launcher.slot_dir(app.name, Slot.BLUE), retried.launch_id)
+    scratch = sorted(p.name for p in jvm_tmp.iterdir())
+    for kind in ("blockmgr-", "librocksdbjni", "spark-"):
+        assert any(name.startswith(kind) for name in scratch), (kind, scratch)
+
     # Graceful stop: the control-topic request first, then stop() (which signals only if needed).
     write_control(bootstrap, control(app.name, 2, SlotState.STOPPED))
     result = launcher.stop(app.name, Slot.BLUE, grace_s=60, self_stop_s=120)
@@ -111,6 +119,7 @@ def test_local_retry_after_kill_reattaches_and_stop_is_graceful(bootstrap, app, 
     assert result.exit.code == 0 and not result.exit.killed_by_stop
     assert read_status(bootstrap, app.name)[-1].state is SlotState.STOPPED
     assert launcher.find(app.name, Slot.BLUE) is None and drivers_of(definition) == []
+    assert not jvm_tmp.exists()
 
 
 @pytest.fixture
