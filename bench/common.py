@@ -28,6 +28,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from baton.apps import AppDefinition, load_definition  # noqa: E402
+from baton.driver_wrapper import JVM_TMPDIR_ENV  # noqa: E402
 from baton.kafka.admin import TopicSpec, ensure_topics  # noqa: E402
 from baton.kafka.control_log import close_writers, write_control  # noqa: E402
 from baton.local.broker import Broker  # noqa: E402
@@ -49,9 +50,9 @@ class Procs:
     logs: Path
     running: dict[str, subprocess.Popen] = field(default_factory=dict)
 
-    def start(self, name: str, argv: list[str], stdout=None) -> subprocess.Popen:
+    def start(self, name: str, argv: list[str], stdout=None, env: dict[str, str] | None = None) -> subprocess.Popen:
         env = {**os.environ, "PYTHONPATH": str(REPO), "PYSPARK_PYTHON": sys.executable,
-               "PYSPARK_DRIVER_PYTHON": sys.executable}
+               "PYSPARK_DRIVER_PYTHON": sys.executable, **(env or {})}
         self.logs.mkdir(parents=True, exist_ok=True)
         err = open(self.logs / f"{name}.log", "ab")
         proc = subprocess.Popen(argv, env=env, cwd=REPO, stdin=subprocess.DEVNULL,
@@ -206,7 +207,9 @@ def start_slot(b: Bench, app_path: Path, slot: Slot, conf: list[str] = (), name:
             "--bootstrap", b.bootstrap, "--state-dir", str(b.tmp / "state")]
     for item in conf:
         argv += ["--conf", item]
-    return b.procs.start(name or slot.value, argv)
+    # Its JVM's scratch files in the bench's temp dir, gone with it, also after a kill -9 (baton.launch_tmp).
+    jvm_tmp = Path(tempfile.mkdtemp(prefix=f"jvm-{name or slot.value}-", dir=b.tmp))
+    return b.procs.start(name or slot.value, argv, env={JVM_TMPDIR_ENV: str(jvm_tmp)})
 
 
 # --- observing the slots ------------------------------------------------------------------------
