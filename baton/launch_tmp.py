@@ -8,7 +8,7 @@ day of this project's test runs /tmp held 405 MB of them, 18 RocksDB libraries a
 that keeps apps up through crashes must not fill its host's /tmp with every crash.
 
 So each launch gets `<slot dir>/tmp/<launch id>` as its driver JVM's java.io.tmpdir, and so as Spark's
-local dir unless the launch sets `spark.local.dir` (spark_apps.runtime.spark.driver_java_options).
+local dir unless the launch's conf sets `spark.local.dir` (spark_apps.runtime.spark.driver_java_options).
 The wrapper removes it when the driver ends (baton.driver_wrapper); what a launch killed with its
 wrapper (its whole process group) leaves, the launcher removes before it spawns the slot's next launch
 and when it stops the slot: every directory there that is not a live launch's.
