@@ -13,6 +13,10 @@ The wrapper removes it when the driver ends (baton.driver_wrapper); what a launc
 wrapper (its whole process group) leaves, the launcher removes before it spawns the slot's next launch
 and when it stops the slot: every directory there that is not a live launch's.
 
+A JVM that crashes writes its fatal error log (hs_err_pid<pid>.log) into its working directory, the
+checkout for a local launch: a launch's goes beside its slot's driver.log instead (crash_log_of), where
+whoever reads why the slot died looks, and which no launch's end removes.
+
 Only the JVM's temp dir moves. Python keeps the host's, where the locks every process of the host shares
 live (baton.kafka.txn_window).
 """
@@ -31,6 +35,12 @@ TMP = "tmp"
 
 def launch_tmp_dir(slot_dir: Path, launch_id: str) -> Path:
     return Path(slot_dir) / TMP / launch_id
+
+
+def crash_log_of(launch_tmp: Path) -> Path:
+    """Where the JVM of the launch whose temporary directory is `launch_tmp` writes a fatal error log: its
+    slot's directory (`%p` is the JVM's pid)."""
+    return Path(launch_tmp).parent.parent / "hs_err_pid%p.log"
 
 
 def remove_gone(slot_dir: Path, live_launch_ids: Iterable[str]) -> list[str]:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from baton.apps import AppDefinition
 from baton.driver_wrapper import JVM_TMPDIR_ENV
+from baton.launch_tmp import crash_log_of
 
 # Jobs a slot runs beside its query (state digests) go to this pool; the query's batches run in the
 # default pool, which comes first whenever it has a task waiting (FAIR scheduling: a pool running
@@ -96,7 +97,8 @@ def background_jobs(spark):
 
 def driver_java_options(given: str) -> str:
     """The driver JVM's options: the class-data-sharing archive (spark_apps.runtime.cds), the launch's own
-    temporary directory (baton.launch_tmp: removed when the launch ends, however it ends), then any
+    temporary directory (baton.launch_tmp: removed when the launch ends, however it ends) and where a crash
+of it logs (its slot's directory, not the checkout it runs in), then any
     given (a -Djava.io.tmpdir in the launch's conf comes after ours, and wins).
     The collector stays G1, the JVM's default: the throughput collector (-XX:+UseParallelGC) used ~5 %
     less CPU at the seed's rate, but its full collections of the 1 GB heap, every few minutes as the
@@ -106,9 +108,11 @@ def driver_java_options(given: str) -> str:
     if "ArchiveClassesAtExit" in given:  # building the archive
         return given
     launch_tmp = os.environ.get(JVM_TMPDIR_ENV, "")
-    # Spark splits these options at spaces: a state dir with one in its path keeps the host's temp dir.
-    tmpdir = f"-Djava.io.tmpdir={launch_tmp}" if launch_tmp and " " not in launch_tmp else ""
-    return " ".join(o for o in (cds.java_options(), tmpdir, given) if o)
+    # Spark splits these options at spaces: a state dir with one in its path keeps the host's temp dir
+    # (and a crash log goes to the working directory, the JVM's default).
+    own = [f"-Djava.io.tmpdir={launch_tmp}", f"-XX:ErrorFile={crash_log_of(Path(launch_tmp))}"] \
+        if launch_tmp and " " not in launch_tmp else []
+    return " ".join(o for o in (cds.java_options(), *own, given) if o)
 
 
 def session(name: str, app: AppDefinition, extra: dict[str, str] | None = None):

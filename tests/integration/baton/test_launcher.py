@@ -110,6 +110,10 @@ def test_local_retry_after_kill_reattaches_and_stop_is_graceful(bootstrap, app, 
     scratch = sorted(p.name for p in jvm_tmp.iterdir())
     for kind in ("blockmgr-", "librocksdbjni", "spark-"):
         assert any(name.startswith(kind) for name in scratch), (kind, scratch)
+    # A crash of the JVM would write its log beside the slot's driver.log, not into the checkout it runs in.
+    jvms = [c for c in psutil.Process(drivers[0]).children(recursive=True) if c.name() == "java"]
+    crash_log = f"-XX:ErrorFile={launcher.slot_dir(app.name, Slot.BLUE)}/hs_err_pid%p.log"
+    assert len(jvms) == 1 and crash_log in jvms[0].cmdline(), [c.cmdline() for c in jvms]
 
     # Graceful stop: the control-topic request first, then stop() (which signals only if needed).
     write_control(bootstrap, control(app.name, 2, SlotState.STOPPED))

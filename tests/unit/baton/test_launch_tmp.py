@@ -95,3 +95,12 @@ def test_the_driver_jvm_is_given_the_launch_dir_and_an_apps_own_option_comes_aft
     assert options.index(f"-Djava.io.tmpdir={tmp_path}") < options.index("-Djava.io.tmpdir=/mine")  # the last wins
     monkeypatch.setenv(JVM_TMPDIR_ENV, "/a dir/with a space")  # Spark would split it: left out
     assert "java.io.tmpdir" not in driver_java_options("")
+    assert "ErrorFile" not in driver_java_options("")
+
+
+def test_a_crash_of_the_driver_jvm_logs_beside_the_slots_driver_log_not_in_the_checkout(monkeypatch, tmp_path):
+    slot_dir = tmp_path / "slots" / "demo" / "blue"
+    monkeypatch.setenv(JVM_TMPDIR_ENV, str(launch_tmp_dir(slot_dir, "l-1")))
+    assert f"-XX:ErrorFile={slot_dir}/hs_err_pid%p.log" in driver_java_options("").split()
+    monkeypatch.delenv(JVM_TMPDIR_ENV)  # not a launch (a test's session, a tool): the JVM's default
+    assert "ErrorFile" not in driver_java_options("")
