@@ -216,6 +216,8 @@ def describe_change(prev: ControlRecord | None, cur: ControlRecord) -> list[tupl
         out.append(("fence lifted", "fence lifted (the handoff ended without a cutover)"))
     if cur.check_at and (prev is None or prev.check_at != cur.check_at):
         out.append(("check", f"state check asked at {sum(cur.check_at.values()):,} records in"))
+    if cur.invariants_asked and (prev is None or prev.invariants_asked != cur.invariants_asked):
+        out.append(("check", f"invariant check asked of the standby ({cur.invariants_asked})"))
     for slot in Slot:
         a = prev.slots.get(slot) if prev else None
         b = cur.slots.get(slot)

@@ -158,7 +158,8 @@ def cut_over(to: Slot, from_epoch: int, correct: bool = False):
         if rec.active is to:
             raise HandoffError(f"{rec.app}: {to.value} is already active at epoch {rec.epoch}")
         return dataclasses.replace(rec, active=to, epoch=from_epoch + 1, fence=None, fence_expires_ms=0,
-                                   correct_epoch=from_epoch + 1 if correct else rec.correct_epoch, check_at=None)
+                                   correct_epoch=from_epoch + 1 if correct else rec.correct_epoch, check_at=None,
+                                   invariants_asked="")
     return change
 
 
@@ -322,5 +323,5 @@ def take_over(to: Slot, epoch: int, fence: Positions, reason: str, now_ms: int):
         if rec.active is to:
             raise HandoffError(f"{rec.app}: {to.value} is already active at epoch {rec.epoch}")
         return dataclasses.replace(rec, active=to, epoch=epoch + 1, fence=None, fence_expires_ms=0, check_at=None,
-                                   handoff=Handoff(FAILOVER, epoch, dict(fence), to, reason, now_ms))
+                                   invariants_asked="", handoff=Handoff(FAILOVER, epoch, dict(fence), to, reason, now_ms))
     return change

@@ -150,6 +150,10 @@ class ControlRecord:
     # corrected-output cutover, or the way back from one): downstream's compacted view then holds
     # its values for every key. 0: no correction.
     correct_epoch: int = 0
+    # The standby checks the app's invariants (its module's check_state) on its own state once for each
+    # new value of this request id and answers in its status (StatusRecord.invariants): a reprocess's
+    # gate on its new generation, without a Spark application of its own. Empty: none asked.
+    invariants_asked: str = ""
     # A long operation under way (e.g. "reprocess by <run id>") and until when it may hold the app
     # (ms); another one is refused meanwhile. Empty: none.
     operation: str = ""
@@ -177,6 +181,7 @@ class ControlRecord:
             "handoff": self.handoff.to_json() if self.handoff else None,
             "check_at": positions_to_json(self.check_at),
             "correct_epoch": self.correct_epoch,
+            "invariants_asked": self.invariants_asked,
             "operation": self.operation,
             "operation_expires_ms": self.operation_expires_ms,
             "writer": self.writer,
@@ -210,6 +215,7 @@ class ControlRecord:
                 handoff=Handoff.from_json(d.get("handoff")),
                 check_at=positions_from_json(d.get("check_at"), "control record field 'check_at'"),
                 correct_epoch=int(d.get("correct_epoch", 0)),
+                invariants_asked=str(d.get("invariants_asked", "")),
                 operation=str(d.get("operation", "")),
                 operation_expires_ms=int(d.get("operation_expires_ms", 0)),
                 writer=str(d.get("writer", "")),
@@ -264,6 +270,46 @@ class StateDigest:
 
 
 @dataclass(frozen=True)
+class InvariantsCheck:
+    """A slot's answer to ControlRecord.invariants_asked: the app's check_state on its state after its
+    committed batch `batch_id` (`rows` rows) found `violations` (up to 10 `examples`). `unchecked`: the
+    state could not be read (`error` says why): no verdict, a retry asks again. `note`: the app defines
+    no check_state (nothing to check, ok)."""
+
+    asked: str
+    ok: bool
+    batch_id: int = -1
+    rows: int = 0
+    violations: int = 0
+    examples: tuple[str, ...] = ()
+    unchecked: bool = False
+    error: str = ""
+    note: str = ""
+    ts_ms: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "examples": list(self.examples)}
+
+    @classmethod
+    def from_json(cls, raw: Any, what: str) -> "InvariantsCheck | None":
+        if raw is None:
+            return None
+        if not isinstance(raw, dict):
+            raise RecordError(f"{what}: expected an object, got {type(raw).__name__}")
+        try:
+            return cls(asked=_req(raw, "asked", str, what), ok=bool(_req(raw, "ok", bool, what)),
+                       batch_id=int(raw.get("batch_id", -1)), rows=int(raw.get("rows", 0)),
+                       violations=int(raw.get("violations", 0)),
+                       examples=tuple(str(e) for e in raw.get("examples") or ()),
+                       unchecked=bool(raw.get("unchecked", False)), error=str(raw.get("error", "")),
+                       note=str(raw.get("note", "")), ts_ms=int(raw.get("ts_ms", 0)))
+        except (TypeError, ValueError) as exc:
+            if isinstance(exc, RecordError):
+                raise
+            raise RecordError(f"{what}: {exc}") from None
+
+
+@dataclass(frozen=True)
 class StatusRecord:
     app: str
     slot: Slot
@@ -303,6 +349,8 @@ class StatusRecord:
     # The newest epoch whose corrected output is in the output, as this slot's last commit marker says
     # (CommitMarker.corrected_epoch): the settle of a corrected-output cutover judges from there.
     corrected_epoch: int = 0
+    # This slot's answer to the last invariant check asked of it (carried on every later record).
+    invariants: InvariantsCheck | None = None
     error: str = ""
     pid: int = 0
     host: str = ""
@@ -323,6 +371,7 @@ class StatusRecord:
             input_end=positions_to_json(self.input_end),
             state_digest=self.state_digest.to_json() if self.state_digest else None,
             active_digest=self.active_digest.to_json() if self.active_digest else None,
+            invariants=self.invariants.to_json() if self.invariants else None,
         )
         return json.dumps(body, separators=(",", ":")).encode()
 
@@ -343,6 +392,7 @@ class StatusRecord:
                 input_end=positions_from_json(d.get("input_end"), f"{what} field 'input_end'"),
                 state_digest=StateDigest.from_json(d.get("state_digest"), f"{what} field 'state_digest'"),
                 active_digest=StateDigest.from_json(d.get("active_digest"), f"{what} field 'active_digest'"),
+                invariants=InvariantsCheck.from_json(d.get("invariants"), f"{what} field 'invariants'"),
             )
             return cls(**kwargs)
         except (ValueError, TypeError) as exc:

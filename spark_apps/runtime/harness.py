@@ -42,6 +42,7 @@ from spark_apps.runtime.follower import Follower
 from spark_apps.runtime.frame import IDENTITY_FILE, TRIGGER_TICK_MS, build_frame
 from spark_apps.runtime.hold import Hold
 from spark_apps.runtime.input_ends import InputEnds
+from spark_apps.runtime.invariant_check import InvariantsOnRequest
 from spark_apps.runtime.kafka_sink import TransactionalEmitter, WriterFenced
 from spark_apps.runtime.lease import LeaseKeeper
 from spark_apps.runtime.priority import SlotPriority
@@ -78,6 +79,8 @@ class Harness:
         self.priority = SlotPriority(app.standby_nice)  # the standby yields the CPU to the active
         self.sink = RoleGatedSink(app, slot, self.paths, self.follower, self.emitter, EmittedKeys(), self.mark)
         self.corrected_output = CorrectedOutput(self.sink)
+        self.invariants = InvariantsOnRequest(app, slot, self.paths.checkpoint, self.follower, spark=lambda: self.spark,
+                                              publish=lambda: self.publish(self.last_progress))
         self.digests = StateDigests(app, slot, state_dir, self.paths, self.follower, spark=lambda: self.spark,
                                     publish=lambda: self.publish(self.last_progress),
                                     last_progress=lambda: self.last_progress)
@@ -110,7 +113,7 @@ class Harness:
             restore_ms=self.startup.first_batch_ms, state_digest=self.digests.digest,
             active_digest=self.digests.active_digest,
             corrected_epoch=self.emitter.last.corrected_epoch if self.emitter.last is not None else 0,
-            error=error, pid=os.getpid(),
+            invariants=self.invariants.answer, error=error, pid=os.getpid(),
             host=socket.gethostname(), ts_ms=int(time.time() * 1000), **st,
         )
         self.status_producer.produce(STATUS_TOPIC, rec.to_bytes(), rec.key())
@@ -245,6 +248,7 @@ class Harness:
                 if self.state is SlotState.RUNNING:
                     self.digests.restore_once()
                 self.digests.at_check()
+                self.invariants.maybe_check()
                 self.corrected_output.maybe_publish(self.spark)
             if self.query.isActive or self.query.exception() is None:  # a stop, not a failed query
                 self.state = SlotState.STOPPING

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import importlib
 import json
-import sys
 import time
 from typing import Any
 
@@ -16,6 +15,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowSkipException
 
 from baton.apps import AppDefinitionError, load_version, version_path
 from baton.handoff import other
+from baton.invariants import answer_to, answered, ask_invariants, violations_text
 from baton.kafka.positions import bounds, offsets_for_timestamp
 from baton.lifecycle import IllegalTransition
 from baton.plans import ConfirmPlan, ReprocessPlan, SlotRestart
@@ -23,13 +23,10 @@ from baton.records import Slot, SlotSpec, SlotState
 from baton.reprocess import (
     RequestRefused, Start, begin_operation, check_app_state, end_operation, parse_end, resolve_start,
 )
-from baton.settings import REPO_ROOT
 from baton_airflow.hooks.spark import BatonSparkHook
 from baton_airflow.operators.slots import resolve
 from baton_airflow.operators.steps import (
     AbortStepsOperator, AppOperator, PlanStepOperator, fail_with_reason, first_reason, lift_own_fence, slot_checkpoint,
-    HelperProcess,
-    subprocess_env,
 )
 from baton_airflow.triggers.base import met_or_raise
 from baton_airflow.triggers.status import SlotRunningTrigger
@@ -178,41 +175,44 @@ def archive(spark: BatonSparkHook, app: str, slot: Slot, generation: int, versio
             "archived_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}, indent=1))
 
 
-INVARIANTS_NICE = 10
-
-
 class InvariantsOperator(AppOperator):
-    """The app's own checks (its module's check_state) on the new generation's state."""
+    """The app's own checks (its module's check_state) on the new generation's state, run by the slot that
+    holds it (the standby) when asked through the control record (baton.invariants): no Spark
+    application of its own beside both slots. Each try asks anew (its run and try are the request)."""
 
     template_fields = ("app", "plan")
 
-    def __init__(self, *, plan: Any, timeout_s: float = 600.0, **kwargs: Any):
+    def __init__(self, *, plan: Any, timeout_s: float = 600.0, poll_s: float = 2.0, **kwargs: Any):
         kwargs.setdefault("retries", 2)
         super().__init__(**kwargs)
-        self.plan, self.timeout_s = plan, timeout_s
-        self.helper = HelperProcess()
-
-    def on_kill(self) -> None:
-        self.helper.kill()
+        self.plan, self.timeout_s, self.poll_s = plan, timeout_s, poll_s
 
     def execute(self, context: Any) -> dict[str, Any]:
         plan = ReprocessPlan.of(self.plan)
         app, slot = resolve(self.app, plan.standby)
-        _, spark = self.hooks()
-        checkpoint = slot_checkpoint(spark, app.name, slot, plan.generation)
-        # Niced: the check is a third Spark application beside both slots, and the active's batches
-        # come first (at the seed's rate the two cores are nearly all taken).
-        out = self.helper.run(["nice", "-n", str(INVARIANTS_NICE), sys.executable, "-m", "spark_apps.runtime.invariants",
-                               "--app", plan.definition, "--checkpoint", str(checkpoint)],
-                              self.timeout_s, cwd=REPO_ROOT, env=subprocess_env())
-        if out.returncode != 0 or not out.stdout.strip():
-            raise AirflowException(f"the invariant check could not run (exit {out.returncode}): {out.stderr[-2000:]}")
-        result = json.loads(out.stdout.strip().splitlines()[-1])
-        if result.get("unchecked"):  # the state could not be read (the running slot moved files): a retry
-            raise AirflowException(f"the invariant check could not read the state: {result.get('error')}")
-        if not result["ok"]:
-            detail = result.get("error") or f"{result['violations']} violation(s), e.g. {'; '.join(result['examples'])}"
+        control, _ = self.hooks()
+        asked = f"{context['run_id']}:{context['ti'].try_number}"
+        control.plane().update(app.name, ask_invariants(asked))
+        self.log.info("asked %s (generation %d) to check the app's invariants on its state (request %s)",
+                      slot.value, plan.generation, asked)
+        deadline = time.monotonic() + float(self.timeout_s)
+        while (answer := answer_to(control.status(app.name, slot, last_n=500), asked, plan.generation)) is None:
+            if time.monotonic() > deadline:
+                raise AirflowException(
+                    f"{app.name}/{slot.value} (generation {plan.generation}) did not answer the invariant check "
+                    f"within {float(self.timeout_s):g} s: is it running? (baton_health restarts a dead slot; its "
+                    "driver.log says why it stopped)")
+            time.sleep(float(self.poll_s))
+        try:
+            control.plane().update(app.name, answered(asked))
+        except Exception as exc:  # noqa: BLE001 - a request left is cleared by the cutover; at worst answered again
+            self.log.warning("the answered invariant check %s stays asked: %s", asked, exc)
+        if answer.unchecked:  # the state could not be read (the running slot moved files): a retry asks again
+            raise AirflowException(f"the invariant check could not read the state: {answer.error}")
+        if not answer.ok:
+            detail = answer.error or violations_text(answer)
             raise fail_with_reason(context, f"generation {plan.generation} breaks the app's invariants: {detail}")
+        result = answer.to_json()
         self.log.info("invariants hold: %s", result)
         return result
 

@@ -4,11 +4,7 @@ and paths of the Spark helper processes they run."""
 
 from __future__ import annotations
 
-import os
 import shutil
-import signal
-import subprocess
-import time
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, Sequence
@@ -18,7 +14,6 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from baton.handoff import HandoffError, without_fence
 from baton.records import ControlRecord, Slot
-from baton.settings import REPO_ROOT
 from baton_airflow.hooks.control import BatonControlHook
 from baton_airflow.hooks.kafka import BatonKafkaHook
 from baton_airflow.hooks.spark import BatonSparkHook
@@ -83,61 +78,6 @@ def lift_own_fence(plane, rec: ControlRecord, epoch: int, run_id: str, log) -> C
     except HandoffError as exc:  # another handoff's fence (e.g. a failover's): not ours to lift
         log.info("%s: %s", rec.app, exc)
     return rec
-
-
-def subprocess_env() -> dict[str, str]:
-    """For Spark helper processes (the invariants check): this checkout importable."""
-    path = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH", "")) if p)
-    return {**os.environ, "PYTHONPATH": path}
-
-
-class HelperProcess:
-    """A Spark helper process an operator runs to its end (the invariants check): in a session of its
-    own, so that `kill` (the operator's on_kill, or a timeout) ends it and everything it started (its
-    JVM, Python workers) rather than leaving a third Spark application beside the slots."""
-
-    def __init__(self) -> None:
-        self.proc: subprocess.Popen | None = None
-
-    def run(self, argv: Sequence[str], timeout_s: float, **kwargs: Any) -> subprocess.CompletedProcess:
-        self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     text=True, start_new_session=True, **kwargs)
-        try:
-            out, err = self.proc.communicate(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            self.kill()
-            raise
-        return subprocess.CompletedProcess(argv, self.proc.returncode, out, err)
-
-    def kill(self, grace_s: float = 10.0) -> None:
-        """SIGTERM to its session's process group, SIGKILL to what is left of it after `grace_s`
-        (the group, not only the leader: a JVM may outlive its driver by a moment)."""
-        proc = self.proc
-        if proc is None:
-            return
-        group = proc.pid  # start_new_session: the leader's pid is the group's id
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            try:
-                os.killpg(group, sig)
-            except ProcessLookupError:
-                break
-            deadline = time.monotonic() + (grace_s if sig is signal.SIGTERM else 5.0)
-            while time.monotonic() < deadline and _group_alive(group):
-                proc.poll()  # reap the leader (run() may be reading its pipes in the task's thread)
-                time.sleep(0.05)
-            if not _group_alive(group):
-                break
-        proc.poll()
-
-
-def _group_alive(group: int) -> bool:
-    try:
-        os.killpg(group, 0)
-        return True
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
 
 
 def slot_checkpoint(spark: BatonSparkHook, app: str, slot: Slot, generation: int) -> Path:

@@ -1,5 +1,7 @@
 """What the Baton page, the metrics and `baton apps` show: built from records, nothing judged."""
 
+import dataclasses
+
 from prometheus_client.parser import text_string_to_metric_families
 
 from baton.app_table import app_detail, apps_table
@@ -100,6 +102,9 @@ def test_control_changes_read_as_a_history_with_who_did_them():
     cutover = next(e for e in got if e.kind == "cutover")
     assert (cutover.dag_id, cutover.run_id) == ("baton_cutover", "manual__2") and "blue -> green" in cutover.text
     assert describe_change(records[0], records[0]) == []  # a record that changed nothing shown
+    asked = dataclasses.replace(records[0], revision=7, invariants_asked="manual__3:1")
+    assert describe_change(records[0], asked) == [("check", "invariant check asked of the standby (manual__3:1)")]
+    assert describe_change(asked, dataclasses.replace(asked, revision=8)) == []
 
 
 def test_handoffs_take_from_their_fence_to_their_end_and_are_counted_over_the_whole_history():

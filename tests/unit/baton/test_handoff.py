@@ -3,6 +3,7 @@
 import pytest
 
 from baton.control_plane import ControlPlane
+from baton.invariants import ask_invariants
 from baton.handoff import (
     FAILOVER, TRAILING_STANDBY_FRESH_MS, HandoffError, ahead_s_for, cut_over, cut_over_at_fence, failover_fence,
     fence_passed, fence_reached, finished, moved_fence, plan_ahead, plan_fence, saw_epoch, stale_fence, taken_over_at, with_fence, without_fence,
@@ -52,12 +53,14 @@ def test_a_fence_the_active_passed_moves_in_one_write_only_while_nothing_else_ch
 
 
 def test_a_full_handoff_moves_the_role_once_and_every_step_can_be_rerun(plane):
+    plane.update("app", ask_invariants("run:1"))  # asked of the standby: the role change ends the request
     fenced = plane.update("app", with_fence(F, epoch=1))
     assert fenced.fence == F and fenced.epoch == 1
     assert plane.update("app", with_fence(F, epoch=1)).revision == fenced.revision  # a retry writes nothing
 
     cut = plane.update("app", cut_over(Slot.GREEN, from_epoch=1))
     assert (cut.active, cut.epoch, cut.fence) == (Slot.GREEN, 2, None)  # one write: writer moved, fence lifted
+    assert cut.invariants_asked == ""
     again = plane.update("app", cut_over(Slot.GREEN, from_epoch=1))
     assert (again.epoch, again.revision) == (2, cut.revision)  # no double epoch bump
     assert plane.update("app", without_fence(epoch=2)).revision == cut.revision

@@ -6,7 +6,8 @@ import json
 import pytest
 
 from baton.records import (
-    CommitMarker, ControlRecord, Handoff, RecordError, Role, Slot, SlotSpec, SlotState, StateDigest, StatusRecord, covers,
+    CommitMarker, ControlRecord, Handoff, InvariantsCheck, RecordError, Role, Slot, SlotSpec, SlotState, StateDigest,
+    StatusRecord, covers,
 )
 
 
@@ -14,7 +15,7 @@ def test_control_record_round_trip_and_roles():
     rec = ControlRecord(
         app="clicks", revision=3, epoch=2, active=Slot.GREEN,
         slots={Slot.BLUE: SlotSpec(SlotState.RUNNING, "v1", 1), Slot.GREEN: SlotSpec(SlotState.RUNNING, "v2", 1)},
-        fence={0: 10, 1: 7}, fence_expires_ms=9, handoff=Handoff("run1", 2, {0: 10, 1: 7}, Slot.BLUE, "why", 5), check_at={0: 9, 1: 7}, correct_epoch=2, operation="reprocess by r1",
+        fence={0: 10, 1: 7}, fence_expires_ms=9, handoff=Handoff("run1", 2, {0: 10, 1: 7}, Slot.BLUE, "why", 5), check_at={0: 9, 1: 7}, correct_epoch=2, invariants_asked="run1:2", operation="reprocess by r1",
         operation_expires_ms=11, writer="airflow", ts_ms=5,
     )
     back = ControlRecord.from_bytes(rec.to_bytes())
@@ -43,6 +44,23 @@ def test_status_record_carries_a_state_digest():
     body["state_digest"] = {"at": "stop"}
     with pytest.raises(RecordError, match="missing field 'batch_id'"):
         StatusRecord.from_bytes(json.dumps(body).encode())
+
+
+def test_status_record_carries_an_invariant_check_and_an_older_record_has_none():
+    answer = InvariantsCheck(asked="run1:1", ok=False, batch_id=9, rows=100, violations=2,
+                             examples=("user 7: count 0", "user 8: count -1"), ts_ms=3)
+    st = StatusRecord(app="a", slot=Slot.GREEN, state=SlotState.RUNNING, role=Role.STANDBY, epoch_seen=4,
+                      generation=1, invariants=answer)
+    assert StatusRecord.from_bytes(st.to_bytes()) == st
+    body = json.loads(st.to_bytes())
+    del body["invariants"]  # a slot of an earlier Baton
+    assert StatusRecord.from_bytes(json.dumps(body).encode()).invariants is None
+    body["invariants"] = {"ok": True}
+    with pytest.raises(RecordError, match="missing field 'asked'"):
+        StatusRecord.from_bytes(json.dumps(body).encode())
+    control = json.loads(ControlRecord(app="a", revision=1, epoch=1, active=Slot.BLUE).to_bytes())
+    del control["invariants_asked"]
+    assert ControlRecord.from_bytes(json.dumps(control).encode()).invariants_asked == ""
 
 
 def test_commit_marker_round_trip():

@@ -1,7 +1,7 @@
 """The Airflow side (plugins/, dags/) imports nothing from the Spark runtime (spark_apps): what both
 sides need (the cap, the last commit marker, a slot's paths, checkpoint files) is in baton/. An
 Airflow deployment then needs neither pyspark nor the runtime's modules to run Baton's tasks and
-triggers; the runtime is started as a process where it is needed (a slot, the invariants check)."""
+triggers; the runtime is started as a process where it is needed (a slot)."""
 
 import ast
 from pathlib import Path

@@ -22,7 +22,8 @@ from spark_apps.runtime.digests import live_rows
 from baton.generations import slot_paths
 from baton.kafka.markers import read_last_marker
 from spark_apps.apps import click_counts_ttl
-from spark_apps.runtime.state_check import digest_state, state_frame
+from spark_apps.runtime.invariant_check import check_state_at
+from spark_apps.runtime.state_check import digest_state
 from baton.checkpoints import last_committed_batch
 from tests.support.slots import (
     kill_group, make_app, read_json_output, read_status, start_slot, stop_slot, wait_for, wait_until_emitted,
@@ -187,6 +188,8 @@ def test_idle_users_start_afresh_exactly_through_a_kill_9_a_restart_and_a_reproc
         codes = {slot: stop_slot(proc) for slot, proc in procs.items()}
     assert codes == {"blue": 0, "green": 0}
     assert live_digest(spark, app, tmp_path, Slot.BLUE, generation=1) == uninterrupted
-    # The reprocess's invariant check (baton_reprocess runs the app's check_state) reads the same state.
+    # The reprocess's invariant check (the standby runs the app's check_state when baton_reprocess asks)
+    # reads the same state.
     checkpoint = slot_paths(tmp_path, app.name, Slot.BLUE, 1).checkpoint
-    assert click_counts_ttl.check_state(state_frame(spark, checkpoint, last_committed_batch(checkpoint))).count() == 0
+    rows, violations, examples = check_state_at(spark, click_counts_ttl, checkpoint, last_committed_batch(checkpoint))
+    assert rows > 0 and (violations, examples) == (0, [])
