@@ -82,7 +82,7 @@ class InvariantsOnRequest:
         if batch is None:
             self._answer(InvariantsCheck(asked, ok=False, error="the slot has no committed batch: no state to check"))
             return
-        request, failed, failed_at = self._failed if self._failed[0] == asked else (asked, 0, 0.0)
+        failed, failed_at = self._failed[1:] if self._failed[0] == asked else (0, 0.0)
         if failed and time.monotonic() - failed_at < RETRY_AFTER_S:
             return
         started = time.monotonic()
@@ -93,7 +93,7 @@ class InvariantsOnRequest:
             failed += 1
             log.warning("invariant check %s: reading the state of batch %s failed (attempt %d of %d): %s",
                         asked, batch, failed, READ_ATTEMPTS, reason_of(exc))
-            self._failed = (request, failed, time.monotonic())
+            self._failed = (asked, failed, time.monotonic())
             if failed >= READ_ATTEMPTS:
                 self._answer(InvariantsCheck(asked, ok=False, batch_id=batch, unchecked=True,
                                              error=f"{type(exc).__name__}: {reason_of(exc)}"))

@@ -98,8 +98,8 @@ def background_jobs(spark):
 def driver_java_options(given: str) -> str:
     """The driver JVM's options: the class-data-sharing archive (spark_apps.runtime.cds), the launch's own
     temporary directory (baton.launch_tmp: removed when the launch ends, however it ends) and where a crash
-of it logs (its slot's directory, not the checkout it runs in), then any
-    given (a -Djava.io.tmpdir in the launch's conf comes after ours, and wins).
+    of it logs (its slot's directory, not the checkout it runs in), then any given (a -Djava.io.tmpdir
+    in the launch's conf comes after ours, and wins).
     The collector stays G1, the JVM's default: the throughput collector (-XX:+UseParallelGC) used ~5 %
     less CPU at the seed's rate, but its full collections of the 1 GB heap, every few minutes as the
     old generation filled (~10 % of it a minute), stopped a slot for up to 1.0 s (README, the hot path)."""

@@ -1,6 +1,6 @@
 """What the multi-step DAGs' operators share (rolling upgrade, reprocess): hooks for one app, a failed
-step's reason kept for the abort step's report, lifting only this run's fence, and the environment
-and paths of the Spark helper processes they run."""
+step's reason kept for the abort step's report, lifting only this run's fence, and the paths of a
+slot's checkpoint and of its copies."""
 
 from __future__ import annotations
 
