@@ -16,7 +16,8 @@ from typing import Callable
 
 from baton.airflow_api import AirflowClient
 from baton.apps import load_app
-from baton.local.platform import Platform
+from baton.local.platform import DEMO_LOADGEN as LOADGEN, Platform
+from baton.local.procs import Managed
 
 log = logging.getLogger(__name__)
 
@@ -64,13 +65,15 @@ A rolling upgrade to v2, from the Baton page ("Rolling upgrade...") or the DAG's
     def start_load(self) -> None:
         """The load generator for LOAD_CHUNK_S (it draws its whole event sequence up front: a day's
         would take gigabytes), started again by watch() each time it ends."""
-        with open(self.platform.settings.state_dir / "demo-loadgen.log", "ab") as out:
+        managed = Managed(LOADGEN, self.platform.settings.state_dir)
+        with open(managed.log_file, "ab") as out:
             self.load = subprocess.Popen(
                 [sys.executable, "-m", "baton.tools.loadgen", "--bootstrap", self.platform.settings.kafka_bootstrap,
                  "--topic", self.topic, "--rate", str(DEMO_RATE), "--keys", str(DEMO_USERS),
                  "--seconds", str(LOAD_CHUNK_S), "--quiet"], stdout=out, stderr=subprocess.STDOUT,
                 # Its own session: a terminal's Ctrl-C reaches the demo, which stops it (stop()).
                 start_new_session=True)
+        managed.pid_file.write_text(str(self.load.pid))
 
     def watch(self, should_stop: Callable[[], bool]) -> None:
         """The apps' table every REFRESH_S until should_stop()."""
@@ -83,7 +86,7 @@ A rolling upgrade to v2, from the Baton page ("Rolling upgrade...") or the DAG's
                 self.start_load()  # a chunk ended: the next one
             elif self.load is not None and self.load.poll() is not None:
                 self.say(f"the load generator exited ({self.load.returncode}); see "
-                         f"{self.platform.settings.state_dir / 'demo-loadgen.log'}")
+                         f"{Managed(LOADGEN, self.platform.settings.state_dir).log_file}")
                 self.load = None
             try:
                 feed.refresh()
@@ -106,3 +109,4 @@ A rolling upgrade to v2, from the Baton page ("Rolling upgrade...") or the DAG's
                 self.load.kill()
                 self.load.wait()
             self.say("load generator: stopped")
+        Managed(LOADGEN, self.platform.settings.state_dir).pid_file.unlink(missing_ok=True)

@@ -8,7 +8,12 @@ from baton.apps import load_registry
 from baton.kafka.admin import TopicSpec, ensure_topics
 from baton.local.airflow import ADMIN_USER, Airflow
 from baton.local.broker import Broker
+from baton.local.procs import Managed
 from baton.settings import CONTROL_TOPIC, LEASES_TOPIC, LEASES_TOPIC_CONFIG, STATUS_TOPIC, Settings
+
+# The demo's load generator's pid file and log under the state dir (baton.local.demo): `down` stops a
+# generator whose demo was killed.
+DEMO_LOADGEN = "demo-loadgen"
 
 
 def platform_topics() -> list[TopicSpec]:
@@ -81,7 +86,11 @@ class Platform:
                 say(f"slot {app}/{slot}: stopped ({'graceful' if result.graceful else 'killed'})")
 
     def down(self, say=print) -> None:
-        # Airflow first (its tasks may talk to the broker and start slots), then the slots, then the broker.
+        # A demo's load generator left by a demo that was killed (it runs in a session of its own, so a
+        # kill of the demo does not reach it), then Airflow (its tasks may talk to the broker and start
+        # slots), then the slots, then the broker.
+        if Managed(DEMO_LOADGEN, self.settings.state_dir).stop(timeout_s=10):
+            say("demo load generator: stopped")
         if self.airflow.stop():
             say("airflow: stopped")
         self.stop_slots(say)
