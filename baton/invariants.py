@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Sequence
 
+from baton.conditions import Check
 from baton.records import ControlRecord, InvariantsCheck, StatusRecord
 
 
@@ -45,6 +46,19 @@ def answer_to(history: Sequence[StatusRecord], asked: str, generation: int) -> I
         if rec.generation == generation and rec.invariants is not None and rec.invariants.asked == asked:
             return rec.invariants
     return None
+
+
+def answer_check(history: Sequence[StatusRecord], asked: str, generation: int, now_ms: int) -> Check:
+    """The gate's wait: met once the slot answered `asked` (whatever the verdict: the step judges it);
+    meanwhile, where the slot stands, so a long wait says whether the slot is busy or gone quiet."""
+    if answer_to(history, asked, generation) is not None:
+        return Check(met=True, message=f"generation {generation} answered the invariant check {asked}")
+    own = [rec for rec in history if rec.generation == generation]
+    if not own:
+        return Check(message=f"no status from generation {generation} yet")
+    last = own[-1]
+    return Check(message=f"no answer yet; generation {generation} last reported {last.state.value} at batch "
+                         f"{last.batch_id}, {max(0, now_ms - last.ts_ms) / 1000:.0f} s ago")
 
 
 def violations_text(check: InvariantsCheck) -> str:

@@ -29,7 +29,7 @@ from baton_airflow.operators.steps import (
     AbortStepsOperator, AppOperator, PlanStepOperator, fail_with_reason, first_reason, lift_own_fence, slot_checkpoint,
 )
 from baton_airflow.triggers.base import met_or_raise
-from baton_airflow.triggers.status import SlotRunningTrigger
+from baton_airflow.triggers.status import InvariantsAnswerTrigger, SlotRunningTrigger
 
 HOLD_S = 6 * 3600  # a reprocess may hold the app this long; past it, another may start (a dead run)
 
@@ -178,16 +178,17 @@ def archive(spark: BatonSparkHook, app: str, slot: Slot, generation: int, versio
 class InvariantsOperator(AppOperator):
     """The app's own checks (its module's check_state) on the new generation's state, run by the slot that
     holds it (the standby) when asked through the control record (baton.invariants): no Spark
-    application of its own beside both slots. Each try asks anew (its run and try are the request)."""
+    application of its own beside both slots. Each try asks anew (its run and try are the request); the
+    wait for the answer is deferred to the triggerer (no worker slot held while the standby reads)."""
 
     template_fields = ("app", "plan")
 
     def __init__(self, *, plan: Any, timeout_s: float = 600.0, poll_s: float = 2.0, **kwargs: Any):
-        kwargs.setdefault("retries", 2)
+        kwargs.setdefault("retries", 2)  # an unreadable state or no answer is retried; apache/airflow#71580
         super().__init__(**kwargs)
         self.plan, self.timeout_s, self.poll_s = plan, timeout_s, poll_s
 
-    def execute(self, context: Any) -> dict[str, Any]:
+    def execute(self, context: Any) -> None:
         plan = ReprocessPlan.of(self.plan)
         app, slot = resolve(self.app, plan.standby)
         control, _ = self.hooks()
@@ -195,14 +196,22 @@ class InvariantsOperator(AppOperator):
         control.plane().update(app.name, ask_invariants(asked))
         self.log.info("asked %s (generation %d) to check the app's invariants on its state (request %s)",
                       slot.value, plan.generation, asked)
-        deadline = time.monotonic() + float(self.timeout_s)
-        while (answer := answer_to(control.status(app.name, slot, last_n=500), asked, plan.generation)) is None:
-            if time.monotonic() > deadline:
-                raise AirflowException(
-                    f"{app.name}/{slot.value} (generation {plan.generation}) did not answer the invariant check "
-                    f"within {float(self.timeout_s):g} s: is it running? (baton_health restarts a dead slot; its "
-                    "driver.log says why it stopped)")
-            time.sleep(float(self.poll_s))
+        self.defer(trigger=InvariantsAnswerTrigger(app=app.name, slot=slot.value, bootstrap=control.bootstrap,
+                                                   asked=asked, generation=plan.generation,
+                                                   timeout_s=self.timeout_s, poll_s=self.poll_s),
+                   method_name="execute_complete", kwargs={"asked": asked})
+
+    def execute_complete(self, context: Any, event: dict[str, Any], asked: str) -> dict[str, Any]:
+        plan = ReprocessPlan.of(self.plan)
+        app, slot = resolve(self.app, plan.standby)
+        met_or_raise(context, event,
+                     lead=f"{app.name}/{slot.value} (generation {plan.generation}) did not answer the invariant check",
+                     detail="is it running? (baton_health restarts a dead slot; its driver.log says why it stopped)")
+        control, _ = self.hooks()
+        answer = answer_to(control.status(app.name, slot, last_n=500), asked, plan.generation)
+        if answer is None:  # answered, then out of the last 500 records: cannot be told apart from no answer
+            raise AirflowException(f"the answer to the invariant check {asked} is no longer in "
+                                   f"{app.name}/{slot.value}'s recent status: a retry asks again")
         try:
             control.plane().update(app.name, answered(asked))
         except Exception as exc:  # noqa: BLE001 - a request left is cleared by the cutover; at worst answered again

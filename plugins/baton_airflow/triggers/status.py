@@ -105,6 +105,26 @@ class WarmUpTrigger(SlotWaitTrigger):
                                     self.max_lag_s, app.standby_pace_ms / 1000, self.since_ms)
 
 
+class InvariantsAnswerTrigger(SlotWaitTrigger):
+    """The slot (a reprocess's new generation, the standby) answered the invariant check `asked` from a
+    launch of `generation` (baton.invariants.answer_check)."""
+
+    kind = "invariant check"
+
+    def __init__(self, *, asked: str, generation: int, **common: Any):
+        super().__init__(**common)
+        self.asked, self.generation = str(asked), int(generation)
+
+    def args(self) -> dict[str, Any]:
+        return dict(asked=self.asked, generation=self.generation)
+
+    def check(self) -> Check:
+        from baton.invariants import answer_check
+
+        return answer_check(slot_history(self.bootstrap, self.app, self.slot, last_n=500), self.asked,
+                            self.generation, int(time.time() * 1000))
+
+
 class SlotHealthyTrigger(SlotWaitTrigger):
     """The slot passes the health DAG's rules now (healthy_now)."""
 

@@ -16,7 +16,7 @@ from baton.upgrade import ask_state_check
 from baton_airflow.triggers import base as trigger_base
 from baton_airflow.triggers.base import SlotWaitTrigger
 from baton_airflow.triggers.cutover import CutoverTrigger
-from baton_airflow.triggers.status import (PositionReachedTrigger, SlotHealthyTrigger, SlotRunningTrigger,
+from baton_airflow.triggers.status import (InvariantsAnswerTrigger, PositionReachedTrigger, SlotHealthyTrigger, SlotRunningTrigger,
                                            WarmUpTrigger)
 from baton_airflow.triggers.upgrade import MAX_STATE_CHECK_MOVES, RestoreTrigger, SettleTrigger, StateCheckTrigger
 from tests.support.fakes import MemoryControlStore
@@ -120,6 +120,7 @@ EVERY_WAIT = [
     PositionReachedTrigger(target={0: 10, "1": 20}, **COMMON),
     WarmUpTrigger(max_lag=50_000, max_lag_s=2.5, since_ms=7, **COMMON),
     SlotHealthyTrigger(**COMMON),
+    InvariantsAnswerTrigger(asked="manual__1:2", generation=3, **COMMON),
     RestoreTrigger(since_ms=9, expected={"rows": 3}, **COMMON),
     StateCheckTrigger(target={0: 1}, policy="exact", ahead_s=3.0, moves=1, writer="dag:run", **COMMON),
     SettleTrigger(since_ms=1, epoch=4, fence={0: 5}, settle_s=30, max_batch_ms=2000, correct=True, **COMMON),
