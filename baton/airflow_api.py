@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Any
+from typing import Any, Callable
 
 import httpx
 
@@ -54,12 +54,14 @@ class AirflowClient:
     def dags(self) -> list[dict[str, Any]]:
         return self.request("GET", "/dags", "list DAGs", params={"limit": 100})["dags"]
 
-    def wait_for_dags(self, timeout_s: float = 120.0, prefix: str = "baton_") -> list[dict[str, Any]]:
-        """Wait until the DAG processor has parsed at least one DAG whose id starts with prefix."""
+    def wait_for_dags(self, timeout_s: float = 120.0, prefix: str = "baton_",
+                      should_stop: Callable[[], bool] = lambda: False) -> list[dict[str, Any]]:
+        """Wait until the DAG processor has parsed at least one DAG whose id starts with prefix (or until
+        `should_stop()`, e.g. a Ctrl-C)."""
         deadline = time.monotonic() + timeout_s
         while True:
             dags = [d for d in self.dags() if d["dag_id"].startswith(prefix)]
-            if dags or time.monotonic() > deadline:
+            if dags or time.monotonic() > deadline or should_stop():
                 return sorted(dags, key=lambda d: d["dag_id"])
             time.sleep(2)
 
@@ -94,11 +96,13 @@ class AirflowClient:
     def dag_run(self, dag_id: str, run_id: str) -> dict[str, Any]:
         return self.request("GET", f"/dags/{dag_id}/dagRuns/{run_id}", f"get run {run_id}")
 
-    def wait_for_run(self, dag_id: str, run_id: str, timeout_s: float = 300.0) -> dict[str, Any]:
+    def wait_for_run(self, dag_id: str, run_id: str, timeout_s: float = 300.0,
+                     should_stop: Callable[[], bool] = lambda: False) -> dict[str, Any]:
+        """The run once it ended, or as it stands after timeout_s (or when `should_stop()`)."""
         deadline = time.monotonic() + timeout_s
         while True:
             run = self.dag_run(dag_id, run_id)
-            if run["state"] in ("success", "failed") or time.monotonic() > deadline:
+            if run["state"] in ("success", "failed") or time.monotonic() > deadline or should_stop():
                 return run
             time.sleep(2)
 

@@ -132,19 +132,29 @@ def demo(platform: Platform) -> int:
     def on_signal(signum, frame):
         stop["now"] = True
 
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGTERM, on_signal)
-    shown = Demo(platform)
+    # Ctrl-C, a kill, or the terminal closed: each stops the demo and everything it started.
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, on_signal)
+    shown = Demo(platform, say=say_if_heard)
     try:
-        platform.up()
+        platform.up(say=say_if_heard)
         if not stop["now"]:
-            shown.start()
-        shown.watch(should_stop=lambda: stop["now"])
+            shown.start(should_stop=lambda: stop["now"])
+        if not stop["now"]:
+            shown.watch(should_stop=lambda: stop["now"])
     finally:
-        print("\nstopping ...", flush=True)
+        say_if_heard("\nstopping ...")
         shown.stop()
-        platform.down()
+        platform.down(say=say_if_heard)
     return 0
+
+
+def say_if_heard(text: str) -> None:
+    """Print, unless nobody reads any more (a closed terminal or pipe): the demo's stop must go on."""
+    try:
+        print(text, flush=True)
+    except OSError:
+        pass
 
 
 if __name__ == "__main__":

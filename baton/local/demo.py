@@ -35,16 +35,22 @@ class Demo:
         self.topic = ""
         self.where = ""  # where to look, kept above the live table
 
-    def start(self) -> None:
+    def start(self, should_stop: Callable[[], bool] = lambda: False) -> None:
+        """Start the app through Airflow and the load; returns early, having started nothing more, once
+        `should_stop()` (a Ctrl-C while Airflow runs the start)."""
         a = self.platform.airflow
         client = AirflowClient(a.url, "admin", a.password())
-        dags = client.wait_for_dags(timeout_s=120)
+        dags = client.wait_for_dags(timeout_s=120, should_stop=should_stop)
+        if should_stop():
+            return
         self.say("\nBaton's DAGs in Airflow:")
         for d in dags:
             self.say(f"  - {d['dag_id']}: {(d.get('description') or '').strip()}")
         self.say(f"\nstarting {DEMO_APP} on both slots (baton_lifecycle, as the trigger form would) ...")
         run = client.trigger("baton_lifecycle", {"app": DEMO_APP, "action": "start"})
-        done = client.wait_for_run("baton_lifecycle", run["dag_run_id"], timeout_s=600)
+        done = client.wait_for_run("baton_lifecycle", run["dag_run_id"], timeout_s=600, should_stop=should_stop)
+        if should_stop():
+            return
         if done.get("state") != "success":
             raise RuntimeError(f"baton_lifecycle start of {DEMO_APP} ended {done.get('state')}: see its task log at "
                                f"{a.url}/dags/baton_lifecycle/runs/{run['dag_run_id']}")

@@ -4,7 +4,8 @@ and nothing left running."""
 import pytest
 
 from baton.airflow_api import AirflowClient
-from baton.local.platform import Platform
+from baton.local.broker import TANSU_NAME
+from baton.local.platform import DEMO_LOADGEN, Platform
 from baton.local.procs import free_port, group_members, pid_alive
 from baton.settings import Settings
 
@@ -82,13 +83,14 @@ def test_demo_runs_the_main_job_until_ctrl_c_and_leaves_nothing_behind(tmp_path)
         assert seen == {"blue", "green"}, out[-3000:]
         assert "baton_rolling_upgrade" in out and re.search(r"the Baton page: +http://127.0.0.1:\d+/plugin/baton", out)
         state = tmp_path / "state"
-        pids = [int(p.read_text()) for p in state.glob("*.pid")]
-        assert len(pids) == 2
+        recorded = {p.stem: int(p.read_text()) for p in state.glob("*.pid")}
+        assert sorted(recorded) == sorted(["airflow", TANSU_NAME, DEMO_LOADGEN])  # `make down` finds each of them
+        pids = [pid for name, pid in recorded.items() if name != DEMO_LOADGEN]
         slots = [json.loads(p.read_text())["pid"] for p in state.glob("slots/click_counts/*/driver.pid")]
         assert len(slots) == 2
         # Airflow's task processes come and go under the demo: one may exit between the listing and its cmdline.
         load = [c.pid for c in psutil.Process(proc.pid).children(recursive=True) if "baton.tools.loadgen" in cmdline(c)]
-        assert len(load) == 1
+        assert load == [recorded[DEMO_LOADGEN]]
         groups = set().union(*(group_members(p) for p in pids + slots))
         os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole foreground group
         rest = proc.communicate(timeout=180)[0]

@@ -1,4 +1,5 @@
-"""The REST client retries a run's creation through a server error without creating it twice."""
+"""The REST client retries a run's creation through a server error without creating it twice; its waits
+end when asked to."""
 
 import json
 
@@ -47,3 +48,17 @@ def test_a_structured_log_record_reads_as_its_event_and_the_failure_it_carries()
     assert log_line(record) == "Task failed with exception AirflowFailException: blue running: slot failed"
     assert log_line({"event": "trigger completed"}) == "trigger completed"
     assert log_line("a plain line") == "a plain line"
+
+
+def test_a_wait_for_a_run_ends_when_asked_to_stop_with_the_run_as_it_stands(monkeypatch):
+    """A Ctrl-C of `make demo` while Airflow runs its start: the wait returns at once, not after 10 min."""
+    monkeypatch.setattr("time.sleep", lambda s: None)
+    client, _ = client_with([])
+    polls = []
+
+    def stop_after_two():
+        polls.append(1)
+        return len(polls) >= 2
+
+    run = client.wait_for_run("d", "r1", timeout_s=600, should_stop=stop_after_two)
+    assert run == {"dag_run_id": "r1", "state": "queued"} and len(polls) == 2
