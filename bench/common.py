@@ -148,15 +148,21 @@ class Interrupted(KeyboardInterrupt):
     pass
 
 
+def interrupt_once(*_) -> None:
+    """SIGTERM's handler while a benchmark runs: the run stops (Interrupted) and its cleanup, which
+    stops every process it started, runs to its end: a second SIGTERM (a `timeout` that forwards its
+    own, then a kill by hand) used to cut the cleanup short and leave the broker, Airflow and the
+    slots running. The caller restores the previous handler at the end of its cleanup."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise Interrupted("SIGTERM")
+
+
 @contextmanager
 def bench(prefix: str, keep: Path | None = None) -> Iterator[Bench]:
     """A temp dir, an own Tansu broker on a free port (or the cluster named by BATON_KAFKA_BOOTSTRAP,
     left running), and a process registry; all gone at exit.
     `keep`: a directory to keep the process logs in (else they go with the temp dir)."""
-    def on_term(*_):
-        raise Interrupted("SIGTERM")
-
-    previous = signal.signal(signal.SIGTERM, on_term)
+    previous = signal.signal(signal.SIGTERM, interrupt_once)
     with tempfile.TemporaryDirectory(prefix=f"baton-bench-{prefix}-") as tmp:
         tmpd = Path(tmp)
         broker = external_broker() or Broker(state_dir=tmpd / "broker", port=free_port())

@@ -16,7 +16,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Iterator
 
-from common import CpuMeter, Interrupted, Procs, embedded_kind, external_broker, log
+from common import CpuMeter, Procs, embedded_kind, external_broker, interrupt_once, log
 
 from baton.records import Slot
 
@@ -30,9 +30,7 @@ def platform(keep: Path | None) -> Iterator[tuple[object, object, Procs]]:
     from baton.local.procs import free_port
     from baton.settings import Settings
 
-    def on_term(*_):
-        raise Interrupted("SIGTERM")
-    previous = signal.signal(signal.SIGTERM, on_term)
+    previous = signal.signal(signal.SIGTERM, interrupt_once)
     with tempfile.TemporaryDirectory(prefix="baton-bench-dag-") as tmp:
         root = Path(tmp)
         kafka_port = free_port()
