@@ -68,18 +68,22 @@ A rolling upgrade to v2, from the Baton page ("Rolling upgrade...") or the DAG's
 """
         self.say(self.where)
 
+    @property
+    def load_record(self) -> Managed:
+        """The load generator's pid file and log: `make down` finds it there if the demo is killed."""
+        return Managed(LOADGEN, self.platform.settings.state_dir)
+
     def start_load(self) -> None:
         """The load generator for LOAD_CHUNK_S (it draws its whole event sequence up front: a day's
         would take gigabytes), started again by watch() each time it ends."""
-        managed = Managed(LOADGEN, self.platform.settings.state_dir)
-        with open(managed.log_file, "ab") as out:
+        with open(self.load_record.log_file, "ab") as out:
             self.load = subprocess.Popen(
                 [sys.executable, "-m", "baton.tools.loadgen", "--bootstrap", self.platform.settings.kafka_bootstrap,
                  "--topic", self.topic, "--rate", str(DEMO_RATE), "--keys", str(DEMO_USERS),
                  "--seconds", str(LOAD_CHUNK_S), "--quiet"], stdout=out, stderr=subprocess.STDOUT,
                 # Its own session: a terminal's Ctrl-C reaches the demo, which stops it (stop()).
                 start_new_session=True)
-        managed.pid_file.write_text(str(self.load.pid))
+        self.load_record.pid_file.write_text(str(self.load.pid))
 
     def watch(self, should_stop: Callable[[], bool]) -> None:
         """The apps' table every REFRESH_S until should_stop()."""
@@ -92,7 +96,7 @@ A rolling upgrade to v2, from the Baton page ("Rolling upgrade...") or the DAG's
                 self.start_load()  # a chunk ended: the next one
             elif self.load is not None and self.load.poll() is not None:
                 self.say(f"the load generator exited ({self.load.returncode}); see "
-                         f"{Managed(LOADGEN, self.platform.settings.state_dir).log_file}")
+                         f"{self.load_record.log_file}")
                 self.load = None
             try:
                 feed.refresh()
@@ -115,4 +119,4 @@ A rolling upgrade to v2, from the Baton page ("Rolling upgrade...") or the DAG's
                 self.load.kill()
                 self.load.wait()
             self.say("load generator: stopped")
-        Managed(LOADGEN, self.platform.settings.state_dir).pid_file.unlink(missing_ok=True)
+        self.load_record.pid_file.unlink(missing_ok=True)
