@@ -8,12 +8,14 @@ the task runner, which runs the operator (it retitles itself `airflow worker -- 
 The task instance id comes from the REST API; killing the runner (not the supervisor) is what a crash
 of the operator's code looks like: the supervisor reports the try failed and Airflow retries it.
 
-The fence task is killed after its control write and before it could report: once the runner has a
-connection to the broker (its execute() began), it runs in slices of SLICE_S and is held stopped
-(SIGSTOP) while the control record is read; the first time the record shows the write, the runner is
-killed. After its write a step still reads the record back, logs, pushes its XCom and reports success
-(several round trips): far more than one slice, so the kill lands between the write and the report,
-which the try numbers then prove.
+The fence task is killed after its control write and before it could report. Once the runner has a
+connection to the broker (its execute() began, and its hook has read the Kafka connection from Airflow),
+its supervisor is held stopped (SIGSTOP). Every request of the runner to its supervisor waits for the
+answer, and its first one after the write is the push of its plan as XCom: it cannot report success
+while the supervisor is held. The first time the control record shows the write, the runner is killed
+and the supervisor let go, which finds the try's runner dead. The try numbers then prove where the kill
+landed. (Slicing the runner's run time with SIGSTOP/SIGCONT instead let it report between two reads
+when the host was busy: a CI run saw the fence succeed on its first try.)
 
 The cutover task waits at the fence deferred, and the triggerer writes the cutover: it is killed
 twice, before it could defer, and after the triggerer's write, resumed to report it, before it could.
@@ -40,7 +42,6 @@ from tests.support.slots import read_status, wait_for, wait_until_emitted
 pytestmark = pytest.mark.e2e
 
 DAG = "baton_cutover"
-SLICE_S = 0.02
 
 
 def task_instance(client, run_id: str, task_id: str) -> dict:
@@ -72,31 +73,34 @@ def talks_to(proc: psutil.Process, port: int) -> bool:
     return any(c.raddr and c.raddr.port == port for c in proc.net_connections(kind="tcp"))
 
 
-def kill_after_write(proc: psutil.Process, written, broker_port: int, timeout_s: float = 180) -> ControlRecord:
-    """Let `proc` run until written() (the control record showing its step's write) holds, then SIGKILL it
-    at once. Returns the record seen. Fails if the process ends first (the kill would have come too late)."""
+def kill_after_write(runner: psutil.Process, written, broker_port: int, timeout_s: float = 180) -> ControlRecord:
+    """Hold the runner's supervisor from the runner's first connection to the broker on, until written()
+    (the control record showing its step's write) holds; then SIGKILL the runner and let the supervisor
+    go (see the module docstring). Returns the record seen. Fails if the runner ends first."""
+    supervisor = runner.parent()
     deadline = time.monotonic() + timeout_s
-    stopped = False
     try:
-        while not talks_to(proc, broker_port):  # free run through start-up (DAG parse) to execute()
+        while not talks_to(runner, broker_port):  # free run through start-up (DAG parse) to execute()
             assert time.monotonic() < deadline, "the task never connected to the broker"
             time.sleep(0.005)
-        while time.monotonic() < deadline:
-            proc.send_signal(signal.SIGSTOP)
-            stopped = True
-            if (seen := written()) is not None:
-                proc.send_signal(signal.SIGKILL)
-                proc.wait(30)
-                return seen
-            proc.send_signal(signal.SIGCONT)
-            stopped = False
-            time.sleep(SLICE_S)
-        raise AssertionError(f"the task did not write within {timeout_s}s")
+        supervisor.send_signal(signal.SIGSTOP)
+        seen = None
+        try:
+            while seen is None and time.monotonic() < deadline:
+                if (seen := written()) is not None:
+                    runner.send_signal(signal.SIGKILL)
+                    break
+                assert runner.status() != psutil.STATUS_ZOMBIE, "the task ended before its write"
+                time.sleep(0.05)
+        finally:
+            supervisor.send_signal(signal.SIGCONT)
+        if seen is None:
+            raise AssertionError(f"the task did not write within {timeout_s}s while its supervisor was held: "
+                                 "does the step ask Airflow for something after it connects to the broker?")
+        runner.wait(30)  # reaped by the supervisor, now that it runs again
+        return seen
     except psutil.NoSuchProcess:
         raise AssertionError("the task ended before it could be killed after its write") from None
-    finally:
-        if stopped and proc.is_running():
-            proc.send_signal(signal.SIGCONT)
 
 
 def kill_running(client, run_id: str, task_id: str) -> None:

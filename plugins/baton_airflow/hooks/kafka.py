@@ -61,6 +61,7 @@ class BatonKafkaHook(BaseHook):
         super().__init__()
         self.kafka_conn_id = kafka_conn_id
         self._bootstrap_arg = bootstrap_servers
+        self._settings: tuple[str, KafkaSecurity, dict[str, Any]] | None = None
 
     def _connection(self):
         try:
@@ -71,7 +72,15 @@ class BatonKafkaHook(BaseHook):
             return None
 
     def connection_settings(self) -> tuple[str, KafkaSecurity, dict[str, Any]]:
-        """(bootstrap, the cluster's security settings, client tuning) from the connection, checked."""
+        """(bootstrap, the cluster's security settings, client tuning) from the connection, checked.
+        Read once per hook: in a task each read is a round trip through the task's supervisor to the
+        API server, and a step reads the bootstrap for every client it makes (a hook lives one step)."""
+        if self._settings is None:
+            self._settings = self._read_connection_settings()
+        bootstrap, security, tuning = self._settings
+        return bootstrap, security, dict(tuning)
+
+    def _read_connection_settings(self) -> tuple[str, KafkaSecurity, dict[str, Any]]:
         conn = self._connection()
         extra: dict[str, Any] = dict(conn.extra_dejson) if conn is not None else {}
         host = (getattr(conn, "host", None) or "").strip() or None

@@ -111,3 +111,19 @@ def test_the_connections_secrets_are_masked_in_task_logs(monkeypatch):
     hook.connection_settings()
     line = f"connecting with {SECRET} and {KEY_SECRET} as baton"
     assert redact(line) == "connecting with *** and *** as baton"
+
+
+def test_a_hook_reads_its_connection_once(monkeypatch):
+    """Each read of a connection in a task is a round trip to the API server; a step reads the bootstrap
+    for every client it makes, and the e2e resume test holds a task's supervisor after its first."""
+    reads = []
+    connection = SimpleNamespace(extra_dejson={"client.id": "baton-test"}, host="broker:9092", login=None,
+                                 password=None)
+    monkeypatch.setattr(BatonKafkaHook, "get_connection",
+                        classmethod(lambda cls, conn_id: reads.append(conn_id) or connection))
+    hook = BatonKafkaHook()
+    assert [hook.bootstrap, hook.bootstrap] == ["broker:9092", "broker:9092"]
+    hook.connection_settings()[2]["client.id"] = "changed by a caller"
+    assert hook.client_config()["client.id"] == "baton-test"
+    assert reads == ["baton_kafka"]
+    assert BatonKafkaHook().bootstrap == "broker:9092" and reads == ["baton_kafka", "baton_kafka"]
