@@ -176,6 +176,31 @@ def settle_batch_limit(old_active: Sequence[StatusRecord], before_ms: int, budge
                  f"above the budget of {budget_ms} ms (a busy host slows both versions)")
 
 
+# The settle's lag limit follows the old active the same way. Its lag is measured as the settle measures
+# the new active's: the input's end now against the last batch's end, so on a host whose batches take
+# 10 s it counts 10 s of arrivals however healthy the slot. Seen in the product-path reprocess bench on
+# a saturated host: the old active stood 374k records behind before the cutover, the new generation
+# 421k after its settle, against a limit of 200k: the reprocess was rolled back to the version it was
+# run to correct, on a host where both versions were as far behind. The old active's lag after each of
+# its batches is the input's end its next batch planned from less what the batch had read; the limit is
+# the app's budget beyond the p90 of those over its last BASELINE_BATCHES batches before the cutover
+# (the new active starts where the old one stood, and the handoff's own stop is what the budget is for).
+
+
+def settle_lag_limit(old_active: Sequence[StatusRecord], before_ms: int, max_lag: int) -> tuple[int, str]:
+    """The settle's lag limit (records) and why: `max_lag` beyond how far the old active stood behind the
+    input after its recent batches (its status records `old_active`, in order; the cutover at `before_ms`)."""
+    own = [r for r in old_active if r.role is Role.ACTIVE and r.batch_id >= 0 and r.ts_ms < before_ms]
+    lags = [sum(max(0, end - prev.processed.get(p, 0)) for p, end in nxt.input_end.items())
+            for prev, nxt in zip(own, own[1:]) if nxt.batch_id == prev.batch_id + 1 and nxt.input_end]
+    recent = sorted(lags[-BASELINE_BATCHES:])
+    if len(recent) < BASELINE_MIN_BATCHES:
+        return max_lag, f"the app's budget ({len(recent)} batches of the old active to compare with)"
+    p90 = recent[min(len(recent) - 1, int(0.9 * len(recent)))]
+    return max_lag + p90, (f"the app's budget of {max_lag} beyond the old active's p90 lag of {p90} records after "
+                           f"its last {len(recent)} batches before the cutover")
+
+
 def too_slow(batches: Sequence[StatusRecord], max_batch_ms: int, arrival_per_s: float | None = None) -> str | None:
     """Why these batches (in order) break the batch-time limit, or None. `arrival_per_s`: the input's
     arrival rate, to tell a catching-up batch (excused) from a slow one."""

@@ -9,7 +9,7 @@ from baton.control_plane import ControlPlane
 from baton.records import CommitMarker, Role, Slot, SlotState, StateDigest, StatusRecord
 from baton.upgrade import (
     CORRECTION_GRACE_S, Policy, ask_state_check, compare, missed_state_check, move_state_check,
-    restore_check, settle_batch_limit, settle_check, states_agree, too_slow,
+    restore_check, settle_batch_limit, settle_check, settle_lag_limit, states_agree, too_slow,
 )
 from tests.support.fakes import MemoryControlStore
 
@@ -236,3 +236,52 @@ def test_the_settle_limit_counts_only_the_old_active_s_own_batches_before_the_cu
     assert limit == 2_000 and "4 batches" in why
     recent = active_batches([20_000] * 30 + [1_000] * 20)  # only its last 20 batches count
     assert settle_batch_limit(recent, 100_000, 2_000)[0] == 2_000
+
+
+def trailing(behind, start_ts=1_000, role=Role.ACTIVE, step=20_000):
+    """Old-active batches each reading `step` records, after each of which the input's end stood
+    behind[i] records past it (as the next batch's plan saw it)."""
+    recs, read = [], 0
+    for i, lag in enumerate(behind + [0]):
+        end = {0: read + (behind[i - 1] if i else 0)}
+        read += step
+        recs.append(dataclasses.replace(status(batch=i, processed={0: read}, ts=start_ts + i * 1_000), role=role,
+                                        input_end=end, input_rows=step))
+    return recs
+
+
+def test_the_settle_lag_limit_is_the_budget_beyond_how_far_the_old_active_stood_behind():
+    """The product-path reprocess on a saturated host: the old active stood ~374k behind after its
+    batches; the new generation, 421k behind after its settle, did no worse and must not be rolled
+    back to the version the reprocess corrects. One far further behind still is."""
+    old = trailing([360_000, 374_000, 370_000, 380_000, 365_000, 372_000, 374_000, 368_000, 371_000, 374_000])
+    limit, why = settle_lag_limit(old, 100_000, 200_000)
+    assert limit == 200_000 + 380_000 and "p90 lag of 380000" in why
+    end = {0: 2_000_000}
+    history = [dataclasses.replace(status(batch=40 + i, processed={0: 1_579_000}, ts=60_000 + i * 1_000),
+                                   role=Role.ACTIVE) for i in range(3)]
+    marker = CommitMarker(app="a", generation=1, epoch=2, slot=Slot.GREEN, batch_id=42, emitted={0: 1_579_000})
+    args = dict(marker=marker, epoch=2, fence={0: 1_000_000}, end=end, health=Check(met=True), now_ms=100_000,
+                since_ms=60_000, settle_s=30, max_batch_ms=20_000)
+    assert settle_check(history, max_lag=limit, **args).met  # 421k behind
+    assert "421000 records behind" in settle_check(history, max_lag=200_000, **args).message
+    far = [dataclasses.replace(r, processed={0: 1_000_000}) for r in history]
+    assert settle_check(far, max_lag=limit, **{**args, "marker": dataclasses.replace(marker, emitted={0: 1_000_000})}).failed
+
+
+def test_the_settle_lag_limit_is_about_the_budget_for_an_old_active_that_kept_up():
+    limit, _ = settle_lag_limit(trailing([20_000, 25_000, 18_000, 22_000, 30_000, 21_000]), 100_000, 200_000)
+    assert limit == 230_000
+
+
+def test_the_settle_lag_limit_counts_only_the_old_active_s_own_consecutive_batches_before_the_cutover():
+    behind = [400_000] * 10
+    assert settle_lag_limit(trailing(behind, role=Role.STANDBY), 100_000, 200_000)[0] == 200_000
+    assert settle_lag_limit(trailing(behind, start_ts=100_000), 100_000, 200_000)[0] == 200_000
+    gappy = trailing(behind)[::2]  # no two batches in a row: no lag known after any
+    assert settle_lag_limit(gappy, 100_000, 200_000)[0] == 200_000
+    no_end = [dataclasses.replace(r, input_end=None) for r in trailing(behind)]
+    limit, why = settle_lag_limit(no_end, 100_000, 200_000)
+    assert limit == 200_000 and "0 batches" in why
+    recent = trailing([900_000] * 30 + [10_000] * 20)  # only its last 20 batches count
+    assert settle_lag_limit(recent, 100_000, 200_000)[0] == 210_000

@@ -83,3 +83,30 @@ def built_by(built):
         def check(self):
             return Check(met=True, message="within")
     return FakeTrigger
+
+
+def test_the_settle_follows_the_old_version_s_pace_and_lag_unless_a_batch_limit_is_given(monkeypatch, checks):
+    """A host too busy for both versions alike: the old active's batches took ~9 s and it stood ~300k
+    records behind after them; the settle's limits are the budgets beyond that, read from its status."""
+    import dataclasses
+
+    from baton.plans import Cutover
+    from baton.records import Role, Slot, SlotState, StatusRecord
+    from baton_airflow.hooks import control
+    from baton_airflow.sensors.slot import SettleSensor
+
+    _, built = checks
+    monkeypatch.setattr(SettleSensor, "trigger_class", built_by(built))
+    monkeypatch.setattr(sensors, "load_app", lambda name: SimpleNamespace(name=name, max_lag_records=200_000,
+                                                                          batch_ms_budget=2_000))
+    base = StatusRecord(app="cc", slot=Slot.BLUE, state=SlotState.RUNNING, role=Role.ACTIVE, epoch_seen=1)
+    old = [dataclasses.replace(base, batch_id=i, processed={0: 20_000 * (i + 1)}, input_end={0: 20_000 * i + 300_000},
+                               input_rows=20_000, batch_ms=9_000, ts_ms=1_000 + i * 9_000) for i in range(12)]
+    asked = []
+    monkeypatch.setattr(control, "read_slot_status", lambda bootstrap, app, slot: asked.append(slot) or old)
+    cutover = Cutover(epoch=2, active=Slot.GREEN, fence={0: 240_000}, at_ms=200_000).to_xcom()
+    SettleSensor(task_id="settle", app="cc", cutover=cutover, deferrable=False).execute({"ti": Ti()})
+    assert asked == ["blue"]
+    assert (built[0]["slot"], built[0]["max_batch_ms"], built[0]["max_lag"]) == ("green", 9_000, 200_000 + 300_000)
+    SettleSensor(task_id="settle2", app="cc", cutover=cutover, max_batch_ms=3_000, deferrable=False).execute({"ti": Ti()})
+    assert (built[1]["max_batch_ms"], built[1]["max_lag"]) == (3_000, 500_000)
