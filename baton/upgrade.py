@@ -166,14 +166,21 @@ def settle_batch_limit(old_active: Sequence[StatusRecord], before_ms: int, budge
     was longer (its status records `old_active`, in order; the cutover at `before_ms`)."""
     times = [r.batch_ms for r in old_active
              if r.role is Role.ACTIVE and r.batch_id >= 0 and r.input_rows > 0 and r.ts_ms < before_ms]
-    recent = sorted(times[-BASELINE_BATCHES:])
-    if len(recent) < BASELINE_MIN_BATCHES:
-        return budget_ms, f"the budget ({len(recent)} batches of the old active to compare with)"
-    p90 = recent[min(len(recent) - 1, int(0.9 * len(recent)))]
+    p90, n = recent_p90(times)
+    if p90 is None:
+        return budget_ms, f"the budget ({n} batches of the old active to compare with)"
     if p90 <= budget_ms:
         return budget_ms, f"the budget (the old active's p90 was {p90} ms)"
-    return p90, (f"the old active's p90 over its last {len(recent)} batches before the cutover, "
+    return p90, (f"the old active's p90 over its last {n} batches before the cutover, "
                  f"above the budget of {budget_ms} ms (a busy host slows both versions)")
+
+
+def recent_p90(values: Sequence[int]) -> tuple[int | None, int]:
+    """(p90 of the last BASELINE_BATCHES values, how many that is); None below BASELINE_MIN_BATCHES."""
+    recent = sorted(values[-BASELINE_BATCHES:])
+    if len(recent) < BASELINE_MIN_BATCHES:
+        return None, len(recent)
+    return recent[min(len(recent) - 1, int(0.9 * len(recent)))], len(recent)
 
 
 # The settle's lag limit follows the old active the same way. Its lag is measured as the settle measures
@@ -193,12 +200,11 @@ def settle_lag_limit(old_active: Sequence[StatusRecord], before_ms: int, max_lag
     own = [r for r in old_active if r.role is Role.ACTIVE and r.batch_id >= 0 and r.ts_ms < before_ms]
     lags = [sum(max(0, end - prev.processed.get(p, 0)) for p, end in nxt.input_end.items())
             for prev, nxt in zip(own, own[1:]) if nxt.batch_id == prev.batch_id + 1 and nxt.input_end]
-    recent = sorted(lags[-BASELINE_BATCHES:])
-    if len(recent) < BASELINE_MIN_BATCHES:
-        return max_lag, f"the app's budget ({len(recent)} batches of the old active to compare with)"
-    p90 = recent[min(len(recent) - 1, int(0.9 * len(recent)))]
+    p90, n = recent_p90(lags)
+    if p90 is None:
+        return max_lag, f"the app's budget ({n} batches of the old active to compare with)"
     return max_lag + p90, (f"the app's budget of {max_lag} beyond the old active's p90 lag of {p90} records after "
-                           f"its last {len(recent)} batches before the cutover")
+                           f"its last {n} batches before the cutover")
 
 
 def too_slow(batches: Sequence[StatusRecord], max_batch_ms: int, arrival_per_s: float | None = None) -> str | None:
