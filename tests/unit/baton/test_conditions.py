@@ -33,9 +33,10 @@ def test_position_reached_on_every_partition():
     assert position_reached([rec(1, processed={0: 10, 1: 5})], {0: 10, 1: 5}).met
 
 
-def standby_batch(ts, processed, batch=3, state=SlotState.RUNNING):
+def standby_batch(ts, processed, batch=3, state=SlotState.RUNNING, knew=None, took_ms=0):
+    """A standby's status record: `knew`, the active's output its follower had read; `took_ms`, the batch's time."""
     return dataclasses.replace(rec(ts, state=state, batch=batch, processed=processed), slot=Slot.GREEN,
-                               role=Role.STANDBY)
+                               role=Role.STANDBY, emitted=knew, batch_ms=took_ms)
 
 
 def marker(emitted):
@@ -49,7 +50,7 @@ def test_warm_up_measures_the_standby_against_the_active_s_output_with_its_pace_
     # 60,000 records (3 s at 20k/s) behind the active's output: 10,000 + the pace's 40,000 is the limit.
     behind = [standby_batch(100, {0: 470_000, 1: 470_000})]
     waiting = following(behind, active_at, rate=20_000, max_records=10_000, max_seconds=10, pace_s=2.0)
-    assert waiting.waiting and "60000 records (3.0 s of input) behind" in waiting.message
+    assert waiting.waiting and "60000 records (3.0 s of input) short of" in waiting.message
     near = [standby_batch(100, {0: 480_000, 1: 475_000})]  # 45,000 behind: within 10,000 + 40,000
     assert following(near, active_at, rate=20_000, max_records=10_000, max_seconds=10, pace_s=2.0).met
     # The seconds bound (plus the pace) holds too.
@@ -67,3 +68,35 @@ def test_warm_up_counts_only_batches_of_the_new_launch_and_fails_on_a_failed_slo
     assert failed.failed
     # Nothing emitted yet by the active (or no input at all): a standby with a batch is as close as can be.
     assert following(old, None, rate=0, max_records=0, max_seconds=5, pace_s=2).met
+
+
+def test_warm_up_holds_a_batch_to_the_active_s_output_when_it_started_not_now():
+    """Seen through Airflow on a busy host: the standby's batches took 10 s, so at every check it stood
+    ~200k records (10 s at 20k/s) short of what the active had emitted since; the gate met only by luck."""
+    now = marker({0: 400_000, 1: 400_000})
+    before = standby_batch(1_000, {0: 290_000, 1: 290_000}, batch=3, knew={0: 300_000, 1: 300_000}, took_ms=9_000)
+    # Batch 4 started at 1,000 (11,000 less its 10 s) and read all the active had emitted by then.
+    follower = [before, standby_batch(11_000, {0: 300_000, 1: 300_000}, batch=4, took_ms=10_000)]
+    check = following(follower, now, rate=20_000, max_records=50_000, max_seconds=None, pace_s=2.0)
+    assert check.met
+    assert "0 records (0.0 s of input) short of the active's output when its last batch started" in check.message
+    assert "200000 of its output now; the batch took 10.0 s" in check.message
+    # A replay's batch ends short of what was there at its start: it waits, however its batches are timed.
+    replay = [before, standby_batch(11_000, {0: 200_000, 1: 200_000}, batch=4, took_ms=10_000)]
+    assert following(replay, now, rate=20_000, max_records=50_000, max_seconds=None, pace_s=2.0).waiting
+
+
+def test_warm_up_holds_a_launch_s_first_batch_and_a_late_record_to_what_is_known():
+    now = marker({0: 400_000})
+    # A launch's first batch reads the backlog since its restart: held to the active's output now.
+    first = [standby_batch(11_000, {0: 300_000}, batch=4, took_ms=10_000)]
+    assert following(first, now, rate=20_000, max_records=50_000, max_seconds=None, pace_s=0).waiting
+    # The records of an earlier launch (before since_ms) are no reference either.
+    earlier = standby_batch(500, {0: 290_000}, batch=3, knew={0: 300_000})
+    assert following([earlier, *first], now, 20_000, 50_000, None, 0, since_ms=600).waiting
+    # The batch before's record, published after this batch started (the progress event comes later),
+    # is not what this batch knew: the one before it is.
+    late = standby_batch(1_500, {0: 295_000}, batch=3, knew={0: 390_000})
+    older = standby_batch(800, {0: 280_000}, batch=2, knew={0: 300_000})
+    assert following([older, late, *first], now, 20_000, 50_000, None, 0).met
+    assert following([late, *first], now, 20_000, 50_000, None, 0).waiting  # held to now
