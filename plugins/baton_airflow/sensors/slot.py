@@ -201,7 +201,8 @@ class SettleSensor(_SlotSensor):
     baton.upgrade.settle_batch_limit), output flowing, lag within the app's budget beyond the old
     active's recent lag at the end (baton.upgrade.settle_lag_limit).
     Fails at the first breach (a rollback follows). `cutover` is the CutoverOperator's XCom. `correct`:
-    the cutover asked for corrected output, which must be in (baton.upgrade.settle_check)."""
+    the cutover asked for corrected output, which must be in, and the period counts from when it went in
+    (baton.upgrade.settle_check)."""
 
     trigger_class = SettleTrigger
 
@@ -215,7 +216,9 @@ class SettleSensor(_SlotSensor):
 
     def execute(self, context: Any) -> None:
         self.slot = Cutover.of(self.cutover).active.value
-        self.wait_timeout_s = float(self.settle_s) + CORRECTION_GRACE_S + 60.0
+        # A corrected output may go in up to settle_s + CORRECTION_GRACE_S after the cutover, and the
+        # period counts from there: a minute beyond both.
+        self.wait_timeout_s = 2 * float(self.settle_s) + CORRECTION_GRACE_S + 60.0
         super().execute(context)
 
     def trigger_args(self, context: Any) -> dict[str, Any]:

@@ -174,18 +174,48 @@ def test_settle_excuses_the_correction_and_the_catch_up_after_it_but_not_a_slow_
 
     marker = CommitMarker(app="a", generation=1, epoch=2, slot=Slot.GREEN, batch_id=30, emitted=end, corrected_epoch=2)
 
-    def check(history):
-        return settle_check(history, marker, 2, FENCE, end, Check(met=True), 40_000, 1_000, 30, 2_000, 50_000,
+    def check(history, now=40_000):
+        return settle_check(history, marker, 2, FENCE, end, Check(met=True), now, 1_000, 30, 2_000, 50_000,
                             correct=True)
 
     # While the correction is published (not yet in): 6.8 s, 5.5 s; then catching up at ~2.5x arrival.
     healed = batches((1_000, 1_000), (6_800, 4_000), (5_500, 6_000), (2_900, 7_000), (2_700, 6_500),
                      (2_600, 6_000), (900, 1_000), corrected_from=3)
-    assert check(healed).met, check(healed)
+    # The period counts from the correction's status (18,200): at 40,000 it still settles.
+    assert "settling: 22 of 30 s after its corrected output went in" in check(healed).message
+    assert check(healed, now=48_300).met, check(healed, now=48_300)
     # Slow batches that do not outpace the input: a slow version, whatever the correction.
     slow = batches((1_000, 1_000), (2_500, 2_500), (2_600, 2_600), (2_700, 2_700), corrected_from=0)
-    failed = check(slow)
+    failed = check(slow)  # failed at once, not after the period
     assert failed.failed and "3 in a row" in failed.message
+
+
+def test_a_corrected_output_cutover_judges_its_lag_a_settle_period_after_the_correction():
+    """Seen in the product-path reprocess bench on a busy host: the new active's batches took 18.6 s
+    beside its correction's state read, and its lag, judged 30 s after the cutover while the read still
+    ran, rolled the reprocess back to the version it was run to correct."""
+    end = {0: 100 + 300_000, 1: 80 + 300_000}
+    marker = CommitMarker(app="a", generation=1, epoch=2, slot=Slot.GREEN, batch_id=30, emitted=end, corrected_epoch=2)
+    reading = [status(batch=20, processed={0: 100 + 50_000, 1: 80 + 50_000}, batch_ms=18_600, ts=20_000)]
+
+    def check(history, now):
+        return settle_check(history, marker, 2, FENCE, end, Check(met=True), now, 1_000, 30, 20_000, 200_000,
+                            correct=True)
+
+    # 30 s after the cutover, 500k behind, the correction not in yet: it waits for it, it does not fail.
+    waiting = check(reading, 31_001)
+    assert waiting.waiting and "waiting for its corrected output (30 s since the cutover, at most 90)" in waiting.message
+    # In at 45,000; 30 s later it has worked the stall off: the lag is judged then, and passes.
+    caught_up = [*reading, dataclasses.replace(status(batch=21, processed={0: 100 + 240_000, 1: 80 + 240_000},
+                                                      batch_ms=15_000, ts=45_000), corrected_epoch=2),
+                 dataclasses.replace(status(batch=22, processed={0: 100 + 290_000, 1: 80 + 290_000}, batch_ms=9_000,
+                                           ts=74_000), corrected_epoch=2)]
+    assert check(caught_up, 60_000).waiting
+    assert check(caught_up, 75_001).met
+    # One still as far behind then fails on its lag.
+    behind = [*caught_up[:2], dataclasses.replace(caught_up[2], processed={0: 100 + 150_000, 1: 80 + 150_000})]
+    failed = check(behind, 75_001)
+    assert failed.failed and "300000 records behind 30 s after its corrected output went in" in failed.message
 
 
 def test_a_passed_check_position_is_moved_only_while_it_is_the_one_asked_for():
