@@ -187,23 +187,29 @@ def recent_p90(values: Sequence[int]) -> tuple[int | None, int]:
     return recent[min(len(recent) - 1, int(0.9 * len(recent)))], len(recent)
 
 
-# The settle's lag limit follows the old active the same way. Its lag is measured as the settle measures
-# the new active's: the input's end now against the last batch's end, so on a host whose batches take
-# 10 s it counts 10 s of arrivals however healthy the slot. Seen in the product-path reprocess bench on
+# The settle's lag limit follows the old active the same way. Seen in the product-path reprocess bench on
 # a saturated host: the old active stood 374k records behind before the cutover, the new generation
 # 421k after its settle, against a limit of 200k: the reprocess was rolled back to the version it was
-# run to correct, on a host where both versions were as far behind. The old active's lag after each of
-# its batches is the input's end its next batch planned from less what the batch had read; the limit is
-# the app's budget beyond the p90 of those over its last BASELINE_BATCHES batches before the cutover
-# (the new active starts where the old one stood, and the handoff's own stop is what the budget is for).
+# run to correct, on a host where both versions were as far behind. Both slots' lag is measured alike
+# (backlog_at_start): the backlog a batch started from, the input's end it planned from less what the
+# batch before it had read. The limit is the app's budget beyond the p90 of the old active's over its
+# last BASELINE_BATCHES batches before the cutover (the new active starts where the old one stood, and
+# the handoff's own stop is what the budget is for).
+
+
+def backlog_at_start(prev: StatusRecord, batch: StatusRecord) -> int | None:
+    """The records `batch` had to read when it started: the input's end it planned from less what the
+    batch before it (`prev`) had read. None unless the two are consecutive and the input's end is known."""
+    if batch.batch_id != prev.batch_id + 1 or not batch.input_end:
+        return None
+    return sum(max(0, end - prev.processed.get(p, 0)) for p, end in batch.input_end.items())
 
 
 def settle_lag_limit(old_active: Sequence[StatusRecord], before_ms: int, max_lag: int) -> tuple[int, str]:
     """The settle's lag limit (records) and why: `max_lag` beyond how far the old active stood behind the
     input after its recent batches (its status records `old_active`, in order; the cutover at `before_ms`)."""
     own = [r for r in old_active if r.role is Role.ACTIVE and r.batch_id >= 0 and r.ts_ms < before_ms]
-    lags = [sum(max(0, end - prev.processed.get(p, 0)) for p, end in nxt.input_end.items())
-            for prev, nxt in zip(own, own[1:]) if nxt.batch_id == prev.batch_id + 1 and nxt.input_end]
+    lags = [lag for prev, nxt in zip(own, own[1:]) if (lag := backlog_at_start(prev, nxt)) is not None]
     p90, n = recent_p90(lags)
     if p90 is None:
         return max_lag, f"the app's budget ({n} batches of the old active to compare with)"
@@ -275,8 +281,14 @@ def settle_check(history: Sequence[StatusRecord], marker: CommitMarker | None, e
     if past is not None and (marker is None or marker.epoch < epoch):
         return Check(failed=True, message=f"no output at epoch {epoch}: its batches read past the fence (batch "
                                           f"{past.batch_id} to {past.processed}) and emitted nothing")
+    # Its lag as the limit's baseline measures the old active's: the backlog its last batch started from.
+    # The input's end now, against what that batch read, also counts what arrived while it ran: seen in
+    # the product-path reprocess bench on a busy host, the new active's 15 s batches stood 602k records
+    # behind that way against a limit of 574k, and 190k behind 45 s later: rolled back while it caught up.
     last = batches[-1] if batches else None
-    lag = sum(max(0, o - (last.processed.get(p, 0) if last else fence.get(p, 0))) for p, o in end.items())
+    lag = backlog_at_start(batches[-2], last) if len(batches) > 1 else None
+    if lag is None:  # no batch, or no consecutive pair with the input's end: the input's end now
+        lag = sum(max(0, o - (last.processed.get(p, 0) if last else fence.get(p, 0))) for p, o in end.items())
     if lag > max_lag:
         return Check(failed=True, message=f"{lag} records behind {settle_s:.0f} s {since} (limit {max_lag})")
     if correct and (marker is None or marker.corrected_epoch < epoch):

@@ -218,6 +218,35 @@ def test_a_corrected_output_cutover_judges_its_lag_a_settle_period_after_the_cor
     assert failed.failed and "300000 records behind 30 s after its corrected output went in" in failed.message
 
 
+def test_the_settle_measures_the_new_active_s_lag_as_its_limit_measures_the_old_one_s():
+    """Seen in the product-path reprocess bench on a busy host: the new active's batches took ~15 s;
+    measured against the input's end now it stood 602k records behind (arrivals during its running
+    batch included) against a limit of 574k measured at batch starts, and 190k behind 45 s later:
+    rolled back while it caught up. Both are now the backlog a batch started from."""
+    def batch(b, read_to, planned_from, ts):
+        return dataclasses.replace(status(batch=b, processed={0: read_to, 1: read_to}, batch_ms=14_700, ts=ts),
+                                   role=Role.ACTIVE, input_end={0: planned_from, 1: planned_from}, corrected_epoch=2)
+
+    # Batch 21 started with 250k records to read past batch 20 (2 x 125k) and read them; 15 s of
+    # arrivals (300k) came in meanwhile: 550k behind the input's end now, 250k at its start.
+    history = [batch(20, 1_000_000, 1_000_000, 20_000), batch(21, 1_125_000, 1_125_000, 35_000)]
+    end = {0: 1_275_000, 1: 1_275_000}
+    marker = CommitMarker(app="a", generation=1, epoch=2, slot=Slot.GREEN, batch_id=21, emitted={0: 1_125_000, 1: 1_125_000},
+                          corrected_epoch=2)
+
+    def check(history, max_lag):
+        return settle_check(history, marker, 2, FENCE, end, Check(met=True), 50_001, 1_000, 30, 20_000, max_lag,
+                            correct=True)
+
+    settled = check(history, 300_000)
+    assert settled.met and "lag 250000 records" in settled.message
+    assert "250000 records behind" in check(history, 200_000).message
+    # Without the input's end its batch planned from (or a batch between): the input's end now, as before.
+    unknown = [history[0], dataclasses.replace(history[1], input_end=None)]
+    assert "300000 records behind" in check(unknown, 200_000).message
+    assert "300000 records behind" in check([history[0], dataclasses.replace(history[1], batch_id=22)], 200_000).message
+
+
 def test_a_passed_check_position_is_moved_only_while_it_is_the_one_asked_for():
     plane = ControlPlane(MemoryControlStore(), writer="test")
     plane.move_slot("a", Slot.BLUE, SlotState.STARTING, version="v1")
