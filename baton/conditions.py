@@ -89,8 +89,8 @@ def following(standby: Sequence[StatusRecord], marker: CommitMarker | None, rate
     after a batch that happened to be quick (11 and 21 minutes in two product-path runs). A replay is
     still told apart: its batch ends short of what was there at its start. The reference is what the
     slot's own batch before (of this launch, published before this batch started) knew; a launch's
-    first batch, which reads the backlog since its restart, is held to the active's output now. Waiting checks say
-    where the slot stands (the task log shows the message)."""
+    first batch, which reads the backlog since its restart, is held to the active's output now. Waiting
+    checks say where the slot stands (the task log shows the message)."""
     recent = [r for r in standby if r.ts_ms >= since_ms]
     if recent and recent[-1].state is SlotState.FAILED:
         return Check(failed=True, message=f"slot failed: {recent[-1].error}")

@@ -259,7 +259,7 @@ def settle_check(history: Sequence[StatusRecord], marker: CommitMarker | None, e
     # and those that work off what arrived during it are excused (at the input's mean rate since the
     # cutover: only here, where a stall is known to have happened; under bursty input a batch of a
     # burst reads faster than the mean, and a plain cutover's settle would excuse it).
-    judged, arrival, settle_from, since = own, None, since_ms, "since the cutover"
+    judged, arrival, settle_from, since = own, None, since_ms, "after the cutover"
     if correct:
         judged = [r for r in own if r.corrected_epoch >= epoch]
         elapsed_s = (now_ms - since_ms) / 1000

@@ -127,7 +127,7 @@ def test_settle_fails_fast_and_passes_after_the_period():
     silent = settle(ok, CommitMarker(app="a", generation=0, epoch=1, slot=Slot.BLUE, batch_id=3, emitted=FENCE), end)
     assert silent.failed and "no output at epoch 2" in silent.message
     behind = settle(ok, marker, {0: 5_000, 1: 120})
-    assert behind.failed and "records behind" in behind.message
+    assert behind.failed and "4850 records behind 30 s after the cutover (limit 1000)" in behind.message
     assert settle([], None, None).met  # no input arrived past the fence: nothing to emit yet
 
 
@@ -231,8 +231,8 @@ def test_the_settle_measures_the_new_active_s_lag_as_its_limit_measures_the_old_
     # arrivals (300k) came in meanwhile: 550k behind the input's end now, 250k at its start.
     history = [batch(20, 1_000_000, 1_000_000, 20_000), batch(21, 1_125_000, 1_125_000, 35_000)]
     end = {0: 1_275_000, 1: 1_275_000}
-    marker = CommitMarker(app="a", generation=1, epoch=2, slot=Slot.GREEN, batch_id=21, emitted={0: 1_125_000, 1: 1_125_000},
-                          corrected_epoch=2)
+    marker = CommitMarker(app="a", generation=1, epoch=2, slot=Slot.GREEN, batch_id=21,
+                          emitted={0: 1_125_000, 1: 1_125_000}, corrected_epoch=2)
 
     def check(history, max_lag):
         return settle_check(history, marker, 2, FENCE, end, Check(met=True), 50_001, 1_000, 30, 20_000, max_lag,
