@@ -7,9 +7,9 @@ Out: `user_counts`, value = {"user_id": "alice", "count": 42, "v": 2}.
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from spark_apps.apps.click_counts import REQUIRED, VALUE_SCHEMA, check_state
+from spark_apps.apps.click_counts import OUTPUT_IS_STATE, REQUIRED, VALUE_SCHEMA, check_state
 
-__all__ = ["REQUIRED", "VALUE_SCHEMA", "check_state", "state_output", "transform"]
+__all__ = ["OUTPUT_IS_STATE", "REQUIRED", "VALUE_SCHEMA", "check_state", "state_output", "transform"]
 
 
 def output(counts: DataFrame) -> DataFrame:

@@ -29,6 +29,7 @@ from spark_apps.runtime.dead_letters import collect, purge, read_initial
 from spark_apps.runtime.follower import Follower
 from spark_apps.runtime.frame import KIND_DEAD, KIND_OUTPUT
 from spark_apps.runtime.kafka_sink import TransactionalEmitter, WriterFenced
+from spark_apps.runtime.state_image import StateImage
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +69,18 @@ class RoleGatedSink:
         self.lock = threading.Lock()  # held by a batch's sink: the batch boundary
         self.stopping = False  # set under the lock: no batch runs after it
         self.refused_batch = False  # a batch was refused because the slot was stopping
+        self.last_batch: int | None = None  # the last batch this launch's sink ran
+        self.image = StateImage()  # the state as output records, for a correction (runtime.state_image)
+
+    def arm_image(self, request: str, committed: int | None) -> int | None:
+        """Start the state image after the last batch this launch ran (else `committed`, the last
+        committed batch: none has run since). Returns that batch, whose state the image's base must be.
+        Under the lock, so no batch runs between the one returned and the first folded in."""
+        with self.lock:
+            after = self.last_batch if self.last_batch is not None else committed
+            if after is not None:
+                self.image.arm(after, request)
+            return after
 
     def stop(self) -> None:
         """From now on no batch runs (a running batch's sink finishes first: the lock)."""
@@ -85,7 +98,7 @@ class RoleGatedSink:
                      else read_initial(self.paths.spool))
             control, _ = self.follower.snapshot()
             table = None
-            if is_active(control, self.slot) or "kind" in df.columns:
+            if is_active(control, self.slot) or "kind" in df.columns or self.image.collecting:
                 table = df.toArrow()  # runs the batch: every read task has finished when it returns
             else:  # the standby's batch: its state moves, its output goes nowhere (see standby_batch)
                 standby_batch(df)
@@ -106,6 +119,9 @@ class RoleGatedSink:
             else:  # nothing to emit: the standby's batch, or one the active emitted already
                 out, dead = [], []
                 self.counters.dead_letters += len(collect(self.paths.spool, start or {}, end or {}))
+            if self.image.collecting:  # every batch while collecting ran with its output (above)
+                self.image.fold(batch_id, out)
+            self.last_batch = batch_id
             if active:
                 try:
                     res = self.emitter.emit(batch_id, start or {}, end or {}, out, dead)

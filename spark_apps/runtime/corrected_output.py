@@ -1,5 +1,6 @@
 """Publishing the corrected output (spark_apps.runtime.correction explains what it is and why it is
-safe) beside the query's batches, under the sink's batch lock."""
+safe) beside the query's batches, under the sink's batch lock: from the slot's state image when it has
+one (runtime.state_image: no state read at the cutover), else from a read of its state."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import Any
 from baton.checkpoints import last_committed_batch, read_offset_log
 from baton.handoff import taken_over_at
 from baton.records import covers
-from spark_apps.runtime.batch_sink import RoleGatedSink
+from spark_apps.runtime.batch_sink import RoleGatedSink, is_active
 from spark_apps.runtime.correction import correction_due, leave_out
 from spark_apps.runtime.kafka_sink import WriterFenced
 from spark_apps.runtime.spark import background_jobs
@@ -19,12 +20,20 @@ from spark_apps.runtime.state_check import state_output
 
 log = logging.getLogger(__name__)
 
+# A state image is published once at most this many of its keys are left (the new active's batches emit
+# the others meanwhile, their records downstream already), or IMAGE_WAIT_S after it first could be: every
+# record goes out under the batch lock, while the output waits (24k records took 0.5 s on a busy host;
+# all 100k keys of the seed's app at the cutover would stop the output for ~2 s).
+IMAGE_PUBLISH_KEYS = 20_000
+IMAGE_WAIT_S = 15.0
+
 
 class CorrectedOutput:
     """Publishes the corrected output of the slot whose sink is `sink`, once it is due and possible."""
 
-    def __init__(self, sink: RoleGatedSink):
-        self.sink = sink
+    def __init__(self, sink: RoleGatedSink, clock=time.monotonic):
+        self.sink, self.clock = sink, clock
+        self.image_due_since: float | None = None  # when the state image first stood at or past the fence
 
     def maybe_publish(self, spark: Any) -> None:
         """Publish the corrected output once this slot's last committed batch K stands at or past the
@@ -33,6 +42,7 @@ class CorrectedOutput:
         sink = self.sink
         emitter, emitted_keys, checkpoint = sink.emitter, sink.emitted_keys, sink.paths.checkpoint
         control, _ = sink.follower.snapshot()
+        self.tend_image(control)
         if spark is None or not correction_due(control, sink.slot, emitter):
             return
         started = time.monotonic()
@@ -41,6 +51,10 @@ class CorrectedOutput:
                 emitter.acquire(control.epoch)
                 if emitter.corrected:  # published before a restart
                     emitted_keys.clear()
+                    sink.image.drop()
+                    return
+                if sink.image.ready:
+                    self.publish_image(control)
                     return
                 batch = last_committed_batch(checkpoint)
                 at = (read_offset_log(checkpoint, batch) if batch is not None else None) or {}
@@ -71,3 +85,48 @@ class CorrectedOutput:
         log.info("published the state at batch %s as corrected output at epoch %s: %d of %d keys (the rest emitted "
                  "since) in %.1fs (state read %.1fs, published under the batch lock in %.1fs)", batch, control.epoch,
                  len(published), len(rows), time.monotonic() - started, read_s, publish_s)
+
+    def publish_image(self, control) -> None:
+        """Under the batch lock: publish the state image (the state at the image's last batch, which
+        stands at or past the fence) less the keys emitted since the cutover, whose records it holds too;
+        once few enough are left (IMAGE_PUBLISH_KEYS) or it has waited IMAGE_WAIT_S."""
+        sink = self.sink
+        image, emitter, emitted_keys = sink.image, sink.emitter, sink.emitted_keys
+        at = read_offset_log(sink.paths.checkpoint, image.through) or {}
+        if not covers(at, taken_over_at(control, sink.slot) or {}):
+            return  # still on its way to F
+        last = emitter.last
+        if last is not None and not covers(at, last.emitted) and not emitted_keys.noted(last.batch_id):
+            return  # output of a previous start past the image (see maybe_publish): after its batch
+        newer = emitted_keys.after(None)
+        if self.image_due_since is None:
+            self.image_due_since = self.clock()
+        waited = self.clock() - self.image_due_since
+        if image.left_after(newer) > IMAGE_PUBLISH_KEYS and waited < IMAGE_WAIT_S:
+            return  # the new active's batches emit more of its keys meanwhile: fewer to publish
+        published = image.records_less(newer)
+        through, keys = image.through, image.keys
+        locked = time.monotonic()
+        emitter.emit_correction(published)
+        emitted_keys.clear()
+        image.drop()
+        self.image_due_since = None
+        log.info("published the state image through batch %s as corrected output at epoch %s: %d of %d keys (the rest "
+                 "emitted since) %.1fs after it stood at the fence, in %.1fs under the batch lock, no state read",
+                 through, control.epoch, len(published), keys, waited, time.monotonic() - locked)
+
+    def tend_image(self, control) -> None:
+        """Drop a state image no correction will use: one kept past its time (a staged reprocess not
+        handed over), or this slot active with no correction to publish (a plain cutover or failover)."""
+        sink = self.sink
+        if not sink.image.collecting:
+            return
+        if sink.image.expired():
+            why = f"no correction within {sink.image.keep_s:.0f} s"
+        elif is_active(control, sink.slot) and not correction_due(control, sink.slot, sink.emitter):
+            why = "the slot is the active and owes no correction"
+        else:
+            return
+        with sink.lock:
+            sink.image.drop(why)
+        self.image_due_since = None

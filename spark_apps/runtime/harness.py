@@ -80,7 +80,7 @@ class Harness:
         self.sink = RoleGatedSink(app, slot, self.paths, self.follower, self.emitter, EmittedKeys(), self.mark)
         self.corrected_output = CorrectedOutput(self.sink)
         self.invariants = InvariantsOnRequest(app, slot, self.paths.checkpoint, self.follower, spark=lambda: self.spark,
-                                              publish=lambda: self.publish(self.last_progress))
+                                              publish=lambda: self.publish(self.last_progress), sink=self.sink)
         self.digests = StateDigests(app, slot, state_dir, self.paths, self.follower, spark=lambda: self.spark,
                                     publish=lambda: self.publish(self.last_progress),
                                     last_progress=lambda: self.last_progress)

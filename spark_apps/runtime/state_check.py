@@ -50,12 +50,17 @@ def state_frame(spark, checkpoint: Path, batch_id: int, operator: int = 0):
 def state_output(spark, checkpoint: Path, batch_id: int, module) -> list[tuple[bytes | None, bytes | None]]:
     """The app's output record for every key of its state after `batch_id` (the module's
     state_output(state) -> key, value): a corrected-output cutover publishes these."""
-    from pyspark.sql import functions as F
-
     if not hasattr(module, "state_output"):
         raise ValueError(f"{module.__name__} has no state_output(state): it cannot publish corrected output")
     # One task, as for a digest: the read runs beside the new active's batches and must leave them a
     # task slot (with both taken, the active's batches waited: its longest output gap 2.2 s at 100k keys).
-    table = module.state_output(state_frame(spark, checkpoint, batch_id).coalesce(1)).select(
+    return output_records(module, state_frame(spark, checkpoint, batch_id).coalesce(1))
+
+
+def output_records(module, state) -> list[tuple[bytes | None, bytes | None]]:
+    """The module's output record (key, value) for every row of the state frame `state`."""
+    from pyspark.sql import functions as F
+
+    table = module.state_output(state).select(
         F.col("key").cast("binary").alias("key"), F.col("value").cast("binary").alias("value")).toArrow()
     return list(zip(table.column("key").to_pylist(), table.column("value").to_pylist()))

@@ -7,9 +7,9 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from spark_apps.apps import click_counts
-from spark_apps.apps.click_counts import REQUIRED, VALUE_SCHEMA, output
+from spark_apps.apps.click_counts import OUTPUT_IS_STATE, REQUIRED, VALUE_SCHEMA, output
 
-__all__ = ["REQUIRED", "VALUE_SCHEMA", "check_state", "state_output", "transform"]
+__all__ = ["OUTPUT_IS_STATE", "REQUIRED", "VALUE_SCHEMA", "check_state", "state_output", "transform"]
 
 
 def transform(events: DataFrame) -> DataFrame:

@@ -191,5 +191,5 @@ def test_idle_users_start_afresh_exactly_through_a_kill_9_a_restart_and_a_reproc
     # The reprocess's invariant check (the standby runs the app's check_state when baton_reprocess asks)
     # reads the same state.
     checkpoint = slot_paths(tmp_path, app.name, Slot.BLUE, 1).checkpoint
-    rows, violations, examples = check_state_at(spark, click_counts_ttl, checkpoint, last_committed_batch(checkpoint))
+    rows, violations, examples, _ = check_state_at(spark, click_counts_ttl, checkpoint, last_committed_batch(checkpoint))
     assert rows > 0 and (violations, examples) == (0, [])

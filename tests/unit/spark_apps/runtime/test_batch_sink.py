@@ -155,3 +155,24 @@ def test_an_app_whose_dead_letters_travel_in_the_frame_collects_them_on_the_stan
     h.on_batch(df, 5)
     assert (df.noop_runs, df.collected) == (0, 1)
     assert h.counters.dead_letters == 1
+
+
+def test_a_standby_keeping_a_state_image_runs_its_batches_with_their_output_and_folds_them_in(make):
+    """While a state image collects (spark_apps.runtime.state_image), no batch goes to the noop sink:
+    the standby's output is taken into the image, and nothing is emitted."""
+    follower, emitter = FakeFollower(control(Slot.BLUE)), FakeEmitter()
+    sink = make(follower, emitter)
+    assert sink.arm_image("run:1", committed=3) == 3  # no batch run by this launch yet: the committed one
+    sink.last_batch = 4
+    assert sink.arm_image("run:1", committed=3) == 4  # after the last batch its sink ran
+    df = FakeFrame(ROWS)
+    sink.on_batch(df, 5)
+    assert (df.noop_runs, df.collected) == (0, 1) and emitter.emits == [] and emitter.acquired == []
+    assert sink.image.through == 5 and sink.last_batch == 5
+    assert sink.image.base(4, [(b"alice", b'{"count": 2}'), (b"carol", b'{"count": 1}')])
+    assert sorted(sink.image.records_less(set())) == [
+        (b"alice", b'{"count": 3}'), (b"bob", b'{"count": 1}'), (b"carol", b'{"count": 1}')]
+    sink.image.drop()
+    plain = FakeFrame(ROWS)
+    sink.on_batch(plain, 6)
+    assert (plain.noop_runs, plain.collected) == (1, 0)  # no image: the noop sink again

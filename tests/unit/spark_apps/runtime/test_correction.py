@@ -120,3 +120,69 @@ def test_a_marker_carries_the_correction_on_and_reads_back():
     assert CommitMarker.from_bytes(m.to_bytes()) == m
     old = CommitMarker(app="a", generation=1, epoch=1, slot=Slot.BLUE, batch_id=9, emitted=F).to_bytes()
     assert CommitMarker.from_bytes(old.replace(b',"corrected_epoch":0', b"")).corrected_epoch == 0  # an older writer's
+
+
+def test_a_state_image_is_published_as_it_stands_without_reading_the_state(slot, monkeypatch):
+    """The image (spark_apps.runtime.state_image) holds every key's newest record through the last batch
+    the sink ran: once that batch stands at or past F, it goes out under the batch lock at once, less
+    the keys emitted since the cutover (their records are downstream already)."""
+    monkeypatch.setattr(corrected_output, "state_output", lambda *a: pytest.fail("read the state"))
+    slot.at = {4: {0: 100, 1: 90}, 5: {0: 100, 1: 100}, 6: {0: 110, 1: 100}}
+    slot.image.arm(after=3)
+    assert slot.image.base(3, [(b"user1", b"3"), (b"user2", b"3"), (b"user3", b"3")])
+    slot.image.fold(4, [(b"user1", b"4")])
+    correct(slot)  # batch 4 ends short of F
+    assert slot.emitter.published == [] and slot.image.ready
+    slot.image.fold(5, [(b"user2", b"5")])  # the batch ending at F (its output emitted by the old active)
+    slot.image.fold(6, [(b"user3", b"6")])  # the new active's first emitted batch
+    slot.emitted_keys.note(6, [(b"user3", b"6")])
+    correct(slot)
+    assert slot.emitter.published == [[(b"user1", b"4"), (b"user2", b"5")]]
+    assert not slot.image.collecting and slot.emitted_keys.after(None) == set()
+    correct(slot)
+    assert len(slot.emitter.published) == 1  # once
+
+
+def test_an_image_no_correction_will_use_is_dropped(slot, monkeypatch):
+    slot.follower = Follower(control(correct_epoch=0))  # the slot became the active by a plain cutover
+    slot.image.arm(after=3)
+    correct(slot)
+    assert not slot.image.collecting and slot.emitter.published == []
+
+    now = [0.0]
+    slot.image.clock = lambda: now[0]
+    slot.follower = Follower(ControlRecord(app="a", revision=3, epoch=1, active=Slot.BLUE))  # still the standby
+    slot.image.arm(after=3)
+    correct(slot)
+    assert slot.image.collecting
+    now[0] += slot.image.keep_s + 1  # a staged reprocess that was not handed over
+    correct(slot)
+    assert not slot.image.collecting
+
+
+def test_a_large_image_waits_for_the_new_actives_batches_to_emit_most_of_its_keys(slot, monkeypatch):
+    """Every record of the correction goes out under the batch lock while the output waits: an image
+    with more than IMAGE_PUBLISH_KEYS keys left waits (up to IMAGE_WAIT_S) while the new active's batches
+    emit them."""
+    monkeypatch.setattr(corrected_output, "IMAGE_PUBLISH_KEYS", 1)
+    now = [0.0]
+    fixer = CorrectedOutput(slot, clock=lambda: now[0])
+    slot.image.arm(after=5)
+    assert slot.image.base(5, [(b"user1", b"5"), (b"user2", b"5"), (b"user3", b"5")])
+    fixer.maybe_publish(spark=object())
+    assert slot.emitter.published == []  # 3 keys left
+    slot.at[6] = {0: 110, 1: 100}
+    slot.image.fold(6, [(b"user1", b"6"), (b"user2", b"6")])
+    slot.emitted_keys.note(6, [(b"user1", b"6"), (b"user2", b"6")])
+    fixer.maybe_publish(spark=object())
+    assert slot.emitter.published == [[(b"user3", b"5")]]
+
+    waited = CorrectedOutput(slot, clock=lambda: now[0])
+    slot.emitter = Emitter()
+    slot.image.arm(after=6)
+    assert slot.image.base(6, [(b"user1", b"6"), (b"user2", b"6")])
+    waited.maybe_publish(spark=object())
+    now[0] += corrected_output.IMAGE_WAIT_S
+    assert slot.emitter.published == []
+    waited.maybe_publish(spark=object())
+    assert slot.emitter.published == [[(b"user1", b"6"), (b"user2", b"6")]]  # waited long enough: all of it
