@@ -9,12 +9,14 @@ requests with bad start positions, are refused with their reasons and change not
 downstream then holds again.
 """
 
+import re
 import time
 from collections import Counter
 
 import pytest
 
 from baton.kafka.control_log import read_control
+from baton.launcher import Launcher
 from baton.records import CommitMarker
 from baton.tools.verify import read_output
 from tests.support.e2e import LiveLoad, both_slots_running, run_dag
@@ -89,6 +91,11 @@ def test_a_reprocess_corrects_every_key_without_stopping_the_output_and_has_a_wa
         assert record.slots[standby].version == "v2" and record.slots[before.active].version == "v1"
         summary = client.xcom("baton_reprocess", first["dag_run_id"], "finish")
         assert summary["way_back"]["conf"] == {"app": app.name, "correct": True}
+        # Its correction came from the state image its invariant check's read began (the app's output is
+        # its state: spark_apps.runtime.state_image), with no state read at the cutover.
+        driver_log = (Launcher(platform.settings.state_dir).slot_dir(app.name, standby) / "driver.log").read_text()
+        assert re.search(rf"published the state image through batch \d+ as corrected output at epoch {record.epoch}:",
+                         driver_log), "the new generation's correction did not come from its state image"
         time.sleep(5)
         corrected = load.sent
     wait_until_emitted(bootstrap, app, corrected, timeout_s=300)
