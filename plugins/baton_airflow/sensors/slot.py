@@ -13,7 +13,7 @@ from airflow.sdk.exceptions import AirflowFailException
 from baton.apps import load_app
 from baton.kafka.control_log import read_control
 from baton.plans import Cutover, SlotRestart, StateCheckPlan
-from baton.upgrade import CORRECTION_GRACE_S, settle_batch_limit, settle_lag_limit
+from baton.upgrade import CORRECTION_GRACE_S, settle_batch_limit, settle_lag_limit, settle_record_cost
 from baton_airflow.hooks.kafka import BatonKafkaHook
 from baton_airflow.triggers.base import SlotWaitTrigger, met_or_raise
 from baton_airflow.triggers.status import PositionReachedTrigger, SlotHealthyTrigger, SlotRunningTrigger, WarmUpTrigger
@@ -198,7 +198,8 @@ class StatesAgreeSensor(_SlotSensor):
 class SettleSensor(_SlotSensor):
     """The new active keeps the SLA for `settle_s` after the cutover: alive, every batch within
     `max_batch_ms` (0: the app's batch budget, or the old active's recent batch time if that was longer:
-    baton.upgrade.settle_batch_limit), output flowing, lag within the app's budget beyond the old
+    baton.upgrade.settle_batch_limit; and then a batch that cost no more per record than the old
+    active's is excused: baton.upgrade.settle_record_cost), output flowing, lag within the app's budget beyond the old
     active's recent lag at the end (baton.upgrade.settle_lag_limit).
     Fails at the first breach (a rollback follows). `cutover` is the CutoverOperator's XCom. `correct`:
     the cutover asked for corrected output, which must be in, and the period counts from when it went in
@@ -231,10 +232,12 @@ class SettleSensor(_SlotSensor):
         old_active = read_slot_status(BatonKafkaHook(self.kafka_conn_id).bootstrap, app.name,
                                       cutover.active.other.value)
         limit, why = int(self.max_batch_ms), "as asked"
+        cost, cost_why = None, "none: the limit was asked for"
         if not limit:
             limit, why = settle_batch_limit(old_active, cutover.at_ms, app.batch_ms_budget)
+            cost, cost_why = settle_record_cost(old_active, cutover.at_ms)
         max_lag, lag_why = settle_lag_limit(old_active, cutover.at_ms, app.max_lag_records)
-        self.log.info("%s settle: batch-time limit %d ms, %s; lag limit %d records, %s", app.name, limit, why,
-                      max_lag, lag_why)
+        self.log.info("%s settle: batch-time limit %d ms, %s; excused per record at most: %s; lag limit %d records, "
+                      "%s", app.name, limit, why, cost_why, max_lag, lag_why)
         return dict(since_ms=cutover.at_ms, epoch=cutover.epoch, fence=cutover.fence, settle_s=float(self.settle_s),
-                    max_batch_ms=limit, max_lag=max_lag, correct=bool(self.correct), poll_s=1.0)
+                    max_batch_ms=limit, max_lag=max_lag, correct=bool(self.correct), record_cost_us=cost, poll_s=1.0)

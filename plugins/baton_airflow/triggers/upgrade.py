@@ -99,15 +99,17 @@ class SettleTrigger(SlotWaitTrigger):
     kind = "settle"
 
     def __init__(self, *, since_ms: int, epoch: int, fence: dict[Any, int], settle_s: float, max_batch_ms: int,
-                 max_lag: int = 0, correct: bool = False, **common: Any):
+                 max_lag: int = 0, correct: bool = False, record_cost_us: int | None = None, **common: Any):
         super().__init__(**common)
         self.since_ms, self.epoch, self.fence = int(since_ms), int(epoch), positions(fence)
         self.settle_s, self.max_batch_ms, self.max_lag = float(settle_s), int(max_batch_ms), int(max_lag)
         self.correct = bool(correct)
+        self.record_cost_us = int(record_cost_us) if record_cost_us is not None else None
 
     def args(self) -> dict[str, Any]:
         return dict(since_ms=self.since_ms, epoch=self.epoch, fence=positions_arg(self.fence), settle_s=self.settle_s,
-                    max_batch_ms=self.max_batch_ms, max_lag=self.max_lag, correct=self.correct)
+                    max_batch_ms=self.max_batch_ms, max_lag=self.max_lag, correct=self.correct,
+                    record_cost_us=self.record_cost_us)
 
     def check(self) -> Check:
         from baton import upgrade
@@ -122,4 +124,5 @@ class SettleTrigger(SlotWaitTrigger):
         healthy = healthy_now(self.bootstrap, self.app, self.slot, history)
         return upgrade.settle_check(history, marker, self.epoch, self.fence, end, healthy, int(time.time() * 1000),
                                     self.since_ms, self.settle_s, self.max_batch_ms,
-                                    self.max_lag or app.max_lag_records, correct=self.correct)
+                                    self.max_lag or app.max_lag_records, correct=self.correct,
+                                    record_cost_us=self.record_cost_us)

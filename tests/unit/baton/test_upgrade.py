@@ -9,7 +9,7 @@ from baton.control_plane import ControlPlane
 from baton.records import CommitMarker, Role, Slot, SlotState, StateDigest, StatusRecord
 from baton.upgrade import (
     CORRECTION_GRACE_S, Policy, ask_state_check, compare, missed_state_check, move_state_check,
-    restore_check, settle_batch_limit, settle_check, settle_lag_limit, states_agree, too_slow,
+    restore_check, settle_batch_limit, settle_check, settle_lag_limit, settle_record_cost, states_agree, too_slow,
 )
 from tests.support.fakes import MemoryControlStore
 
@@ -280,6 +280,33 @@ def test_the_settle_limit_follows_an_old_active_slowed_by_a_busy_host():
     assert too_slow(active_batches([9_570, 9_400, 9_800], start_ts=200_000), 2_000) is not None  # the budget alone
     assert "took 30000 ms" in too_slow(active_batches([30_000], start_ts=200_000), limit)
     assert too_slow(active_batches([12_000, 11_000, 13_000], start_ts=200_000), limit) is not None
+
+
+def test_a_batch_over_the_limit_that_cost_no_more_per_record_than_the_old_active_s_is_excused():
+    """The product-path reprocess on a saturated host (bench/results of 2026-11-30, not committed): the old
+    active's batches read 50-100k records in up to 5.1 s; the new active took over a larger backlog and
+    read 190-280k records a batch in ~10 s, 36-53 us a record against 72: larger batches, not a slower version.
+    One that costs more per record still breaks the limit; so do the same batches without a baseline."""
+    old = [dataclasses.replace(b, input_rows=rows) for b, rows in zip(
+        active_batches([4_772, 5_102, 5_404, 5_058, 5_084, 4_492, 3_797, 3_250]),
+        (73_967, 95_919, 98_074, 105_269, 96_890, 67_686, 63_150, 44_550))]
+    limit, _ = settle_batch_limit(old, 100_000, 2_000)
+    cost, why = settle_record_cost(old, 100_000)
+    assert limit == 5_404 and cost == 72 and "72 us a record over its last 8 batches" in why
+    larger = [dataclasses.replace(b, input_rows=rows) for b, rows in zip(
+        active_batches([10_465, 9_891, 10_214], start_ts=200_000), (284_259, 208_500, 190_550))]
+    assert too_slow(larger, limit, record_cost_us=cost) is None
+    assert "batches 0-2 took 10465, 9891, 10214 ms" in too_slow(larger, limit)
+    costlier = [dataclasses.replace(b, input_rows=100_000) for b in larger]  # ~100 us a record
+    assert too_slow(costlier, limit, record_cost_us=cost) is not None
+    assert too_slow(costlier, limit, record_cost_us=cost) == too_slow(costlier, limit)
+    assert settle_record_cost(old[:4], 100_000)[0] is None  # too few batches to compare with
+    assert settle_record_cost(old, 1_000)[0] is None  # none before the cutover
+    past = {0: 101, 1: 80}
+    history = [dataclasses.replace(b, processed=past) for b in larger]
+    assert settle_check(history, None, 2, FENCE, FENCE, Check(met=True), 203_000, 190_000, 30, limit, 10**6,
+                        record_cost_us=cost).waiting
+    assert settle_check(history, None, 2, FENCE, FENCE, Check(met=True), 203_000, 190_000, 30, limit, 10**6).failed
 
 
 def test_the_settle_limit_counts_only_the_old_active_s_own_batches_before_the_cutover():

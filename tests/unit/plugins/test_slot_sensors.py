@@ -108,5 +108,7 @@ def test_the_settle_follows_the_old_version_s_pace_and_lag_unless_a_batch_limit_
     SettleSensor(task_id="settle", app="cc", cutover=cutover, deferrable=False).execute({"ti": Ti()})
     assert asked == ["blue"]
     assert (built[0]["slot"], built[0]["max_batch_ms"], built[0]["max_lag"]) == ("green", 9_000, 200_000 + 300_000)
+    assert built[0]["record_cost_us"] == 450  # 9 s for 20k records: a larger batch as cheap is excused
     SettleSensor(task_id="settle2", app="cc", cutover=cutover, max_batch_ms=3_000, deferrable=False).execute({"ti": Ti()})
     assert (built[1]["max_batch_ms"], built[1]["max_lag"]) == (3_000, 500_000)
+    assert built[1]["record_cost_us"] is None  # a limit asked for is taken as given

@@ -123,7 +123,8 @@ EVERY_WAIT = [
     InvariantsAnswerTrigger(asked="manual__1:2", generation=3, **COMMON),
     RestoreTrigger(since_ms=9, expected={"rows": 3}, **COMMON),
     StateCheckTrigger(target={0: 1}, policy="exact", ahead_s=3.0, moves=1, writer="dag:run", **COMMON),
-    SettleTrigger(since_ms=1, epoch=4, fence={0: 5}, settle_s=30, max_batch_ms=2000, correct=True, **COMMON),
+    SettleTrigger(since_ms=1, epoch=4, fence={0: 5}, settle_s=30, max_batch_ms=2000, correct=True, record_cost_us=72,
+                  **COMMON),
     CutoverTrigger(fence={0: 5, 1: 6}, epoch=3, trail_records=100, correct=False, writer="dag:run", **COMMON),
 ]
 
