@@ -165,12 +165,21 @@ BASELINE_BATCHES = 20
 BASELINE_MIN_BATCHES = 5
 
 
+def baseline_batches(old_active: Sequence[StatusRecord], before_ms: int) -> list[StatusRecord]:
+    """The old active's own batches with input before the cutover at `before_ms`: the settle's baseline."""
+    return [r for r in old_active
+            if r.role is Role.ACTIVE and r.batch_id >= 0 and r.input_rows > 0 and r.ts_ms < before_ms]
+
+
+def cost_per_record_us(r: StatusRecord) -> int | None:
+    """A batch's time per input record, in microseconds (None without input)."""
+    return r.batch_ms * 1000 // r.input_rows if r.input_rows > 0 else None
+
+
 def settle_batch_limit(old_active: Sequence[StatusRecord], before_ms: int, budget_ms: int) -> tuple[int, str]:
     """The settle's batch-time limit and why: `budget_ms`, or the old active's recent batch time when that
     was longer (its status records `old_active`, in order; the cutover at `before_ms`)."""
-    times = [r.batch_ms for r in old_active
-             if r.role is Role.ACTIVE and r.batch_id >= 0 and r.input_rows > 0 and r.ts_ms < before_ms]
-    p90, n = recent_p90(times)
+    p90, n = recent_p90([r.batch_ms for r in baseline_batches(old_active, before_ms)])
     if p90 is None:
         return budget_ms, f"the budget ({n} batches of the old active to compare with)"
     if p90 <= budget_ms:
@@ -191,9 +200,7 @@ def settle_record_cost(old_active: Sequence[StatusRecord], before_ms: int) -> tu
     """The old active's p90 cost per input record (microseconds) over its last batches with input before
     the cutover at `before_ms` (its status records `old_active`, in order), and what it is; None below
     BASELINE_MIN_BATCHES of them."""
-    costs = [r.batch_ms * 1000 // r.input_rows for r in old_active
-             if r.role is Role.ACTIVE and r.batch_id >= 0 and r.input_rows > 0 and r.ts_ms < before_ms]
-    p90, n = recent_p90(costs)
+    p90, n = recent_p90([cost_per_record_us(r) for r in baseline_batches(old_active, before_ms)])
     if p90 is None:
         return None, f"none ({n} batches of the old active to compare with)"
     return p90, f"the old active's p90 of {p90} us a record over its last {n} batches"
@@ -249,7 +256,8 @@ def too_slow(batches: Sequence[StatusRecord], max_batch_ms: int, arrival_per_s: 
         return read * 1000 / (batches[i].ts_ms - batches[i - 1].ts_ms) > CATCHING_UP * arrival_per_s
 
     def as_cheap(r: StatusRecord) -> bool:
-        return record_cost_us is not None and r.input_rows > 0 and r.batch_ms * 1000 // r.input_rows <= record_cost_us
+        cost = cost_per_record_us(r)
+        return record_cost_us is not None and cost is not None and cost <= record_cost_us
 
     judged = [r for i, r in enumerate(batches) if not catching_up(i) and not as_cheap(r)]
     worst = max(judged, key=lambda r: r.batch_ms, default=None)

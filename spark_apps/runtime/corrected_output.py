@@ -57,13 +57,7 @@ class CorrectedOutput:
                     self.publish_image(control)
                     return
                 batch = last_committed_batch(checkpoint)
-                at = (read_offset_log(checkpoint, batch) if batch is not None else None) or {}
-                if not covers(at, taken_over_at(control, sink.slot) or {}):
-                    return  # still on its way to F
-                last = emitter.last
-                if last is not None and not covers(at, last.emitted) and not emitted_keys.noted(last.batch_id):
-                    # Output a previous start of this slot emitted and Spark did not commit (it runs that
-                    # batch again, skipping its output): neither in K's state nor noted. After its commit.
+                if not self.state_may_go_out(control, batch):
                     return
             module = importlib.import_module(sink.app.module)
             with background_jobs(spark):
@@ -86,18 +80,25 @@ class CorrectedOutput:
                  "since) in %.1fs (state read %.1fs, published under the batch lock in %.1fs)", batch, control.epoch,
                  len(published), len(rows), time.monotonic() - started, read_s, publish_s)
 
+    def state_may_go_out(self, control, batch: int | None) -> bool:
+        """Under the batch lock: whether the state after `batch` may be published as the correction."""
+        sink = self.sink
+        at = (read_offset_log(sink.paths.checkpoint, batch) if batch is not None else None) or {}
+        if not covers(at, taken_over_at(control, sink.slot) or {}):
+            return False  # still on its way to F
+        last = sink.emitter.last
+        # Output a previous start of this slot emitted and Spark did not commit (it runs that batch
+        # again, skipping its output): neither in that state nor noted. After its commit.
+        return last is None or covers(at, last.emitted) or sink.emitted_keys.noted(last.batch_id)
+
     def publish_image(self, control) -> None:
         """Under the batch lock: publish the state image (the state at the image's last batch, which
         stands at or past the fence) less the keys emitted since the cutover, whose records it holds too;
         once few enough are left (IMAGE_PUBLISH_KEYS) or it has waited IMAGE_WAIT_S."""
         sink = self.sink
         image, emitter, emitted_keys = sink.image, sink.emitter, sink.emitted_keys
-        at = read_offset_log(sink.paths.checkpoint, image.through) or {}
-        if not covers(at, taken_over_at(control, sink.slot) or {}):
-            return  # still on its way to F
-        last = emitter.last
-        if last is not None and not covers(at, last.emitted) and not emitted_keys.noted(last.batch_id):
-            return  # output of a previous start past the image (see maybe_publish): after its batch
+        if not self.state_may_go_out(control, image.through):
+            return
         newer = emitted_keys.after(None)
         if self.image_due_since is None:
             self.image_due_since = self.clock()
