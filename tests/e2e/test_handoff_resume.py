@@ -48,8 +48,19 @@ def task_instance(client, run_id: str, task_id: str) -> dict:
     return next(t for t in client.task_instances(DAG, run_id) if t["task_id"] == task_id)
 
 
-def task_runner(client, run_id: str, task_id: str, timeout_s: float = 300) -> tuple[psutil.Process, dict]:
-    """The process running the current try of `task_id` in `run_id` (see the module docstring)."""
+def started_at(proc: psutil.Process) -> float:
+    """When `proc` started, on the wall clock (time.time()) to within the kernel's tick: psutil's
+    create_time() counts from /proc/stat's boot time, whole seconds, up to 1 s off that clock."""
+    booted = time.time() - time.clock_gettime(time.CLOCK_BOOTTIME)
+    return proc.create_time() - psutil.boot_time() + booted
+
+
+def task_runner(client, run_id: str, task_id: str, timeout_s: float = 300,
+                born_after: float = 0.0) -> tuple[psutil.Process, dict]:
+    """The process running the current try of `task_id` in `run_id` (see the module docstring); with
+    `born_after` (wall clock, s), only a runner started after it: a deferred try and its resumption share
+    one task instance id, so the runner that deferred can still be exiting under its supervisor (a busy
+    host's exit takes seconds) when the resumed one starts under another."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         ti = task_instance(client, run_id, task_id)
@@ -59,7 +70,8 @@ def task_runner(client, run_id: str, task_id: str, timeout_s: float = 300) -> tu
         for proc in psutil.process_iter(["cmdline"]):
             if " ".join(proc.info["cmdline"] or []).strip() == title:
                 try:  # a previous try's runner, exited but not reaped yet (a zombie), is not this try's
-                    children = [c for c in proc.children() if c.status() != psutil.STATUS_ZOMBIE]
+                    children = [c for c in proc.children()
+                                if c.status() != psutil.STATUS_ZOMBIE and started_at(c) > born_after]
                 except psutil.NoSuchProcess:
                     continue
                 if children:
@@ -103,10 +115,11 @@ def kill_after_write(runner: psutil.Process, written, broker_port: int, timeout_
         raise AssertionError("the task ended before it could be killed after its write") from None
 
 
-def kill_running(client, run_id: str, task_id: str) -> None:
-    """Stop the current try's runner as soon as it is found, and SIGKILL it once Airflow shows the try
-    running under that pid: the try dies mid-step, and Airflow retries it."""
-    proc, _ = task_runner(client, run_id, task_id)
+def kill_running(client, run_id: str, task_id: str, born_after: float = 0.0) -> None:
+    """Stop the current try's runner (started after `born_after`, see task_runner) as soon as it is found,
+    and SIGKILL it once Airflow shows the try running under that pid: the try dies mid-step, and Airflow
+    retries it."""
+    proc, _ = task_runner(client, run_id, task_id, born_after=born_after)
     proc.send_signal(signal.SIGSTOP)
     ti = wait_for(f"{task_id} to be running", lambda: (t := task_instance(client, run_id, task_id))["state"] == "running"
                   and t, 60, every_s=0.1)
@@ -157,12 +170,14 @@ def test_a_cutover_whose_tasks_are_killed_mid_step_converges_exactly_once(stack)
 
         # 3. The retry defers; the triggerer writes the cutover the moment the gate is met; the task resumed
         #    to report it is killed before it could: the next try must find the cutover done, not make another.
+        #    The resumed try's runner starts after the triggerer's write (CI once found the deferred try's
+        #    runner, still exiting, and held it while the resumed one ran).
         cutover = wait_for("the cutover written by the triggerer",
                            lambda: (r if (r := read_control(bootstrap, app.name)).epoch > 1 else None), 300, every_s=0.2)
         assert (cutover.active, cutover.epoch, cutover.fence) == (Slot.GREEN, 2, None)
         wait_for("the cutover task to resume", lambda: task_instance(client, run_id, "cutover")["state"]
                  in ("scheduled", "queued", "running"), 120, every_s=0.1)
-        kill_running(client, run_id, "cutover")
+        kill_running(client, run_id, "cutover", born_after=cutover.ts_ms / 1000)
         print(f"resumed cutover killed {time.monotonic() - t0:.1f}s after the trigger")
 
         run = client.wait_for_run(DAG, run_id, timeout_s=420)
