@@ -69,7 +69,7 @@ def app_detail(view: AppView) -> str:
         if s.reason:
             extra.append(f"reason: {s.reason}")
         if s.error:
-            extra.append(f"error: {s.error.splitlines()[0][:200]}")
+            extra.append(f"error: {s.error.splitlines()[0]}")  # whole: a data-loss error ends with the way out
         lines.append(f"  {s.slot}: " + "; ".join(extra))
     if view.events:
         lines += ["", "history (newest last):"]

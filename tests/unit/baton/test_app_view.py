@@ -146,6 +146,17 @@ def test_an_app_never_started_has_an_empty_view_and_the_tables_say_so():
     assert "epoch 1, blue active" in detail and "registered at epoch 1" in detail and "pid 7 on h" in detail
 
 
+def test_the_detail_shows_a_slot_s_error_s_first_line_whole():
+    """A data-loss error is long and ends with the way out (it was cut at 200 characters)."""
+    from spark_apps.runtime.input_check import decide
+
+    error = decide("clicks", {0: 25_818, 1: 26_006}, {0: 0, 1: 0}, {0: 0, 1: 0}, "fail").reason
+    failed = dataclasses.replace(status(), state=SlotState.FAILED, error=f"{error}\nTraceback (most recent call last): ...")
+    detail = app_detail(app_view("app", True, [control(blue=SlotState.FAILED)], [failed], {}, {0: 100, 1: 100}, NOW))
+    blue = next(line for line in detail.splitlines() if line.startswith("  blue: "))
+    assert blue.endswith(f"error: {error}") and "Traceback" not in detail
+
+
 def test_metrics_carry_each_slot_s_figures_with_labels_and_skip_what_is_unknown():
     view = app_view("app", True, [control()], [status()], {Slot.BLUE: lease(Slot.BLUE, NOW - 250)},
                     {0: 1100, 1: 100}, NOW)
