@@ -137,8 +137,8 @@ def fence_between_commits(bootstrap, app, active, timeout_s: float = 60) -> Comm
 def test_a_writer_fenced_before_it_learns_of_the_new_role_rejoins_as_the_standby(bootstrap, loaded_pair):
     """The takeover's order made visible: the writer is fenced first (blue, still active by its record,
     fails its next commit: the query ends with WriterFenced; fenced between two of its commits, see
-    fence_between_commits) and the role moves 3 s later. Blue restarts
-    its query in the same process as the standby instead of exiting."""
+    fence_between_commits) and the role moves 3 s later. Blue restarts its query in the same process as
+    the standby instead of exiting."""
     app, blue, green, load, state = loaded_pair
     final = fence_between_commits(bootstrap, app, blue)
     time.sleep(3)  # blue's batches meanwhile fail to commit
