@@ -154,6 +154,23 @@ def process_stats(proc: Path = Path("/proc")) -> Iterator[tuple[int, list[str]]]
             continue
 
 
+def tree_threads(root: int, proc: Path = Path("/proc")) -> list[int]:
+    """Every thread id of `root`'s process and of its descendants (a process gone meanwhile is left out;
+    Linux keeps a nice value per thread, so a priority is set thread by thread)."""
+    children: dict[int, list[int]] = {}
+    for pid, fields in process_stats(proc):
+        children.setdefault(int(fields[1]), []).append(pid)
+    tids, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        try:
+            tids.extend(int(t.name) for t in (proc / str(pid) / "task").iterdir())
+        except OSError:
+            continue
+        todo.extend(children.get(pid, ()))
+    return tids
+
+
 def group_members(pgid: int) -> set[int]:
     """Pids whose process group is pgid (read from /proc, Linux)."""
     return {pid for pid, fields in process_stats() if int(fields[2]) == pgid}

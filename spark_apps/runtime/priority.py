@@ -30,7 +30,7 @@ import resource
 import time
 from pathlib import Path
 
-from baton.local.procs import process_stats
+from baton.local.procs import tree_threads
 from baton.records import Role
 
 log = logging.getLogger(__name__)
@@ -53,22 +53,6 @@ def can_raise_priority(base: int, status: Path = PROC / "self" / "status") -> bo
     soft, _ = resource.getrlimit(resource.RLIMIT_NICE)
     # RLIMIT_NICE r allows nice values down to 20 - r (unlimited: any).
     return soft == resource.RLIM_INFINITY or 20 - soft <= base
-
-
-def tree_threads(root: int, proc: Path = PROC) -> list[int]:
-    """Every thread id of `root`'s process and of its descendants (a process gone meanwhile is left out)."""
-    children: dict[int, list[int]] = {}
-    for pid, fields in process_stats(proc):
-        children.setdefault(int(fields[1]), []).append(pid)
-    tids, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        try:
-            tids.extend(int(t.name) for t in (proc / str(pid) / "task").iterdir())
-        except OSError:
-            continue
-        todo.extend(children.get(pid, ()))
-    return tids
 
 
 class SlotPriority:
