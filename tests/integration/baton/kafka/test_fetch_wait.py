@@ -164,7 +164,8 @@ def test_an_end_probe_lengthens_its_wait_instead_of_timing_out_on_many_batches(t
 
 
 def test_a_lease_keeper_sees_renewals_past_many_batches(tansu, monkeypatch):
-    # Its 50 ms wait lasts ~70,000 renewals on Tansu; the same stall at 1 ms, ~1,450, is quicker to set up.
+    # Its own wait lasts tens of thousands of renewals on Tansu (~70,000 at 50 ms); the same stall at 1 ms,
+    # ~1,450, is quicker to set up.
     monkeypatch.setattr(lease_module, "FETCH_WAIT_MS", 1)
     ensure_topics(tansu, [TopicSpec(LEASES_TOPIC, 1, LEASES_TOPIC_CONFIG)])
     fill(tansu, LEASES_TOPIC, 5000)
