@@ -252,3 +252,14 @@ def test_reaching_the_handoffs_fence_lifts_that_cap(tmp_path):
         assert not (tmp_path / "cap.json").exists()
     finally:
         f._consumer.close()
+
+
+def test_the_follower_waits_long_on_idle_fetches_and_short_while_a_handoff_is_under_way():
+    from spark_apps.runtime.follower import HANDOFF_FETCH_WAIT_MS, IDLE_FETCH_WAIT_MS, fetch_wait_for
+
+    assert HANDOFF_FETCH_WAIT_MS < IDLE_FETCH_WAIT_MS
+    assert fetch_wait_for(None) == IDLE_FETCH_WAIT_MS
+    assert fetch_wait_for(control()) == IDLE_FETCH_WAIT_MS
+    assert fetch_wait_for(control(fence={0: 10})) == HANDOFF_FETCH_WAIT_MS
+    checking = ControlRecord(app="a", revision=2, epoch=1, active=Slot.BLUE, check_at={0: 10})
+    assert fetch_wait_for(checking) == HANDOFF_FETCH_WAIT_MS
