@@ -1,7 +1,8 @@
 """Deaths the standby's lease watch must not, or cannot, repair, under live load through Airflow:
 
-- kill -9 of the standby: no failover (the active keeps the role and its epoch); baton_health restarts
-  the standby, which comes back from its checkpoint as the standby;
+- kill -9 of the standby: no failover (the active keeps the role and its epoch); baton_watch sees the
+  death and has baton_health restart the standby at once (nothing in the test triggers it), which comes
+  back from its checkpoint as the standby and, once it runs, is desired RUNNING again;
 - kill -9 of both slots: nobody can take over; baton_health restarts both, the active from its
   checkpoint, and output resumes where it stopped.
 The output is checked by the independent verifier: 0 lost, 0 duplicated, 0 wrong.
@@ -35,6 +36,25 @@ def restarted_and_running(client, platform, app, slot: Slot, restarts: int) -> b
     return len(spec.restarts) >= restarts and spec.desired is SlotState.RUNNING
 
 
+def watch_reports(client, app, slot: Slot) -> set[str]:
+    """What baton_watch's runs reported of `slot` ("died", "up"), counting only runs whose baton_health
+    run (the one each triggers, baton_watch__<its run id>) succeeded."""
+    from baton.airflow_api import AirflowAPIError
+
+    runs = client.request("GET", "/dags/baton_watch/dagRuns", "baton_watch runs",
+                          params={"limit": 50, "order_by": "-start_date"})["dag_runs"]
+    kinds = set()
+    for run in runs:
+        try:
+            changes = client.xcom("baton_watch", run["dag_run_id"], "watch") or []
+            checked = client.dag_run("baton_health", f"baton_watch__{run['dag_run_id']}")["state"] == "success"
+        except AirflowAPIError:  # still watching, or skipped (nothing changed): no XCom, no check
+            continue
+        if checked:
+            kinds |= {c["kind"] for c in changes if c["app"] == app.name and c["slot"] == slot.value}
+    return kinds
+
+
 def test_a_dead_standby_is_restarted_and_dead_slots_come_back_exactly_once(stack):
     platform, client, apps = stack
     app, bootstrap = apps["cc_fail"], platform.settings.kafka_bootstrap
@@ -49,8 +69,10 @@ def test_a_dead_standby_is_restarted_and_dead_slots_come_back_exactly_once(stack
             kill_driver(bootstrap, app, Slot.GREEN)
             time.sleep(3 * app.lease_ttl_ms / 1000)
             assert (read_control(bootstrap, app.name).epoch, read_control(bootstrap, app.name).active) == (1, Slot.BLUE)
-            wait_for("baton_health to bring green back", lambda: restarted_and_running(client, platform, app, Slot.GREEN, 1),
-                     400, every_s=1)
+            wait_for("baton_watch to report green's death and return, each checked by baton_health",
+                     lambda: watch_reports(client, app, Slot.GREEN) >= {"died", "up"}, 240, every_s=2)
+            spec = desired(platform, app.name, Slot.GREEN)
+            assert len(spec.restarts) == 1 and spec.desired is SlotState.RUNNING
             assert launcher.find(app.name, Slot.GREEN) is not None
 
             # 2. Both die: baton_health restarts both; blue is still the active and resumes from its checkpoint.

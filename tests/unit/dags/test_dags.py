@@ -20,13 +20,33 @@ def dagbag():
 def test_every_dag_file_imports(dagbag):
     assert dagbag.import_errors == {}
     assert {"baton_topics", "baton_lifecycle", "baton_health", "baton_cutover", "baton_rolling_upgrade",
-            "baton_reprocess", "baton_reprocess_confirm"} <= set(dagbag.dag_ids)
+            "baton_reprocess", "baton_reprocess_confirm", "baton_watch"} <= set(dagbag.dag_ids)
 
 
 def test_health_runs_every_minute_one_run_at_a_time(dagbag):
     dag = dagbag.dags["baton_health"]
     assert dag.max_active_runs == 1
     assert dag.schedule == timedelta(minutes=1)
+
+
+def test_the_watch_runs_always_one_run_at_a_time_and_then_triggers_baton_health(dagbag):
+    dag = dagbag.dags["baton_watch"]
+    assert dag.max_active_runs == 1 and type(dag.timetable).__name__ == "ContinuousTimetable"
+    check = dag.get_task("check")
+    assert check.upstream_task_ids == {"watch"} and check.trigger_dag_id == "baton_health"
+    assert dag.get_task("watch").retries >= 1  # apache/airflow#71580
+
+
+def test_the_watch_skips_its_run_when_nothing_changed_and_returns_what_did():
+    from airflow.sdk.exceptions import AirflowSkipException
+
+    from baton_airflow.sensors.slot_changes import SlotChangeSensor
+
+    sensor = SlotChangeSensor(task_id="watch")
+    with pytest.raises(AirflowSkipException, match="no slot died"):
+        sensor.execute_complete({}, {"status": "quiet", "changes": [], "message": "no slot died or came up in 3600 s"})
+    died = {"app": "a", "slot": "blue", "kind": "died", "launch": "l1", "why": "its process is gone"}
+    assert sensor.execute_complete({}, {"status": "met", "changes": [died]}) == [died]
 
 
 @pytest.mark.parametrize("conf, field", [
