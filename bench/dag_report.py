@@ -37,7 +37,9 @@ def owed_gap(send_times: np.ndarray, lat: np.ndarray, out_times: np.ndarray, sin
     return float(max(gaps[i], 0.0)), float(u[i + 1])
 
 def analyse(args, prewarm, sent: SendLog, pieces: list[dict], obs, t0: float, t_load: float, t_end: float,
-            t_load_end: float) -> dict:
+            t_load_end: float, windows: dict[str, tuple[float, float]] | None = None) -> dict:
+    """The run's verdict and latency; `windows` (name -> [a, b) in epoch seconds): the latency of the events
+    sent in each, apart (latency_windows)."""
     from baton.tools.verify import align_users, event_latencies, latency_report, latency_timeline, longest_gap_at, verify
 
     truth = sent.truth() + (prewarm.truth() if prewarm is not None else Counter())
@@ -50,6 +52,8 @@ def analyse(args, prewarm, sent: SendLog, pieces: list[dict], obs, t0: float, t_
     lat = event_latencies(users, times, align_users(obs, index), obs.counts, obs.times)
     in_run = times >= t0
     report = latency_report(lat[in_run], obs.times[obs.times >= t0])
+    apart = {name: latency_report(lat[(times >= a) & (times < b)], obs.times[(obs.times >= a) & (obs.times < b)]).summary()
+             for name, (a, b) in (windows or {}).items()}
     warm = (times >= t_load) & ~in_run
     warm_report = latency_report(lat[warm], obs.times[(obs.times >= t_load) & (obs.times < t0)])
     gap, gap_end = owed_gap(times, lat, obs.times, t0)
@@ -73,7 +77,7 @@ def analyse(args, prewarm, sent: SendLog, pieces: list[dict], obs, t0: float, t_
         "max_gap_ms": round(gap * 1000), "max_gap_end_s": round(gap_end - t0, 1) if gap_end is not None else None,
         "max_output_gap_ms": round(plain_gap * 1000),  # between any two output records (input pauses included)
         "max_output_gap_end_s": round(plain_end - t0, 1) if plain_end is not None else None,
-        "latency": report.summary(), "latency_warmup": warm_report.summary(),
+        "latency": report.summary(), "latency_warmup": warm_report.summary(), "latency_windows": apart,
         "load_s": round(t_load_end - t0, 1), "bursts": bursts,
         "timeline": {
             "latency": latency_timeline(times[times >= t_load], lat[times >= t_load], 1.0, start=t0),
