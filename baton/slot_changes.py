@@ -16,7 +16,10 @@ beside the active. The watcher reads every app's leases in log order and reports
   itself).
 
 What was already so when the watcher began (a slot dead before it, a launch running before it) is not
-reported: baton_health's runs see those. Pure: the caller reads the topic and asks the host.
+reported: baton_health's runs see those. One exception: a launch that came up in the look-back's last
+RECENT_UP_MS while the control plane still has its slot desired STARTING (a restart whose return no check
+has seen yet: it may have come up between two watch runs) is reported up, else it would wait for the
+minute. Pure: the caller reads the topic, the control records and asks the host.
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ from baton.leases import Lease, LeaseJudge, process_gone
 from baton.records import Slot, SlotState
 
 DIED, UP = "died", "up"
+# A launch running for less than this when the watch begins may still await baton_health's check.
+RECENT_UP_MS = 120_000
 
 
 @dataclass(frozen=True)
@@ -54,7 +59,7 @@ class SlotChangeWatch:
         self.newest: dict[tuple[str, Slot], Lease] = {}
         # The judge of a slot's silence counts the other slot's renewals (keyed by the slot judged).
         self.judges: dict[tuple[str, Slot], LeaseJudge] = {}
-        self.running_launches: set[tuple[str, Slot, str]] = set()  # launches seen RUNNING
+        self.running_launches: dict[tuple[str, Slot, str], int] = {}  # launches seen RUNNING: since (ts)
         self.reported: set[tuple[str, Slot, str, str]] = set()     # (app, slot, launch, kind): baseline or told
         self.begun = False
 
@@ -72,24 +77,34 @@ class SlotChangeWatch:
         if (own := self.judges.get(key)) is not None:
             own.observe(lease)  # a renewal of the slot judged: its silence ends
         if lease.state is SlotState.RUNNING:
-            launch = (lease.app, lease.slot, lease.launch)
-            if launch not in self.running_launches:
-                self.running_launches.add(launch)
-                if not self.begun:
-                    self.reported.add((*launch, UP))
+            self.running_launches.setdefault((lease.app, lease.slot, lease.launch), lease.ts_ms)
 
-    def begin(self) -> None:
-        """The look-back is read: every slot dead now is the baseline."""
+    def recently_up(self) -> set[tuple[str, Slot]]:
+        """Slots whose current launch came up within RECENT_UP_MS of the newest renewal read."""
+        newest = max((lease.ts_ms for lease in self.newest.values()), default=0)
+        return {(app, slot) for (app, slot, launch), since in self.running_launches.items()
+                if self._current(app, slot, launch) and since >= newest - RECENT_UP_MS}
+
+    def begin(self, awaiting_check: set[tuple[str, Slot]] = frozenset()) -> None:
+        """The look-back is read: every slot dead now, and every launch running now, is the baseline,
+        except a running one whose slot is `awaiting_check` (desired STARTING in its control record)."""
         for change in self._current_deaths():
             self.reported.add((change.app, change.slot, change.launch, DIED))
+        for (app, slot, launch) in self.running_launches:
+            if not ((app, slot) in awaiting_check and self._current(app, slot, launch)):
+                self.reported.add((app, slot, launch, UP))
         self.begun = True
+
+    def _current(self, app: str, slot: Slot, launch: str) -> bool:
+        lease = self.newest.get((app, slot))
+        return lease is not None and lease.launch == launch
 
     def changes(self) -> list[SlotChange]:
         """What changed since the baseline and was not reported yet (each change once)."""
         found = list(self._current_deaths())
         for (app, slot, launch) in self.running_launches:
-            lease = self.newest.get((app, slot))
-            if lease is not None and lease.launch == launch:
+            if self._current(app, slot, launch):
+                lease = self.newest[(app, slot)]
                 found.append(SlotChange(app, slot, UP, launch, f"launch {launch[:8]} (pid {lease.pid} on "
                                                                f"{lease.host}) is running"))
         new = [c for c in found if (c.app, c.slot, c.launch, c.kind) not in self.reported]

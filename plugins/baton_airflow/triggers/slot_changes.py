@@ -17,6 +17,7 @@ from typing import Any, AsyncIterator
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from baton.kafka.client_config import use_file
+from baton.records import Slot
 from baton_airflow.triggers.base import PROGRESS_EVERY_S, security_file
 
 # Renewals of every slot: one per slot and second, so this covers the last few seconds of many apps.
@@ -119,9 +120,27 @@ class LeaseReader:
                 return False
         self._read()
         if self._position >= self._end or time.monotonic() >= self._look_back_until:
-            self.watch.begin()
+            self.watch.begin(self._awaiting_check())
             return True
         return False
+
+    def _awaiting_check(self):
+        """Of the slots that came up lately, those the control plane still has desired STARTING (read once
+        per watch, for their apps only)."""
+        from baton.kafka.control_log import read_control
+        from baton.records import SlotState
+
+        awaiting, recent = set(), self.watch.recently_up()
+        for app in sorted({app for app, _ in recent}):
+            try:
+                record = read_control(self.bootstrap, app)
+            except Exception:  # the broker did not answer: the scheduled check will see it
+                continue
+            for slot in Slot:
+                spec = record.slots.get(slot) if record is not None else None
+                if (app, slot) in recent and spec is not None and spec.desired is SlotState.STARTING:
+                    awaiting.add((app, slot))
+        return awaiting
 
     def poll(self):
         self._read()

@@ -3,7 +3,7 @@ before the watch began, a stop, a live but silent slot on this host and a broker
 
 from baton.leases import RECOVERY_GRACE_MS, Lease
 from baton.records import Role, Slot, SlotState
-from baton.slot_changes import DIED, UP, SlotChangeWatch
+from baton.slot_changes import DIED, RECENT_UP_MS, UP, SlotChangeWatch
 
 INTERVAL, TTL, HOST = 1000, 4000, "here"
 
@@ -131,3 +131,24 @@ def test_apps_are_watched_apart():
                      lease(Slot.BLUE, 0, app="other", pid=30), lease(Slot.GREEN, 0, app="other", pid=40))
     del host.procs[40]
     assert [(c.app, c.slot, c.kind) for c in watch.changes()] == [("other", Slot.GREEN, DIED)]
+
+
+def test_a_launch_that_came_up_between_two_watches_is_reported_while_its_check_is_awaited():
+    host = Host(10, 21)
+    leases = [lease(Slot.BLUE, 0), lease(Slot.GREEN, 1000, launch="green-2", pid=21)]
+    watch = SlotChangeWatch(HOST, host.start_of)
+    for item in leases:
+        watch.observe(item)
+    assert watch.recently_up() == {("app", Slot.BLUE), ("app", Slot.GREEN)}
+    watch.begin(awaiting_check={("app", Slot.GREEN)})  # green restarted: desired STARTING still
+    assert [(c.slot, c.kind, c.launch) for c in watch.changes()] == [(Slot.GREEN, UP, "green-2")]
+    assert watch.changes() == []
+
+
+def test_a_launch_up_for_longer_than_the_recent_window_is_no_longer_recent():
+    host = Host(10, 20)
+    watch = SlotChangeWatch(HOST, host.start_of)
+    watch.observe(lease(Slot.BLUE, 0))
+    watch.observe(lease(Slot.GREEN, 0))
+    renewals(watch, Slot.BLUE, 1000, RECENT_UP_MS + 2000)
+    assert watch.recently_up() == set()

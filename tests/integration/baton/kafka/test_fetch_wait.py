@@ -134,15 +134,16 @@ def test_a_tail_read_and_the_status_feed_reach_the_end_past_many_batches(tansu):
 def test_an_end_probe_lengthens_its_wait_instead_of_timing_out_on_many_batches(tansu):
     """The Spark source's end probe (every batch) and the slot's input-end reader: Tansu's ListOffsets end
     lies inside the last batch, and a fetch there with a 10 ms wait got nothing on a partition of 20,000
-    batches, so every probe waited out its timeout (10 s for the source)."""
+    batches, so every probe waited out its timeout (10 s for the source). 40,000 batches here: in a fast
+    phase of the host (CI, 2026-12-02) a 10 ms wait still reached the end of 20,000."""
     topic = f"input-{uuid.uuid4().hex[:8]}"
     ensure_topics(tansu, [TopicSpec(topic, 1, {})])
-    fill(tansu, topic, 20_000, per_batch=2)
+    fill(tansu, topic, 40_000, per_batch=2)
     c = Consumer({"bootstrap.servers": tansu, "group.id": f"probe-{uuid.uuid4().hex[:8]}", "enable.auto.commit": False,
                   "isolation.level": "read_committed", "enable.partition.eof": True, "fetch.wait.max.ms": 10})
     try:
         bound = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[1]
-        assert bound < 40_000  # Tansu's short end: the last batch's base + 1
+        assert bound < 80_000  # Tansu's short end: the last batch's base + 1
         t0 = time.monotonic()
         ends, unsettled = probe_ends(c, topic, {0: bound}, 10.0, tansu, 10)
         assert unsettled == {0} and time.monotonic() - t0 < 5  # not the 10 s timeout
@@ -153,9 +154,9 @@ def test_an_end_probe_lengthens_its_wait_instead_of_timing_out_on_many_batches(t
     reader.start()
     try:
         deadline = time.monotonic() + 10
-        while reader.latest() != {0: 40_000} and time.monotonic() < deadline:
+        while reader.latest() != {0: 80_000} and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert reader.latest() == {0: 40_000}
+        assert reader.latest() == {0: 80_000}
         assert reader.fetch_wait == 50
     finally:
         reader.stop()
