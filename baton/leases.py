@@ -31,6 +31,9 @@ import json
 import os
 from dataclasses import dataclass, fields
 from baton.records import FORMAT_VERSION, ControlRecord, Positions, RecordError, Role, Slot, SlotState, _load, _req
+# How far back a reader of the leases topic starts: enough for every slot's last few renewals (one per slot
+# and interval, every app's in one partition).
+LOOK_BACK_RECORDS = 2000
 # A lease in these states was given up by a slot that is stopping on request: it expires, nobody takes over.
 RELEASED = (SlotState.STOPPING, SlotState.STOPPED)
 

@@ -61,7 +61,6 @@ class SlotChangeWatch:
         self.judges: dict[tuple[str, Slot], LeaseJudge] = {}
         self.running_launches: dict[tuple[str, Slot, str], int] = {}  # launches seen RUNNING: since (ts)
         self.reported: set[tuple[str, Slot, str, str]] = set()     # (app, slot, launch, kind): baseline or told
-        self.begun = False
 
     def observe(self, lease: Lease) -> None:
         key = (lease.app, lease.slot)
@@ -93,7 +92,6 @@ class SlotChangeWatch:
         for (app, slot, launch) in self.running_launches:
             if not ((app, slot) in awaiting_check and self._current(app, slot, launch)):
                 self.reported.add((app, slot, launch, UP))
-        self.begun = True
 
     def _current(self, app: str, slot: Slot, launch: str) -> bool:
         lease = self.newest.get((app, slot))

@@ -38,8 +38,8 @@ from baton.apps import AppDefinition
 from baton.driver_wrapper import LAUNCH_ID_ENV
 from baton.handoff import HandoffError, take_over
 from baton.kafka.admin import TopicSpec, ensure_topics
-from baton.leases import (Lease, LeaseJudge, decode_lease, decide_takeover, my_pid_start, proc_start_ticks, process_gone,
-                          this_host)
+from baton.leases import (LOOK_BACK_RECORDS, Lease, LeaseJudge, decode_lease, decide_takeover, my_pid_start,
+                          proc_start_ticks, process_gone, this_host)
 from baton.records import Role, Slot, SlotState
 from baton.settings import LEASES_TOPIC, LEASES_TOPIC_CONFIG
 from spark_apps.runtime.follower import Follower
@@ -50,8 +50,6 @@ from baton.kafka.client_config import kafka_config
 
 log = logging.getLogger(__name__)
 
-# How far back a watcher starts reading the leases topic: enough for every slot's last few renewals.
-LOOK_BACK_RECORDS = 2000
 # Renewals are seen within this of their write (longer where Tansu needs it: baton.kafka.fetch_wait).
 # Nothing waits on a renewal's arrival: a silence is counted in this slot's own renewals as the log
 # holds them (baton.leases.LeaseJudge), so a longer wait only moves a stall's takeover by up to that

@@ -11,7 +11,7 @@ from airflow.sdk import BaseHook
 from baton.apps import AppDefinition
 from baton.control_plane import ControlPlane, KafkaControlStore
 from baton.kafka.tail import end_offsets, read_tail
-from baton.leases import Lease, decode_lease
+from baton.leases import LOOK_BACK_RECORDS, Lease, decode_lease
 from baton.records import CommitMarker, RecordError, Slot, StatusRecord
 from baton.settings import LEASES_TOPIC, STATUS_TOPIC
 from baton_airflow.hooks.kafka import BatonKafkaHook
@@ -40,7 +40,7 @@ def read_last_commit(bootstrap: str, app: AppDefinition) -> CommitMarker | None:
     return read_last_marker(bootstrap, app.commits_topic, app.name)
 
 
-def read_leases(bootstrap: str, app: str, last_n: int = 2000) -> dict[Slot, Lease]:
+def read_leases(bootstrap: str, app: str, last_n: int = LOOK_BACK_RECORDS) -> dict[Slot, Lease]:
     """The newest lease of each of `app`'s slots among the last `last_n` renewals of every app (one
     per slot and second: the last few seconds are what liveness needs). A missing topic: none yet."""
     from confluent_kafka import KafkaException

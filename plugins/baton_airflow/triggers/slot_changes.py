@@ -17,11 +17,10 @@ from typing import Any, AsyncIterator
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from baton.kafka.client_config import use_file
+from baton.leases import LOOK_BACK_RECORDS
 from baton.records import Slot
 from baton_airflow.triggers.base import PROGRESS_EVERY_S, security_file
 
-# Renewals of every slot: one per slot and second, so this covers the last few seconds of many apps.
-LOOK_BACK_RECORDS = 2000
 # How long the look-back may take before the watch begins with what it read.
 LOOK_BACK_S = 10.0
 # A poll's wait for renewals (the consumer's own fetch waits on the broker; this bounds one call).
@@ -89,7 +88,7 @@ class LeaseReader:
         self._position = 0            # the next offset to read
         self._look_back_until = 0.0
 
-    def _open(self) -> bool:
+    def _open(self) -> None:
         from confluent_kafka import Consumer, TopicPartition
 
         from baton.kafka.client_config import kafka_config
@@ -107,7 +106,6 @@ class LeaseReader:
         self._position = max(0, self._end - LOOK_BACK_RECORDS)
         consumer.assign([TopicPartition(LEASES_TOPIC, 0, self._position)])
         self._consumer, self._look_back_until = consumer, time.monotonic() + LOOK_BACK_S
-        return True
 
     def look_back(self) -> bool:
         """Read the last renewals up to the topic's end at the start; True once they are the baseline.
