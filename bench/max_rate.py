@@ -58,7 +58,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--step", type=float, default=5000.0)
     ap.add_argument("--step-s", type=float, default=60.0)
     ap.add_argument("--max", type=float, default=60000.0, help="stop stepping up at this rate")
-    ap.add_argument("--warmup", type=float, default=30.0, help="seconds at --start before the first step is measured")
+    ap.add_argument("--warmup", type=float, default=240.0,
+                    help="seconds at --start before the first step is measured (the JVMs' JIT settles in ~4 min)")
     ap.add_argument("--keys", type=int, default=100_000)
     ap.add_argument("--malformed", type=float, default=0.01)
     ap.add_argument("--prewarm", type=int, default=100_000)
@@ -79,7 +80,7 @@ def main() -> int:
     path = write_result(args.name, result)
     plot(result, RESULTS / f"{args.name}.png")
     print(json.dumps({k: result[k] for k in ("max_rate", "p99_ms_at_max", "max_rate_keeps_pace", "slot_cores_at_start",
-                                             "verdict")}, indent=1))
+                                             "slot_cores_warmup", "verdict")}, indent=1))
     log(f"wrote {path} and {path.with_suffix('.png')}")
     return 0 if result["verdict"]["ok"] else 1
 
@@ -109,22 +110,13 @@ def run(b, args) -> dict:
                                         "--out-dir", str(sends)])
     t0 = time.time() + args.warmup  # the first step's start
     log(f"load from {args.start:.0f}/s ({args.warmup:.0f} s of warm-up), +{args.step:.0f}/s every {args.step_s:.0f} s")
-    time.sleep(args.warmup)
+    warm_cpu, warm_io = meters(b, procs)
+    time.sleep(max(0.0, t0 - time.time()))
+    warmup = {"cpu": warm_cpu.stop(), "io": warm_io.stop()}
     steps, behind_in_a_row, k = [], 0, 0
     while True:
         rate = args.start + k * args.step
-        cpu, io = CpuMeter(), IoMeter(broker_port=int(b.bootstrap.rsplit(":", 1)[1]))
-        for name in ("loadgen", "verifier"):
-            cpu.track(name, b.procs.running[name].pid)
-            io.track(name, b.procs.running[name].pid)
-        if b.broker_pid is not None:
-            cpu.track("broker", b.broker_pid)
-            io.track("broker", b.broker_pid)
-        for s in slots:
-            cpu.track(s.value, procs[s].pid, slot=True)
-            io.track(s.value, procs[s].pid)
-        cpu.start()
-        io.start()
+        cpu, io = meters(b, procs)
         end = t0 + (k + 1) * args.step_s
         time.sleep(max(0.0, end - time.time()))
         cpu_report, io_report = cpu.stop(), io.stop()
@@ -165,10 +157,33 @@ def run(b, args) -> dict:
     watch.close()
     if code != 0:
         raise RuntimeError(f"verifier failed ({code}):\n{b.procs.tail('verifier')}")
-    return analyse(args, prewarm, sent, Observations.load(b.tmp / "seen.npz"), watch, steps, drained)
+    return analyse(args, prewarm, sent, Observations.load(b.tmp / "seen.npz"), watch, steps, drained, warmup)
 
 
-def analyse(args, prewarm, sent, obs, watch, steps, drained) -> dict:
+def meters(b, procs) -> tuple[CpuMeter, IoMeter]:
+    """CPU and I/O meters over every process of the run, started."""
+    cpu, io = CpuMeter(), IoMeter(broker_port=int(b.bootstrap.rsplit(":", 1)[1]))
+    for name in ("loadgen", "verifier"):
+        cpu.track(name, b.procs.running[name].pid)
+        io.track(name, b.procs.running[name].pid)
+    if b.broker_pid is not None:
+        cpu.track("broker", b.broker_pid)
+        io.track("broker", b.broker_pid)
+    for s, proc in procs.items():
+        cpu.track(s.value, proc.pid, slot=True)
+        io.track(s.value, proc.pid)
+    cpu.start()
+    io.start()
+    return cpu, io
+
+
+def slot_cores(cpu_report: dict) -> float:
+    """Active + standby: both slots' JVMs (JIT and GC included) and Python."""
+    return round(sum(v["cores"] for role, v in cpu_report["by_role"].items()
+                     if role.split(".")[0] in ("blue", "green")), 3)
+
+
+def analyse(args, prewarm, sent, obs, watch, steps, drained, warmup) -> dict:
     verdict = verify(sent.truth() + prewarm.truth(), obs.pairs(), obs.corrected)
     pre_users, pre_times = prewarm.valid()
     users, times = sent.valid()
@@ -189,12 +204,16 @@ def analyse(args, prewarm, sent, obs, watch, steps, drained) -> dict:
         # I/O over the step's wall-clock window, per event sent in it (rate x step: the same window)
         step["io_per_event"] = per_event(step["io"], int(round(step["rate"] * args.step_s)))
         step["held"] = bool(not step["behind"] and report.p99_ms <= P99_TARGET_MS)
-    first = steps[0]["cpu"]["by_role"] if steps else {}
-    slot_cores = round(sum(v["cores"] for role, v in first.items() if role.split(".")[0] in ("blue", "green")), 3)
+    at_start = slot_cores(steps[0]["cpu"]) if steps else None
     return {
         **headline(steps),
-        "slot_cores_at_start": slot_cores,   # active + standby, JVMs (JIT included) and Python, at --start
-        "slot_cores_at_20085": slot_cores if abs(args.start - 20085) < 1 else None,
+        # active + standby at --start, in the first step: after --warmup s at that rate, when the JVMs'
+        # JIT has done most of its work (it takes ~0.2 cores a JVM in the first minute, ~0.04 after 4)
+        "slot_cores_at_start": at_start,
+        "slot_cores_at_20085": at_start if abs(args.start - 20085) < 1 else None,
+        "slot_cores_warmup": slot_cores(warmup["cpu"]),   # the same over the warm-up, from the load's start
+        "warmup_s": args.warmup,
+        "cpu_warmup": warmup["cpu"],
         "cpu_at_start": steps[0]["cpu"] if steps else None,
         "input_record_bytes": round(mean_record_bytes(sent.users, sent.kinds), 1),  # key + value, no framing
         "io_per_event_at_start": steps[0]["io_per_event"] if steps else None,

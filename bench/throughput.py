@@ -139,7 +139,8 @@ def run(b: Bench, args, during=None) -> dict:
         from profiling import Profiler
 
         profiler = Profiler((args.logs or b.tmp) / "profile", seconds=max(10.0, args.seconds - 10))
-        profiler.start_slot("blue", procs[Slot.BLUE].pid)
+        for s in slots:
+            profiler.start_slot(s.value, procs[s].pid)
     marks, handoff_error = [], None
     if during is not None:
         time.sleep(args.handoff_at)
