@@ -8,11 +8,12 @@ STAMP  := $(VENV)/.installed
 # Baton's JVM operators (jvm/src: the event-time state TTL), compiled against the installed Spark.
 JAR    := $(VENV)/baton-jvm.jar
 JAVA_SRC := $(shell find jvm/src -name '*.java')
+SPARK_READY := $(VENV)/.spark-home
 
 .PHONY: install test unit demo up down status bench lock clean
 
 # Re-runs only when the lock or the package metadata changed: a repeat `make` installs nothing.
-install: $(STAMP) $(JAR)
+install: $(STAMP) $(JAR) $(SPARK_READY)
 
 $(STAMP): requirements.txt pyproject.toml scripts/check_prereqs.py spark_apps/runtime/worker_path.py spark_apps/runtime/spark_home.py
 	@command -v $(PYTHON) >/dev/null || { echo "Python 3.11+ is required ($(PYTHON) not found; set PYTHON=...)" >&2; exit 2; }
@@ -29,16 +30,19 @@ $(STAMP): requirements.txt pyproject.toml scripts/check_prereqs.py spark_apps/ru
 	@# Spark's Python processes import the installed pyspark, not the zip copy (spark_apps.runtime.worker_path).
 	$(BIN)/python -m spark_apps.runtime.worker_path install >/dev/null
 	@touch $(STAMP)
-	@# The local drivers' Spark home (no Spark ML), then the driver's class-data-sharing archive for
-	@# its classpath (slots start seconds sooner; both optional, see the modules).
-	$(BIN)/python -m spark_apps.runtime.spark_home build
-	$(BIN)/python -m spark_apps.runtime.cds build
 
 $(JAR): $(JAVA_SRC) $(STAMP)
 	@rm -rf $(VENV)/jvm-classes && mkdir -p $(VENV)/jvm-classes
 	javac -nowarn --release 17 -cp "$$($(BIN)/python -c 'import pyspark, os; print(os.path.join(os.path.dirname(pyspark.__file__), "jars"))')/*" \
 		-d $(VENV)/jvm-classes $(JAVA_SRC)
 	jar --create --file $@ -C $(VENV)/jvm-classes .
+
+# The local drivers' Spark home (no Spark ML; Baton's jar linked in), then the driver's class-data-sharing
+# archive for its classpath (slots start seconds sooner; both optional, see the modules).
+$(SPARK_READY): $(STAMP) $(JAR) spark_apps/runtime/spark_home.py
+	$(BIN)/python -m spark_apps.runtime.spark_home build
+	$(BIN)/python -m spark_apps.runtime.cds build
+	@touch $@
 
 # The browser tests' Chromium (Debian's package; scripts/ensure_chromium.sh), once.
 BROWSER := $(VENV)/.chromium

@@ -73,6 +73,14 @@ def session_conf(app: AppDefinition) -> dict[str, str]:
     return conf
 
 
+# `file:` for a local driver started from Baton's Spark home (its jar on the classpath; a local
+# master's tasks run in that JVM): Hadoop's LocalFileSystem, checksums and all, whose permissions are
+# set by a system call. Without Hadoop's native library every file it creates is chmod-ed by a process
+# (a shell command and a thread to read it): ~15 a batch (the offset and commit log entries, a
+# changelog per state partition, each with its checksum), 5-6 a second for an active at 1 s batches.
+NO_FORK_LOCAL_FS = "baton.fs.NoForkLocalFileSystem"
+
+
 def scheduler_pools_file() -> Path:
     """SCHEDULER_POOLS as a file for spark.scheduler.allocation.file (named by its content, so every
     slot on the machine shares one, written once and atomically)."""
@@ -123,16 +131,22 @@ def session(name: str, app: AppDefinition, extra: dict[str, str] | None = None):
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(name)
+    own: dict[str, str] = {}
     # Under spark-submit (which sets PYSPARK_GATEWAY_PORT for the Python driver) the master comes
     # from the submit command and must not be overridden; under plain `python` Baton picks it.
     if "PYSPARK_GATEWAY_PORT" not in os.environ:
+        master = (extra or {}).get("spark.master") or os.environ.get("BATON_SPARK_MASTER", "local[2]")
         if "spark.master" not in (extra or {}):
-            builder = builder.master(os.environ.get("BATON_SPARK_MASTER", "local[2]"))
+            builder = builder.master(master)
         # The driver JVM this process launches starts from Baton's Spark home (no Spark ML), unless
         # the environment names one.
         if "SPARK_HOME" not in os.environ and (home := spark_home.local_home()) is not None:
             os.environ["SPARK_HOME"] = str(home)
-    conf = {**session_conf(app), "spark.scheduler.allocation.file": str(scheduler_pools_file()), **(extra or {})}
+        if master.startswith("local") and os.environ.get("SPARK_HOME") == str(spark_home.HOME) \
+                and spark_home.has_baton_jar(spark_home.HOME):
+            own["spark.hadoop.fs.file.impl"] = NO_FORK_LOCAL_FS
+    conf = {**session_conf(app), **own, "spark.scheduler.allocation.file": str(scheduler_pools_file()),
+            **(extra or {})}
     conf["spark.driver.extraJavaOptions"] = driver_java_options(conf.get("spark.driver.extraJavaOptions", ""))
     for k, v in conf.items():
         builder = builder.config(k, v)

@@ -7,7 +7,10 @@ every jar), and the only one in pyspark's jars is Spark ML's: it registers ML fu
 Scala reflection, ~1 s of a session's start on this project's 2-core machine, for functions no Baton
 app uses. This home holds the same `bin` (a link) and links to every jar but Spark ML's and the
 libraries only ML and GraphX use; measured with a CDS archive built for each: a session started in
-2.7-3.0 s instead of 3.8-4.1 s; the restart benchmark's first batch came 2-2.8 s sooner. It has
+2.7-3.0 s instead of 3.8-4.1 s; the restart benchmark's first batch came 2-2.8 s sooner. Baton's
+own jar (`make install` builds it, spark_apps.runtime.idle_counts.JAR) is linked among the jars, so
+its classes are on the driver's classpath from the JVM's start (and in its CDS archive): the local
+file system that sets permissions without a process (spark_apps.runtime.spark). It has
 no `python/lib` either: Spark would put those zips first on every Python process's path, where
 they only slow imports down (spark_apps.runtime.worker_path); its Python processes import the
 installed pyspark.
@@ -40,18 +43,39 @@ def wanted_jars(source: Path) -> list[Path]:
     return sorted(j for j in (source / "jars").glob("*.jar") if not j.name.startswith(LEFT_OUT))
 
 
+def baton_jar() -> Path | None:
+    """Baton's own jar, when `make install` has built it."""
+    from spark_apps.runtime.idle_counts import JAR
+
+    return JAR if JAR.is_file() else None
+
+
+def links(source: Path) -> dict[str, Path]:
+    """The home's jars: name -> what it links to."""
+    want = {j.name: j for j in wanted_jars(source)}
+    if (own := baton_jar()) is not None:
+        want[own.name] = own
+    return want
+
+
 def current(home: Path = HOME) -> bool:
-    """The home links exactly the installed pyspark's bin and wanted jars (checked at every slot
-    start: one readlink a link, not a resolve)."""
+    """The home links exactly the installed pyspark's bin and wanted jars, and Baton's jar if built
+    (checked at every slot start: one readlink a link, not a resolve)."""
     source = pyspark_dir()
     try:
         if os.readlink(home / "bin") != str(source / "bin"):
             return False
-        links = sorted(os.listdir(home / "jars"))
-        want = wanted_jars(source)
-        return links == [j.name for j in want] and all(os.readlink(home / "jars" / j.name) == str(j) for j in want)
+        want = links(source)
+        return (sorted(os.listdir(home / "jars")) == sorted(want)
+                and all(os.readlink(home / "jars" / name) == str(j) for name, j in want.items()))
     except OSError:
         return False
+
+
+def has_baton_jar(home: Path) -> bool:
+    """Whether a driver started from `home` has Baton's jar on its classpath."""
+    own = baton_jar()
+    return own is not None and (home / "jars" / own.name).is_symlink()
 
 
 def build(home: Path = HOME) -> Path:
@@ -61,8 +85,8 @@ def build(home: Path = HOME) -> Path:
     shutil.rmtree(staging, ignore_errors=True)
     (staging / "jars").mkdir(parents=True)
     (staging / "bin").symlink_to(source / "bin")
-    for jar in wanted_jars(source):
-        (staging / "jars" / jar.name).symlink_to(jar)
+    for name, jar in links(source).items():
+        (staging / "jars" / name).symlink_to(jar)
     old = home.with_name(home.name + f".old{os.getpid()}")
     if home.exists():
         home.rename(old)

@@ -142,3 +142,49 @@ def test_a_slot_driver_starts_from_batons_spark_home_without_spark_ml(tmp_path):
     assert lines["ml extension"] == "absent"
     assert lines["lookup processes"] == "0"
     assert lines["read"] == "[0, 1, 2]"
+
+
+CHMOD_SCRIPT = """
+import os, sys
+from pathlib import Path
+from baton.apps import load_app
+from spark_apps.runtime.spark import session
+
+tmp = Path(sys.argv[1])
+spark = session("baton-fs-test", load_app("click_counts"), {"spark.master": "local[1]"})
+jvm, conf = spark._jvm, spark._jsc.hadoopConfiguration()
+fs = jvm.org.apache.hadoop.fs
+
+def create(filesystem, name):
+    out = filesystem.create(fs.Path((tmp / name).as_uri()), True)
+    out.write(b"x")
+    out.close()
+    return oct(os.stat(tmp / name).st_mode & 0o777), oct(os.stat(tmp / f".{name}.crc").st_mode & 0o777)
+
+local = fs.FileSystem.getLocal(conf)
+print("class", local.getClass().getName(), jvm.java.lang.Class.forName("org.apache.hadoop.fs.LocalFileSystem").isInstance(local))
+print("ours", *create(local, "ours"), (tmp / "chmod-ran").exists())
+hadoops = jvm.org.apache.hadoop.conf.Configuration(conf)
+hadoops.set("fs.file.impl", "org.apache.hadoop.fs.LocalFileSystem")
+print("hadoops", *create(fs.FileSystem.newInstance(fs.Path(tmp.as_uri()).toUri(), hadoops), "hadoops"),
+      (tmp / "chmod-ran").exists())
+spark.stop()
+"""
+
+
+def test_a_local_slot_writes_its_files_with_hadoops_permissions_and_no_chmod_process(tmp_path):
+    """A slot's driver started from Baton's Spark home sets file permissions by a system call: the
+    same modes as Hadoop's own LocalFileSystem, which runs `chmod` for every file (a `chmod` first on
+    the PATH records that it ran: it did for Hadoop's, not for Baton's)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "chmod").write_text(f'#!/bin/sh\ntouch {tmp_path / "chmod-ran"}\nexec /bin/chmod "$@"\n')
+    (bin_dir / "chmod").chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    out = subprocess.run([sys.executable, "-c", CHMOD_SCRIPT, str(tmp_path)], cwd=REPO_ROOT, capture_output=True,
+                         text=True, timeout=180, env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = {line.split()[0]: line.split()[1:] for line in out.stdout.splitlines() if line.split()}
+    assert lines["class"] == ["baton.fs.NoForkLocalFileSystem", "True"], out.stdout
+    assert lines["ours"] == ["0o644", "0o644", "False"], out.stdout
+    assert lines["hadoops"] == ["0o644", "0o644", "True"], out.stdout
