@@ -15,7 +15,7 @@ SPARK_READY := $(VENV)/.spark-home
 # Re-runs only when the lock or the package metadata changed: a repeat `make` installs nothing.
 install: $(STAMP) $(JAR) $(SPARK_READY)
 
-$(STAMP): requirements.txt pyproject.toml scripts/check_prereqs.py spark_apps/runtime/worker_path.py spark_apps/runtime/spark_home.py
+$(STAMP): requirements.txt pyproject.toml scripts/check_prereqs.py spark_apps/runtime/worker_path.py
 	@command -v $(PYTHON) >/dev/null || { echo "Python 3.11+ is required ($(PYTHON) not found; set PYTHON=...)" >&2; exit 2; }
 	@$(PYTHON) scripts/check_prereqs.py
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)

@@ -4,6 +4,7 @@ needs `file:` to be Hadoop's LocalFileSystem. A raw file system there made every
 fail, so a restart replayed every changelog since the first batch (seen in a benchmark's log)."""
 
 import os
+import shutil
 import subprocess
 import sys
 
@@ -178,7 +179,8 @@ def test_a_local_slot_writes_its_files_with_hadoops_permissions_and_no_chmod_pro
     the PATH records that it ran: it did for Hadoop's, not for Baton's)."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    (bin_dir / "chmod").write_text(f'#!/bin/sh\ntouch {tmp_path / "chmod-ran"}\nexec /bin/chmod "$@"\n')
+    real = shutil.which("chmod")
+    (bin_dir / "chmod").write_text(f'#!/bin/sh\ntouch {tmp_path / "chmod-ran"}\nexec {real} "$@"\n')
     (bin_dir / "chmod").chmod(0o755)
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
     out = subprocess.run([sys.executable, "-c", CHMOD_SCRIPT, str(tmp_path)], cwd=REPO_ROOT, capture_output=True,
