@@ -56,6 +56,25 @@ def standby_batch(df) -> None:
     df.write.format("noop").mode("overwrite").save()
 
 
+# The short call site Spark gives the RDDs and jobs a thread creates (SparkContext.getCallSite): unset,
+# each one walks the thread's stack for it (Utils.getCallSite, ~0.1 ms a walk on the stream thread).
+CALL_SITE_SHORT = "callSite.short"
+
+
+def batch_table(df):
+    """The batch's rows as an Arrow table (running the batch), leaving the stream thread's call site as
+    it was. PySpark's toArrow sets a call site for its job and unsets it after (SCCallSiteSync), and a
+    foreachBatch runs on the stream thread: from the first batch on, every RDD and job of every batch
+    then walked the thread's stack for a call site Spark had been given at the query's start."""
+    sc = df.sparkSession.sparkContext
+    call_site = sc.getLocalProperty(CALL_SITE_SHORT)
+    try:
+        return df.toArrow()
+    finally:
+        if call_site is not None:
+            sc.setLocalProperty(CALL_SITE_SHORT, call_site)
+
+
 def dead_headers(reason: str, topic: str, partition: int, offset: int) -> list[tuple[str, bytes]]:
     return [("baton.reason", reason.encode()), ("baton.source", f"{topic}/{partition}/{offset}".encode())]
 
@@ -99,7 +118,7 @@ class RoleGatedSink:
             control, _ = self.follower.snapshot()
             table = None
             if is_active(control, self.slot) or "kind" in df.columns or self.image.collecting:
-                table = df.toArrow()  # runs the batch: every read task has finished when it returns
+                table = batch_table(df)  # runs the batch: every read task has finished when it returns
             else:  # the standby's batch: its state moves, its output goes nowhere (see standby_batch)
                 standby_batch(df)
             self.mark("batch read")
@@ -112,7 +131,7 @@ class RoleGatedSink:
                     # (never expected: a standby's batch ends within what the active emitted).
                     log.warning("batch %s ran as the standby and is owed as the active: run again with its output",
                                 batch_id)
-                    table = df.toArrow()
+                    table = batch_table(df)
             if table is not None:
                 out, dead = self.split(table, start, end or {})
                 self.counters.dead_letters += len(dead)

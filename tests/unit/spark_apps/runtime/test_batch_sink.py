@@ -23,12 +23,26 @@ class FakeTable:
         return SimpleNamespace(to_pylist=lambda: [r[i] for r in self.rows])
 
 
+class FakeContext:
+    """A thread's local properties, as the stream thread holds them when a batch starts."""
+
+    def __init__(self):
+        self.properties = {batch_sink.CALL_SITE_SHORT: "start at NativeMethodAccessorImpl.java:0"}
+
+    def getLocalProperty(self, key):
+        return self.properties.get(key)
+
+    def setLocalProperty(self, key, value):
+        self.properties[key] = value
+
+
 class FakeFrame:
     """A foreachBatch frame: counts how the batch was run."""
 
     def __init__(self, rows, columns=("key", "value")):
         self.rows, self.columns = rows, list(columns)
         self.collected, self.noop_runs = 0, 0
+        self.sparkSession = SimpleNamespace(sparkContext=FakeContext())
         frame = self
 
         class Writer:
@@ -44,8 +58,9 @@ class FakeFrame:
                 frame.noop_runs += 1
         self.write = Writer()
 
-    def toArrow(self):
+    def toArrow(self):  # as PySpark's: its job's call site set, then unset (SCCallSiteSync)
         self.collected += 1
+        self.sparkSession.sparkContext.setLocalProperty(batch_sink.CALL_SITE_SHORT, None)
         return FakeTable(self.rows)
 
 
@@ -128,6 +143,14 @@ def test_the_active_collects_and_emits_its_output(make):
     assert (df.noop_runs, df.collected) == (0, 1)
     assert emitter.emits == [(5, ROWS, False)] and h.counters.dead_letters == 2
     assert follower.processed == [(END, 3)]
+
+
+def test_collecting_a_batch_leaves_the_stream_threads_call_site_as_it_was(make):
+    df = FakeFrame(ROWS)
+    make(FakeFollower(control(Slot.GREEN, epoch=3)), FakeEmitter()).on_batch(df, 5)
+    assert df.collected == 1
+    assert df.sparkSession.sparkContext.getLocalProperty(batch_sink.CALL_SITE_SHORT) == \
+        "start at NativeMethodAccessorImpl.java:0"
 
 
 def test_a_role_that_came_during_a_standby_batch_whose_output_is_owed_runs_it_again_and_emits(make):
