@@ -43,6 +43,14 @@ TYPES: dict[str, tuple[Any, str]] = {
 }
 
 
+def spark_type(type_name: str):
+    """The Spark type of a field of one of the TYPES."""
+    from pyspark.sql import types as T
+
+    return {"string": T.StringType, "bigint": T.LongType, "int": T.IntegerType, "smallint": T.ShortType,
+            "tinyint": T.ByteType, "double": T.DoubleType, "float": T.FloatType, "boolean": T.BooleanType}[type_name]()
+
+
 class DecodeSpecError(ValueError):
     """The declared fields cannot be decoded by the source (the harness then uses from_json)."""
 

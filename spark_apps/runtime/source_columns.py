@@ -5,7 +5,8 @@ Schema, raw (no valueFields): key binary, value binary, topic string, partition 
 timestamp timestamp. Key and value are binary (like Spark's own Kafka source): no decoding and no
 crash on bytes that are not UTF-8; the app parses (from_json) and routes what does not parse to its
 dead-letter topic. The timestamp is the record's timestamp in UTC (null when the record carries none).
-Schema, decoded (valueFields): the fields, in order; events that do not decode are not rows.
+Schema, decoded (valueFields): the fields, in order; events that do not decode are not rows. With
+packRows, many events to a row (packed_rows.py: the frame's reader unpacks them in the JVM).
 
 Offsets are {"<partition>": next offset to read} with partitions in numeric order (Spark compares
 offsets by their JSON text). One Spark input partition per Kafka partition with data in
@@ -19,21 +20,9 @@ from __future__ import annotations
 from operator import itemgetter
 from typing import Any, Iterator
 
-from pyspark.sql.types import (
-    BinaryType,
-    BooleanType,
-    ByteType,
-    DoubleType,
-    FloatType,
-    IntegerType,
-    LongType,
-    ShortType,
-    StringType,
-    StructField,
-    StructType,
-    TimestampType,
-)
+from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType, TimestampType
 
+from spark_apps.runtime.decode import spark_type
 from spark_apps.runtime.source_options import SourceOptions
 
 SCHEMA = StructType([
@@ -49,11 +38,11 @@ SCHEMA = StructType([
 def output_schema(opts: SourceOptions) -> StructType:
     if opts.value_fields is None:
         return SCHEMA
-    return StructType([StructField(n, _SPARK_TYPES[t]()) for n, t in opts.value_fields])
+    if opts.packed:
+        from spark_apps.runtime.packed_rows import packed_schema
 
-
-_SPARK_TYPES = {"string": StringType, "bigint": LongType, "int": IntegerType, "smallint": ShortType,
-                "tinyint": ByteType, "double": DoubleType, "float": FloatType, "boolean": BooleanType}
+        return packed_schema(opts.value_fields, opts.required)
+    return StructType([StructField(n, spark_type(t)) for n, t in opts.value_fields])
 
 
 def raw_columns(msgs: list) -> list[list]:
@@ -99,8 +88,14 @@ def decoded_record_batch(opts: SourceOptions, columns: list[list]):
     import pyarrow as pa
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    schema = to_arrow_schema(output_schema(opts), timezone="UTC")
-    return pa.RecordBatch.from_arrays([pa.array(c, f.type) for c, f in zip(columns, schema)], schema=schema)
+    fields = StructType([StructField(n, spark_type(t)) for n, t in opts.value_fields])
+    schema = to_arrow_schema(fields, timezone="UTC")
+    arrays = [pa.array(c, f.type) for c, f in zip(columns, schema)]
+    if opts.packed:
+        from spark_apps.runtime.packed_rows import pack
+
+        return pack(opts.value_fields, opts.required, arrays)
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
 def raw_batches(chunks, topic: str, p: int) -> Iterator[Any]:

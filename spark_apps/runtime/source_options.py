@@ -27,6 +27,8 @@ Options (Spark lower-cases option keys; any case works):
                            source decodes each value as a JSON object with these fields (decode.py);
                            requires deadLetterDir. requiredFields: JSON ["name", ...], fields that must
                            be present (else the event is a dead letter).
+  packRows                 with valueFields: "false" (default) | "true": hand Spark many decoded events to a
+                           row (packed_rows.py; the reader unpacks them with packed_rows.unpack).
   deadLetterDir            with valueFields: where each read task leaves the events that did not decode,
                            with their reasons (spark_apps.runtime.dead_letters).
   readOn                   "executors" (default): one Spark task per partition with data reads it;
@@ -70,14 +72,14 @@ class SourceOptions:
     __slots__ = ("bootstrap", "topic", "starting", "starting_timestamp", "max_records",
                  "cap_file", "poll_timeout_s", "kafka_conf", "value_fields", "required", "dead_letter_dir",
                  "read_on", "min_batch_interval_s", "on_data_loss", "identity_file", "batch_times_file",
-                 "align_partitions")
+                 "align_partitions", "packed")
 
     def __init__(self, bootstrap: str, topic: str, starting: Any, starting_timestamp: Optional[int],
                  max_records: Optional[int], cap_file: Optional[str], poll_timeout_s: float,
                  kafka_conf: dict[str, str], value_fields: Optional[list[tuple[str, str]]] = None,
                  required: Sequence[str] = (), dead_letter_dir: Optional[str] = None, read_on: str = "executors",
                  min_batch_interval_s: float = 0.0, on_data_loss: str = "fail", identity_file: Optional[str] = None,
-                 batch_times_file: Optional[str] = None, align_partitions: bool = True):
+                 batch_times_file: Optional[str] = None, align_partitions: bool = True, packed: bool = False):
         self.bootstrap = bootstrap
         self.topic = topic
         self.starting = starting  # "earliest" | "latest" | {partition: offset or EARLIEST/LATEST}
@@ -95,6 +97,7 @@ class SourceOptions:
         self.identity_file = identity_file
         self.batch_times_file = batch_times_file
         self.align_partitions = align_partitions
+        self.packed = packed  # decoded events many to a row (packed_rows.py)
 
     def __getstate__(self):
         return {k: getattr(self, k) for k in self.__slots__}
@@ -199,6 +202,11 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
     raw_align = str(opts.pop("alignpartitions", "true")).strip().lower()
     if raw_align not in ("true", "false"):
         raise ValueError(f"option 'alignPartitions' must be 'true' or 'false', got {raw_align!r}")
+    raw_packed = str(opts.pop("packrows", "false")).strip().lower()
+    if raw_packed not in ("true", "false"):
+        raise ValueError(f"option 'packRows' must be 'true' or 'false', got {raw_packed!r}")
+    if raw_packed == "true" and value_fields is None:
+        raise ValueError("option 'packRows' goes with 'valueFields' (it packs decoded events)")
 
     kafka_conf: dict[str, str] = {}
     for k in list(opts):
@@ -215,7 +223,7 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
     return SourceOptions(bootstrap, topic, starting, starting_timestamp, max_records, cap_file,
                          poll_ms / 1000.0, kafka_conf, value_fields, required, dead_letter_dir, read_on,
                          interval_ms / 1000.0, on_data_loss, identity_file, batch_times_file,
-                         align_partitions=raw_align == "true")
+                         align_partitions=raw_align == "true", packed=raw_packed == "true")
 
 
 def _parse_decoding(opts: dict) -> tuple[Optional[list[tuple[str, str]]], list[str], Optional[str]]:
