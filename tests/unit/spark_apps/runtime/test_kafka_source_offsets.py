@@ -74,12 +74,25 @@ def test_starting_timestamp():
     ({"minbatchintervalms": "1s"}, "minBatchIntervalMs"),
     ({"kafka.group.id": "mine"}, "kafka.group.id"),
     ({"alignpartitions": "no"}, "alignPartitions"),
+    ({"packrows": "yes"}, "packRows"),
+    ({"packrows": "true"}, "packRows"),  # without valueFields: nothing decoded to pack
 ])
 def test_bad_options_name_the_option(bad, option):
     options = {**BASE, **bad}
     options = {k: v for k, v in options.items() if v is not None}
     with pytest.raises(ValueError, match=option.replace(".", r"\.")):
         parse_options(options)
+
+
+def test_packed_rows_change_the_schema_spark_is_told():
+    from spark_apps.runtime.packed_rows import packed_schema
+
+    decoded = {"valueFields": '[["user_id", "string"], ["n", "int"]]', "requiredFields": '["user_id"]',
+               "deadLetterDir": "/tmp/dead"}
+    assert not opts(**decoded).packed
+    packed = KafkaSource({**BASE, **decoded, "packRows": "true"})
+    assert packed.schema() == packed_schema([("user_id", "string"), ("n", "int")], ["user_id"])
+    assert [f.name for f in packed.schema().fields] == ["_p0_bytes", "_p0_ends", "_p1_values", "_p1_valid"]
 
 
 def test_source_rejects_a_foreign_schema():
