@@ -31,7 +31,7 @@ from typing import Sequence
 PACKED_ROW_RECORDS = 2048
 INDEX = "_baton_i"  # the event's place in its packed row, while unpacking
 
-_ZERO = {"string": b"", "boolean": False, "double": 0.0, "float": 0.0}
+_ZERO = {"boolean": False, "double": 0.0, "float": 0.0}  # a null's placeholder (numbers: 0; strings: no bytes)
 
 
 def packed_schema(fields: Sequence[tuple[str, str]], required: Sequence[str]):
@@ -61,10 +61,7 @@ def pack(fields: Sequence[tuple[str, str]], required: Sequence[str], arrays: lis
     row_offsets = pa.array(bounds, pa.int32())
     columns, names = [], []
     for j, ((name, typ), arr) in enumerate(zip(fields, arrays)):
-        if arr.null_count:
-            filled = pc.fill_null(arr, _ZERO.get(typ, 0)) if typ != "string" else arr
-        else:
-            filled = arr
+        filled = pc.fill_null(arr, _ZERO.get(typ, 0)) if arr.null_count and typ != "string" else arr
         if typ == "string":
             data, ends = _string_chunks(filled, bounds)
             columns += [data, pa.ListArray.from_arrays(row_offsets, ends)]
@@ -84,7 +81,6 @@ def _string_chunks(arr, bounds: list[int]):
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    arr = arr.cast(pa.string())  # an empty or all-null array may come typed otherwise
     _validity, offset_buf, data = arr.buffers()
     # n + 1: where each event's bytes start in the data buffer (a sliced array's too)
     offsets = pa.Array.from_buffers(pa.int32(), len(arr) + 1, [None, offset_buf], offset=arr.offset)
@@ -101,8 +97,6 @@ def unpack(packed, fields: Sequence[tuple[str, str]], required: Sequence[str]):
     """The events of a frame of packed rows: the declared fields, in order, one row per event."""
     from pyspark.sql import functions as F
 
-    from spark_apps.runtime.decode import spark_type
-
     first = "_p0_ends" if fields[0][1] == "string" else "_p0_values"
     rows = packed.select("*", F.posexplode(first).alias(INDEX, "_baton_first"))
     i = F.col(INDEX)
@@ -116,5 +110,5 @@ def unpack(packed, fields: Sequence[tuple[str, str]], required: Sequence[str]):
             value = F.col(f"_p{j}_values")[i]
         if name not in required:
             value = F.when(F.col(f"_p{j}_valid")[i], value)
-        out.append(value.cast(spark_type(typ)).alias(name))
+        out.append(value.alias(name))
     return rows.select(*out)

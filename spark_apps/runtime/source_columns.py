@@ -42,7 +42,12 @@ def output_schema(opts: SourceOptions) -> StructType:
         from spark_apps.runtime.packed_rows import packed_schema
 
         return packed_schema(opts.value_fields, opts.required)
-    return StructType([StructField(n, spark_type(t)) for n, t in opts.value_fields])
+    return decoded_schema(opts.value_fields)
+
+
+def decoded_schema(fields: list[tuple[str, str]]) -> StructType:
+    """One column per declared field, of its type."""
+    return StructType([StructField(n, spark_type(t)) for n, t in fields])
 
 
 def raw_columns(msgs: list) -> list[list]:
@@ -88,8 +93,7 @@ def decoded_record_batch(opts: SourceOptions, columns: list[list]):
     import pyarrow as pa
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    fields = StructType([StructField(n, spark_type(t)) for n, t in opts.value_fields])
-    schema = to_arrow_schema(fields, timezone="UTC")
+    schema = to_arrow_schema(decoded_schema(opts.value_fields), timezone="UTC")
     arrays = [pa.array(c, f.type) for c, f in zip(columns, schema)]
     if opts.packed:
         from spark_apps.runtime.packed_rows import pack
