@@ -1,4 +1,5 @@
-"""When each batch's records were written: the driver-side reader leaves it for the harness.
+"""When each batch's records were written, and how many it handed Spark: the driver-side reader leaves
+it for the harness.
 
 The reader (Spark's driver-side source process, kafka_driver_reader.py) knows, when it plans a batch,
 the timestamps of the batch's oldest and newest records (prefetch.py's stamps). The harness (the
@@ -7,6 +8,8 @@ the last few batches' times to a small file in the slot's directory (write + ren
 input) and the harness looks up the batch it reports by its end offsets: the slot's end-to-end latency,
 record timestamp (the producer's send time, or the broker's append time) to the batch's output
 committed, for the oldest and the newest record of the batch. Across hosts it includes the clocks' skew.
+The count is the batch's events: Spark's numInputRows counts rows, and a source that packs events many
+to a row (packed_rows.py) hands it a few dozen rows for tens of thousands of events.
 """
 
 from __future__ import annotations
@@ -23,9 +26,10 @@ KEEP = 8
 
 @dataclass(frozen=True)
 class BatchTimes:
-    end: dict[int, int]     # the batch's end offsets per partition
-    oldest_ms: int          # timestamp of its oldest record (within a fetch's span)
-    newest_ms: int          # timestamp of its newest record
+    end: dict[int, int]           # the batch's end offsets per partition
+    oldest_ms: Optional[int]      # timestamp of its oldest record (within a fetch's span; None: no timestamps)
+    newest_ms: Optional[int]      # timestamp of its newest record
+    records: Optional[int] = None  # the events it handed Spark (None: not known, an older reader's file)
 
 
 class BatchTimesFile:
@@ -37,7 +41,7 @@ class BatchTimesFile:
 
     def add(self, times: BatchTimes) -> None:
         self._entries.append({"end": {str(p): o for p, o in times.end.items()},
-                              "oldest_ms": times.oldest_ms, "newest_ms": times.newest_ms})
+                              "oldest_ms": times.oldest_ms, "newest_ms": times.newest_ms, "records": times.records})
         del self._entries[:-KEEP]
         tmp = self.path.with_name(self.path.name + ".tmp")
         try:
@@ -57,14 +61,19 @@ def read_batch_times(path: str | Path, end: dict[int, int]) -> Optional[BatchTim
     for e in reversed(entries if isinstance(entries, list) else []):
         if isinstance(e, dict) and e.get("end") == want:
             try:
-                return BatchTimes(end, int(e["oldest_ms"]), int(e["newest_ms"]))
+                return BatchTimes(end, _int_or_none(e.get("oldest_ms")), _int_or_none(e.get("newest_ms")),
+                                  _int_or_none(e.get("records")))
             except (KeyError, TypeError, ValueError):
                 return None
     return None
 
 
+def _int_or_none(v) -> Optional[int]:
+    return None if v is None else int(v)
+
+
 def latencies_ms(times: Optional[BatchTimes], batch_end_ms: Optional[int]) -> tuple[Optional[int], Optional[int]]:
     """(oldest record's latency, newest record's) at the batch's end; None when either is unknown."""
-    if times is None or batch_end_ms is None:
+    if times is None or batch_end_ms is None or times.oldest_ms is None or times.newest_ms is None:
         return None, None
     return max(0, batch_end_ms - times.oldest_ms), max(0, batch_end_ms - times.newest_ms)

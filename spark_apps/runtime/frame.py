@@ -11,6 +11,7 @@ from types import ModuleType
 
 from baton.apps import AppDefinition
 from spark_apps.runtime.decode import INVALID_PREFIX, NOT_AN_OBJECT, supported
+from spark_apps.runtime.packed_rows import unpack
 
 log = logging.getLogger(__name__)
 
@@ -69,9 +70,14 @@ def build_frame(spark, app: AppDefinition, bootstrap: str, starting_offsets: str
         reader = reader.option("alignPartitions", "false")
     fields = decodable_fields(mod.VALUE_SCHEMA)
     if fields is not None:
-        events = (reader.option("valueFields", json.dumps(fields))
+        # Packed many to a row (packed_rows.py): Spark stores a driver-side source's rows by Java
+        # serialization, an object graph a row; the batch's numInputRows then counts packed rows
+        # (progress.with_event_count counts events for the status).
+        packed = (reader.option("valueFields", json.dumps(fields))
                   .option("requiredFields", json.dumps(list(mod.REQUIRED)))
+                  .option("packRows", "true")
                   .option("deadLetterDir", str(spool)).load())
+        events = unpack(packed, fields, list(mod.REQUIRED))
         return app_transform(mod, app, events).select(F.col("key").cast("binary").alias("key"),
                                             F.col("value").cast("binary").alias("value"))
     raw = reader.load()
@@ -127,6 +133,11 @@ def uses_event_time(spark, mod: ModuleType, app: AppDefinition) -> bool:
                  "stream: %s)", app.name, exc)
         return True
     return "EventTimeWatermark" in plan
+
+
+def packs_rows(app: AppDefinition) -> bool:
+    """Whether build_frame's source hands Spark the app's events packed (its fields decode in the source)."""
+    return decodable_fields(importlib.import_module(app.module).VALUE_SCHEMA) is not None
 
 
 def decodable_fields(ddl: str) -> list[tuple[str, str]] | None:

@@ -39,14 +39,14 @@ from spark_apps.runtime.corrected_output import CorrectedOutput
 from spark_apps.runtime.correction import EmittedKeys
 from spark_apps.runtime.digests import StateDigests
 from spark_apps.runtime.follower import Follower
-from spark_apps.runtime.frame import IDENTITY_FILE, TRIGGER_TICK_MS, build_frame
+from spark_apps.runtime.frame import IDENTITY_FILE, TRIGGER_TICK_MS, build_frame, packs_rows
 from spark_apps.runtime.hold import Hold
 from spark_apps.runtime.input_ends import InputEnds
 from spark_apps.runtime.invariant_check import InvariantsOnRequest
 from spark_apps.runtime.kafka_sink import TransactionalEmitter, WriterFenced
 from spark_apps.runtime.lease import LeaseKeeper
 from spark_apps.runtime.priority import SlotPriority
-from spark_apps.runtime.progress import add_progress_listener, batch_latencies, failure_reason, status_from_progress
+from spark_apps.runtime.progress import add_progress_listener, failure_reason, status_from_progress
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +91,9 @@ class Harness:
         self.last_progress: dict | None = None  # the last batch's progress, repeated by idle heartbeats
         self.last_batch_ms: int | None = None  # when the last batch with input started (its input rate)
         self.last_publish = 0.0
-        self._latency_of: tuple[object, tuple[int | None, int | None]] = (None, (None, None))
+        # The last batch's end-to-end latencies (oldest, newest record), set with last_progress (ProgressBridge).
+        self.latencies: tuple[int | None, int | None] = (None, None)
+        self.packs_rows = False  # the source packs events many to a row: Spark's row counts are not events
         self.lease: LeaseKeeper | None = None  # renews this slot's lease; the standby's failover (runtime.lease)
         self.last_event = time.monotonic()  # the query's last progress or idle event
         # A query silent this long (no batch, no idle event) is hung: the lease is no longer renewed.
@@ -103,7 +105,7 @@ class Harness:
         role = control.role_of(self.slot) if control else Role.STANDBY
         st = status_from_progress(progress) if progress else {}
         if progress:
-            st["latency_ms"], st["latency_newest_ms"] = self._latencies(progress)
+            st["latency_ms"], st["latency_newest_ms"] = self.latencies
         if st.get("input_end") is None:
             st["input_end"] = self.input_ends.latest()
         rec = StatusRecord(
@@ -119,12 +121,6 @@ class Harness:
         self.status_producer.produce(STATUS_TOPIC, rec.to_bytes(), rec.key())
         self.status_producer.poll(0)
         self.last_publish = time.monotonic()
-
-    def _latencies(self, progress: dict) -> tuple[int | None, int | None]:
-        """The batch's end-to-end latencies, read once per batch (idle heartbeats repeat its progress)."""
-        if self._latency_of[0] != progress.get("batchId"):
-            self._latency_of = (progress.get("batchId"), batch_latencies(progress, self.paths.batch_times))
-        return self._latency_of[1]
 
     def alive(self) -> bool:
         """Starting up, or the query reported a batch or idleness within stall_s (its lease holds)."""
@@ -155,6 +151,7 @@ class Harness:
 
         self.spark = session(f"baton-{self.app.name}-{self.slot.value}", self.app, self.spark_conf)
         self.mark("spark session")
+        self.packs_rows = packs_rows(self.app)
         return build_frame(self.spark, self.app, self.bootstrap, self.starting_offsets, self.paths.cap_file,
                            self.paths.spool, min_batch_interval_ms=self.app.trigger_ms,
                            identity_file=self.paths.checkpoint / IDENTITY_FILE, batch_times_file=self.paths.batch_times)

@@ -222,8 +222,8 @@ class DriverStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableN
             return
         oldest = [t.oldest_ms for t in taken.values() if t.oldest_ms is not None]
         newest = [t.newest_ms for t in taken.values() if t.newest_ms is not None]
-        if oldest and newest:
-            self._times.add(BatchTimes(end, min(oldest), max(newest)))
+        records = sum(len(t.offsets) for t in taken.values())  # the events handed to Spark, packed or not
+        self._times.add(BatchTimes(end, min(oldest, default=None), max(newest, default=None), records))
 
     def _limits(self, parts: list[int]) -> dict[int, float]:
         cap = read_cap(self.opts.cap_file, parts) if self.opts.cap_file else None

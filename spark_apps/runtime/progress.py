@@ -10,7 +10,7 @@ from datetime import datetime
 from pathlib import Path
 
 from baton.records import SlotState
-from spark_apps.runtime.batch_times import latencies_ms, read_batch_times
+from spark_apps.runtime.batch_times import BatchTimes, latencies_ms, read_batch_times
 
 # An idle slot (no new input, or capped) publishes its status at least this often.
 IDLE_HEARTBEAT_S = 5.0
@@ -57,15 +57,49 @@ def _offsets(raw) -> dict[int, int] | None:
     return {int(k): int(v) for k, v in raw.items()} if raw else None
 
 
-def batch_latencies(p: dict, batch_times: Path) -> tuple[int | None, int | None]:
-    """(oldest, newest) input record's latency at the end of the progress's batch, from the times the
-    reader left for it (spark_apps.runtime.batch_times); None, None when unknown."""
+def batch_times_of(p: dict, batch_times: Path) -> BatchTimes | None:
+    """What the reader left for the progress's batch (spark_apps.runtime.batch_times), found by its end
+    offsets; None when unknown (no input, a replayed batch, a reader on executors)."""
     end = _offsets((p.get("sources") or [{}])[0].get("endOffset"))
+    if not end or not p.get("numInputRows"):
+        return None
+    return read_batch_times(batch_times, end)
+
+
+def with_event_count(p: dict, times: BatchTimes | None, packed: bool) -> dict:
+    """The progress counting events, not Spark's rows: numInputRows and its two rates. A source that
+    packs events many to a row (packed_rows.py) hands Spark a few dozen rows a batch, while the status's
+    input rows and rates feed the health checks' dead-letter share, the metrics and the upgrade's
+    planning (ms a row). The reader's count when it left one; else, for packed rows, the records
+    between the batch's start and end offsets (dead letters and transaction markers included); else
+    Spark's rows, which are then events."""
+    rows = int(p.get("numInputRows", 0))
+    if rows <= 0:
+        return p
+    if times is not None and times.records is not None:
+        events = times.records
+    elif packed:
+        source = (p.get("sources") or [{}])[0]
+        start, end = _offsets(source.get("startOffset")) or {}, _offsets(source.get("endOffset")) or {}
+        events = sum(max(0, o - start.get(part, o)) for part, o in end.items())
+    else:
+        return p
+    if events == rows:
+        return p
+    scale = events / rows
+    return {**p, "numInputRows": events,
+            "inputRowsPerSecond": float(p.get("inputRowsPerSecond") or 0.0) * scale,
+            "processedRowsPerSecond": float(p.get("processedRowsPerSecond") or 0.0) * scale}
+
+
+def batch_latencies(p: dict, times: BatchTimes | None) -> tuple[int | None, int | None]:
+    """(oldest, newest) input record's latency at the end of the progress's batch, from the times the
+    reader left for it (batch_times_of); None, None when unknown."""
     started = trigger_started_ms(p)
     took = (p.get("durationMs") or {}).get("triggerExecution")
-    if not end or not p.get("numInputRows") or started is None or took is None:
+    if not p.get("numInputRows") or started is None or took is None:
         return None, None
-    return latencies_ms(read_batch_times(batch_times, end), started + int(took))
+    return latencies_ms(times, started + int(took))
 
 
 def status_from_progress(p: dict) -> dict:
@@ -107,6 +141,9 @@ class ProgressBridge:
         c = h.startup
         h.last_event = time.monotonic()
         progress = json.loads(jevent.progress().json())
+        times = batch_times_of(progress, h.paths.batch_times)
+        progress = with_event_count(progress, times, h.packs_rows)
+        h.latencies = batch_latencies(progress, times)
         h.last_progress = with_input_rate(progress, h.last_batch_ms)
         if int(progress.get("numInputRows", 0)) > 0:
             h.last_batch_ms = trigger_started_ms(progress)
