@@ -171,11 +171,19 @@ def cut_over_at_fence(plane, app: str, to: Slot, epoch: int, fence: Positions,
     cut_over): met once the cutover is written (now, or before: a re-run finds it), failed if the gate
     failed or the record moved on, else WAIT. Whoever waits at the fence writes the cutover itself, so
     nothing starts between the active stopping at F (the output stops) and the write that lets the
-    new active emit. `plane` is a baton.control_plane.ControlPlane."""
+    new active emit. `plane` is a baton.control_plane.ControlPlane.
+    The active's marker is read first, and alone while it shows the active short of F at `epoch`: the
+    gate cannot be met then, and no cutover can have been written (the role moves only once the active
+    stands at F, where it stays until the new active emits at epoch + 1). Each read waits out a fetch
+    (~50 ms on the embedded broker); a look that reads only the marker lets its caller look often, and
+    the time between the active reaching F and the write is part of the handoff's output gap."""
+    marker = read_marker()
+    if short_of(marker, fence, epoch):
+        return WAIT
     rec = plane.current(app)
     if rec is not None and rec.active is to and rec.epoch == epoch + 1:
         return Check(met=True, message=f"{to.value} is active at epoch {rec.epoch}")
-    check = fence_reached(read_marker(), read_standby(), fence, epoch, trail_records=trail_records)
+    check = fence_reached(marker, read_standby(), fence, epoch, trail_records=trail_records)
     if not check.met:
         return check
     try:
@@ -183,6 +191,14 @@ def cut_over_at_fence(plane, app: str, to: Slot, epoch: int, fence: Positions,
     except HandoffError as exc:
         return Check(failed=True, message=str(exc))
     return Check(met=True, message=f"{check.message}; cut over: {to.value} is active at epoch {rec.epoch}")
+
+
+def short_of(marker: CommitMarker | None, fence: Positions, epoch: int) -> bool:
+    """The active's marker, written at `epoch`, shows it short of `fence` and past it nowhere."""
+    if marker is None or marker.epoch != epoch:
+        return False
+    emitted = dict(marker.emitted)
+    return not _passed(emitted, fence) and any(emitted.get(p, 0) < f for p, f in fence.items())
 
 
 def fence_passed(rec: ControlRecord | None, epoch: int, fence: Positions, by: str, marker: CommitMarker | None) -> bool:

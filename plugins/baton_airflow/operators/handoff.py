@@ -136,10 +136,12 @@ class CutoverOperator(_HandoffOperator):
         self.wait(control, app, plan, attempt=1)
 
     def wait(self, control: BatonControlHook, app: AppDefinition, plan: HandoffPlan, attempt: int) -> None:
+        # Looked at every 0.1 s: while the active is short of F a look reads its marker alone (one fetch,
+        # baton.handoff.cut_over_at_fence), and the time from the active at F to the write is output gap.
         self.defer(trigger=CutoverTrigger(
             app=app.name, slot=plan.to.value, bootstrap=control.bootstrap, fence=plan.fence, epoch=plan.epoch,
             trail_records=app.max_lag_records, correct=str(self.correct).lower() == "true",
-            timeout_s=float(self.wait_timeout_s), poll_s=0.25), method_name="execute_complete",
+            timeout_s=float(self.wait_timeout_s), poll_s=0.1), method_name="execute_complete",
             kwargs={"plan": plan.to_xcom(), "attempt": attempt})
 
     def execute_complete(self, context: Any, event: dict[str, Any], plan: dict[str, Any] | None = None,

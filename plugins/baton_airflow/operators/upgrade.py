@@ -307,7 +307,7 @@ class RollbackOperator(AppOperator):
                 return check
             if time.monotonic() > deadline:
                 return Check(message=f"{fence} not reached within {self.fence_timeout_s} s")
-            time.sleep(0.25)
+            time.sleep(0.1)
 
 
 class AbortUpgradeOperator(AbortStepsOperator):

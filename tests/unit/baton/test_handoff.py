@@ -2,6 +2,7 @@
 
 import pytest
 
+from baton.conditions import WAIT
 from baton.control_plane import ControlPlane
 from baton.invariants import ask_invariants
 from baton.handoff import (
@@ -115,24 +116,57 @@ def test_a_trailing_standby_may_be_handed_the_role_once_the_active_stands_at_the
                          now_ms=now).failed
 
 
+class CountingPlane:
+    """A ControlPlane whose reads of the current record are counted."""
+
+    def __init__(self, plane):
+        self.plane, self.reads = plane, 0
+
+    def current(self, app):
+        self.reads += 1
+        return self.plane.current(app)
+
+    def update(self, app, change):
+        return self.plane.update(app, change)
+
+
 def test_whoever_waits_at_the_fence_writes_the_cutover_the_moment_the_gate_is_met_and_once(plane):
     plane.update("app", with_fence(F, epoch=1, by="run1"))
     reads = []
 
-    def look(emitted, processed):
-        return cut_over_at_fence(plane, "app", Slot.GREEN, 1, F, lambda: reads.append("m") or marker(emitted),
-                                 lambda: [standby(processed, ts_ms=10**13)], trail_records=50, correct=True)
+    def look(emitted, processed, epoch=1):
+        return cut_over_at_fence(plane, "app", Slot.GREEN, 1, F, lambda: reads.append("m") or marker(emitted, epoch),
+                                 lambda: reads.append("s") or [standby(processed, ts_ms=10**13)], trail_records=50,
+                                 correct=True)
 
     waiting = look({0: 90, 1: 200}, {0: 80, 1: 200})
     assert (waiting.met, waiting.failed) == (False, False)
     assert plane.current("app").epoch == 1  # nothing written while the active is short of F
+    assert reads == ["m"]  # the marker alone: short of F, nothing else can have moved the gate
+    reads.clear()
     done = look(F, {0: 70, 1: 190})  # the active at F, the standby 40 short: within 50
     assert done.met and "cut over: green is active at epoch 2" in done.message
     rec = plane.current("app")
     assert (rec.active, rec.epoch, rec.fence, rec.correct_epoch) == (Slot.GREEN, 2, None, 2)
     reads.clear()
-    again = look(F, F)  # a re-run (a trigger re-created after a triggerer restart): done, nothing read or written
-    assert again.met and reads == [] and plane.current("app").revision == rec.revision
+    again = look(F, F)  # a re-run (a trigger re-created after a triggerer restart): done, nothing written
+    assert again.met and reads == ["m"] and plane.current("app").revision == rec.revision
+    emitting = look({0: 120, 1: 200}, {0: 120, 1: 200}, epoch=2)  # ... also once the new active emitted
+    assert emitting.met and plane.current("app").revision == rec.revision
+
+
+def test_a_look_at_the_fence_reads_the_record_only_once_the_active_is_at_or_past_it(plane):
+    plane.update("app", with_fence(F, epoch=1, by="run1"))
+    counted = CountingPlane(plane)
+    at = lambda emitted, epoch=1: cut_over_at_fence(  # noqa: E731
+        counted, "app", Slot.GREEN, 1, F, lambda: marker(emitted, epoch), lambda: [standby({0: 90, 1: 200})])
+    assert at({0: 99, 1: 200}) == WAIT and counted.reads == 0
+    assert at({0: 99, 1: 180}) == WAIT and counted.reads == 0  # short of F in both partitions
+    assert at({}) == WAIT and counted.reads == 0  # a marker without a partition of F: short of it there
+    past = at({0: 99, 1: 201})  # short in one, past in the other: the gate fails, the record is looked at
+    assert past.failed and "emitted past the fence" in past.message and counted.reads == 1
+    older = at({0: 99, 1: 200}, epoch=0)  # a marker of another epoch is never taken as short of F
+    assert counted.reads == 2 and not older.met
 
 
 def test_a_cutover_at_the_fence_fails_when_the_gate_does_or_the_record_moved_on(plane):
