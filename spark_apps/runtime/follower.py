@@ -46,11 +46,13 @@ from pathlib import Path
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from baton.caps import compute_cap
+from baton.generations import LATE_POSITION_FAULT
 from baton.handoff import taken_over_at
 from baton.kafka.control_log import apply_records, decode_for_app
 from baton.records import CommitMarker, ControlRecord, Positions, RecordError, Role, Slot, covers
 from baton.settings import CONTROL_TOPIC
 from baton.kafka.client_config import kafka_config
+from spark_apps.runtime.late_position import LatePositionFault
 
 
 # fetch.wait.max.ms of the follower's consumer (module docstring).
@@ -96,6 +98,7 @@ class Follower:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._late_position = LatePositionFault(cap_file.with_name(LATE_POSITION_FAULT))
 
     def _new_consumer(self, fetch_wait_ms: int) -> Consumer:
         return Consumer(kafka_config(self._bootstrap, {
@@ -166,6 +169,7 @@ class Follower:
                 rec = decode_for_app(self.app, m.key(), m.value())
                 if rec is None:
                     return False
+                rec = self._late_position.seen(self.control, rec)  # a test's fault, if it wrote one
                 before = self.control
                 self.control = apply_records(self.control, [rec])
                 changed = self.control is not before

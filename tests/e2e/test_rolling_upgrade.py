@@ -4,8 +4,9 @@
   with Spark's reason, before it could emit, and the standby is put back on the old version;
 - an upgrade to a version with the same state moves both slots under load: the standby restores its
   state (checked), warms up, the states agree at a position both passed, it takes over at a fence,
-  settles, and the old active
-  follows; the output is exactly once and the new version's records follow the cutover;
+  settles, and the old active follows; the output is exactly once and the new version's records
+  follow the cutover. The active passes its first check position and its first fence before it sees
+  them (a test fault): the check is asked again further ahead, the fence planned again;
 - a new version that breaks the SLA after the cutover is rolled back to the old one, still hot, under
   input that pauses and resumes.
 
@@ -21,11 +22,12 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
+from baton.generations import slot_paths
 from baton.kafka.control_log import read_control
 from baton.records import CommitMarker, Slot, SlotState
 from baton.tools.verify import read_output, verify
 from tests.support.e2e import LiveLoad, both_slots_running, run_dag
-from tests.support.slots import produce_clicks, read_topic, wait_until_emitted
+from tests.support.slots import produce_clicks, read_status, read_topic, wait_until_emitted
 
 pytestmark = pytest.mark.e2e
 APP = "cc_up"
@@ -83,9 +85,27 @@ def test_a_version_with_another_state_schema_is_refused_and_the_standby_put_back
     assert verdict.ok, verdict.summary()
 
 
+def late_positions(platform, app, slot: Slot, *kinds: str) -> Path:
+    """The test fault spark_apps.runtime.late_position in `slot`'s directory: the next of each `kinds`
+    ("fence", "check_at") a control record sets is passed by that slot before it sees it, as on a host
+    too busy to deliver the record in time. Returns the file (gone once all are used)."""
+    rec = read_control(platform.settings.kafka_bootstrap, app.name)
+    path = slot_paths(platform.settings.state_dir, app.name, slot, rec.slots[slot].generation).late_position_fault
+    path.write_text("\n".join(kinds) + "\n")
+    return path
+
+
+def positions_of(xcom) -> dict[int, int]:
+    return {int(p): int(o) for p, o in xcom.items()}
+
+
 def test_a_rolling_upgrade_under_load_is_exactly_once(running):
+    """...and the active (blue) passes both its first state check position and its first fence before it
+    sees them: the check is asked again further ahead, the fence planned again, and the upgrade goes on."""
     platform, client, app, truth = running
     bootstrap = platform.settings.kafka_bootstrap
+    assert read_control(bootstrap, app.name).active is Slot.BLUE
+    fault = late_positions(platform, app, Slot.BLUE, "check_at", "fence")
     # ~600 clicks/s, steady: each restarted slot has a minute of it to catch up with (the seed's rate is
     # bench/dag_handoff.py's; here ~2,000/s made the warm-up 110 s instead of 50 s and tested nothing more).
     with LiveLoad(bootstrap, app.input.topic, per_tick=150) as load:
@@ -114,6 +134,17 @@ def test_a_rolling_upgrade_under_load_is_exactly_once(running):
     assert "restored the" in restore and "state rows" in restore
     agreed = client.xcom("baton_rolling_upgrade", run["dag_run_id"], "state_check")
     assert "schema and digest agree" in agreed
+    assert not fault.exists(), f"a late position fault was not used: {fault.read_text()!r}"
+    # The check position blue read past: green, the standby, found no state of blue's there ("missed"),
+    # and the states agreed at the position asked again further ahead.
+    planned = positions_of(client.xcom("baton_rolling_upgrade", run["dag_run_id"], "check_position")["position"])
+    digests = [r.active_digest for r in read_status(bootstrap, app.name, Slot.GREEN.value) if r.active_digest]
+    assert any(d.at == "missed" and d.position == planned for d in digests), (planned, digests[-5:])
+    assert any(d.at == "check" and d.position != planned for d in digests), (planned, digests[-5:])
+    # The fence blue passed was planned again: the cutover happened at another, farther one.
+    first = positions_of(client.xcom("baton_rolling_upgrade", run["dag_run_id"], "fence")["fence"])
+    cut = positions_of(client.xcom("baton_rolling_upgrade", run["dag_run_id"], "cutover")["fence"])
+    assert all(cut[p] >= o for p, o in first.items()) and cut != first, (first, cut)
     # Each restart started the new launch beside the old one and promoted it once the old one was gone
     # (baton.launcher.stage): the launch that runs is the staged one, not a second spawn.
     for task in ("upgrade_standby", "upgrade_old_active"):
