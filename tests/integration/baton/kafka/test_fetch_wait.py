@@ -118,16 +118,18 @@ def test_control_writes_and_reads_go_on_past_many_batches(tansu, crowded):
 
 
 def test_a_tail_read_and_the_status_feed_reach_the_end_past_many_batches(tansu):
+    """40,000 batches: past a 10 ms wait's reach too, so the tail read lengthens its wait (in a fast phase
+    of the host, CI on 2026-12-03, a 10 ms wait reached the end of 20,000 within 5 s)."""
     topic = f"crowded-{uuid.uuid4().hex[:8]}"
     ensure_topics(tansu, [TopicSpec(topic, 1, {})])
-    fill(tansu, topic, 20_000)  # past a 10 ms wait's reach too: the tail read lengthens its wait
-    assert records_read(tansu, topic, wait_ms=10, within_s=5) < 20_000  # the premise, as above
-    assert len(read_tail(tansu, topic, lambda m: m.offset(), last_n=None)) == 20_000
+    fill(tansu, topic, 40_000)
+    assert records_read(tansu, topic, wait_ms=10, within_s=5) < 40_000  # the premise, as above
+    assert len(read_tail(tansu, topic, lambda m: m.offset(), last_n=None)) == 40_000
     assert fetch_wait.fetch_wait_ms(tansu, topic, 10) >= 50
     feed = StatusFeed(tansu)
     feed.tails = {topic: None}  # the feed's reads of baton.status, .control and .leases, on this topic
     feed.refresh()
-    assert feed.read[topic] == 20_000
+    assert feed.read[topic] == 40_000
     delete_topics(tansu, [topic])
 
 
