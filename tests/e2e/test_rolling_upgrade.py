@@ -8,12 +8,15 @@
   follow the cutover. The active passes its first check position and its first fence before it sees
   them (a test fault): the check is asked again further ahead, the fence planned again;
 - a new version that breaks the SLA after the cutover is rolled back to the old one, still hot, under
-  input that pauses and resumes.
+  input that pauses and resumes;
+- a rollback whose first fence the new active passes before it sees it (the test fault) plans another
+  and still hands back at a fence.
 
 The tests run in file order on one app (cc_up): each starts from where the previous one left it.
 """
 
 import json
+import threading
 import time
 import uuid
 from collections import Counter
@@ -23,8 +26,9 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from baton.generations import slot_paths
-from baton.kafka.control_log import read_control
+from baton.kafka.control_log import decode_for_app, read_control
 from baton.records import CommitMarker, Slot, SlotState
+from baton.settings import CONTROL_TOPIC
 from baton.tools.verify import read_output, verify
 from tests.support.e2e import LiveLoad, both_slots_running, run_dag
 from tests.support.slots import produce_clicks, read_status, read_topic, wait_until_emitted
@@ -85,12 +89,16 @@ def test_a_version_with_another_state_schema_is_refused_and_the_standby_put_back
     assert verdict.ok, verdict.summary()
 
 
-def late_positions(platform, app, slot: Slot, *kinds: str) -> Path:
-    """The test fault spark_apps.runtime.late_position in `slot`'s directory: the next of each `kinds`
-    ("fence", "check_at") a control record sets is passed by that slot before it sees it, as on a host
-    too busy to deliver the record in time. Returns the file (gone once all are used)."""
+def fault_path(platform, app, slot: Slot) -> Path:
+    """Where the test fault spark_apps.runtime.late_position goes for `slot`: the next of each kind the
+    file names ("fence", "check_at") that a control record sets is passed by that slot before it sees
+    it, as on a host too busy to deliver the record in time (the file is gone once all are used)."""
     rec = read_control(platform.settings.kafka_bootstrap, app.name)
-    path = slot_paths(platform.settings.state_dir, app.name, slot, rec.slots[slot].generation).late_position_fault
+    return slot_paths(platform.settings.state_dir, app.name, slot, rec.slots[slot].generation).late_position_fault
+
+
+def late_positions(platform, app, slot: Slot, *kinds: str) -> Path:
+    path = fault_path(platform, app, slot)
     path.write_text("\n".join(kinds) + "\n")
     return path
 
@@ -197,6 +205,58 @@ def test_a_version_that_breaks_the_sla_after_the_cutover_is_rolled_back(running)
     assert (record.active, record.epoch, record.fence) == (before.active, before.epoch + 2, None)
     assert versions(record) == {Slot.BLUE: "v4", Slot.GREEN: "v2"}
     assert "rolled back from v4" in record.slots[Slot.BLUE].reason
+    wait_until_emitted(bootstrap, app, sum(truth.values()), timeout_s=300)
+    verdict = verify(truth, read_output(bootstrap, app.output.topic, app.output.partitions))
+    assert verdict.ok, verdict.summary()
+
+
+def test_a_rollback_whose_first_fence_the_new_active_passes_still_hands_back_at_a_fence(running):
+    """The rollback plans its fence again, twice as far ahead, while the new active passes it: blue, active
+    on v4 after the cutover, passes the rollback's first fence before it sees it (the test fault
+    spark_apps.runtime.late_position, written the moment blue takes over) and stops at the second. Steady
+    input: a fence planned in a pause lies at the input's end, where nothing can pass it."""
+    platform, client, app, truth = running
+    bootstrap = platform.settings.kafka_bootstrap
+    before = read_control(bootstrap, app.name)  # green active on v2, blue the standby on v4 (rolled back)
+    assert before.active is Slot.GREEN
+    stop = threading.Event()
+    faulted: list[Path] = []
+
+    def fault_blue_once_it_is_active():
+        while not stop.is_set():
+            rec = read_control(bootstrap, app.name)
+            if rec.active is Slot.BLUE and rec.epoch == before.epoch + 1:
+                # Blue's directory of this generation: the upgrade may have restarted it.
+                fault = fault_path(platform, app, Slot.BLUE)
+                fault.write_text("fence\n")
+                faulted.append(fault)
+                return
+            time.sleep(0.1)
+
+    watch = threading.Thread(target=fault_blue_once_it_is_active, daemon=True)
+    watch.start()
+    with LiveLoad(bootstrap, app.input.topic, per_tick=150) as load:
+        run = run_dag(client, "baton_rolling_upgrade",
+                      {"app": app.name, "version": "v4", "settle_s": 20, "max_batch_ms": 1}, timeout_s=900)
+        time.sleep(3)
+    truth.update(load.truth)
+    stop.set()
+    watch.join(10)
+    assert faulted, "blue never took over"
+    assert not faulted[0].exists(), "blue never saw a fence after it took over"
+    assert run["state"] == "failed"
+    states = {ti["task_id"]: ti["state"] for ti in client.task_instances("baton_rolling_upgrade", run["dag_run_id"])}
+    assert states["settle"] == "failed" and states["rollback"] == "failed", states
+    assert "at a fence" in failure_reason(client, run, "rollback")
+    record = read_control(bootstrap, app.name)
+    assert (record.active, record.epoch, record.fence) == (Slot.GREEN, before.epoch + 2, None)
+    # The rollback's fences at blue's epoch: the first, which blue passed, then the one it stopped at.
+    fences = []
+    for rec in read_topic(bootstrap, CONTROL_TOPIC, lambda m: decode_for_app(app.name, m.key(), m.value())):
+        if (rec.epoch == before.epoch + 1 and rec.fence is not None and rec.handoff is not None
+                and rec.handoff.id.endswith("/rollback") and dict(rec.fence) not in fences):
+            fences.append(dict(rec.fence))
+    assert len(fences) >= 2, fences
     wait_until_emitted(bootstrap, app, sum(truth.values()), timeout_s=300)
     verdict = verify(truth, read_output(bootstrap, app.output.topic, app.output.partitions))
     assert verdict.ok, verdict.summary()

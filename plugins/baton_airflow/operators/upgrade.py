@@ -231,8 +231,9 @@ class RollbackOperator(AppOperator):
         plane.move_slot(app.name, new_slot, SlotState.RUNNING, reason=f"rolled back from {plan.version}: {reason}"[:500])
         if plan.operation:  # a reprocess: the app is free again
             plane.update(app.name, end_operation(plan.operation))
-        raise AirflowFailException(f"{app.name}: rolled back to {back_to.value} on {plan.from_version} "
-                                   f"(epoch {epoch + 1}, {how}); {plan.version} did not settle: {reason}")
+        # The run's outcome, kept where the REST API shows it (the task's XCom) as well as in its log.
+        raise fail_with_reason(context, f"{app.name}: rolled back to {back_to.value} on {plan.from_version} "
+                                        f"(epoch {epoch + 1}, {how}); {plan.version} did not settle: {reason}")
 
     def roll_back(self, control: BatonControlHook, spark: BatonSparkHook, app, plan: VersionChange, new_slot: Slot,
                   epoch: int, by: str, reason: str) -> str:
