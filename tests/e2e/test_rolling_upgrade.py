@@ -10,7 +10,8 @@
 - a new version that breaks the SLA after the cutover is rolled back to the old one, still hot, under
   input that pauses and resumes;
 - a rollback whose first fence the new active passes before it sees it (the test fault) plans another
-  and still hands back at a fence.
+  and still hands back at a fence;
+- a rolling upgrade under input that pauses and resumes completes: both slots on the new version.
 
 The tests run in file order on one app (cc_up): each starts from where the previous one left it.
 """
@@ -257,6 +258,32 @@ def test_a_rollback_whose_first_fence_the_new_active_passes_still_hands_back_at_
                 and rec.handoff.id.endswith("/rollback") and dict(rec.fence) not in fences):
             fences.append(dict(rec.fence))
     assert len(fences) >= 2, fences
+    wait_until_emitted(bootstrap, app, sum(truth.values()), timeout_s=300)
+    verdict = verify(truth, read_output(bootstrap, app.output.topic, app.output.partitions))
+    assert verdict.ok, verdict.summary()
+
+
+def test_a_rolling_upgrade_under_input_that_pauses_and_resumes_completes(running):
+    """Every gate meets input pauses (6 s on, 8 s off): the warm-ups, the state check, the fence, the
+    settle (quiet input is no failure) and the old active's upgrade; the run succeeds, exactly once."""
+    platform, client, app, truth = running
+    bootstrap = platform.settings.kafka_bootstrap
+    before = read_control(bootstrap, app.name)  # green active on v2, blue the standby on v4 (rolled back)
+    assert before.active is Slot.GREEN and versions(before) == {Slot.BLUE: "v4", Slot.GREEN: "v2"}
+    with LiveLoad(bootstrap, app.input.topic, on_s=6, off_s=8) as load:
+        run = run_dag(client, "baton_rolling_upgrade", {"app": app.name, "version": "v4", "settle_s": 20},
+                      timeout_s=900)
+        time.sleep(3)
+    truth.update(load.truth)
+    states = {ti["task_id"]: ti["state"] for ti in client.task_instances("baton_rolling_upgrade", run["dag_run_id"])}
+    why = {task: reason_or_none(client, run, task) for task, state in states.items() if state == "failed"}
+    assert run["state"] == "success", (states, why)
+    assert states["settle"] == "success" and states["upgrade_old_active"] == "success", states
+    assert states["abort"] == "skipped" and states["rollback"] == "skipped", states
+    record = read_control(bootstrap, app.name)
+    assert (record.active, record.epoch, record.fence) == (Slot.BLUE, before.epoch + 1, None)
+    assert versions(record) == {Slot.BLUE: "v4", Slot.GREEN: "v4"}
+    assert all(record.slots[s].desired is SlotState.RUNNING for s in Slot)
     wait_until_emitted(bootstrap, app, sum(truth.values()), timeout_s=300)
     verdict = verify(truth, read_output(bootstrap, app.output.topic, app.output.partitions))
     assert verdict.ok, verdict.summary()
