@@ -66,7 +66,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (  # noqa: E402
     REPO, RESULTS, Procs, StatusWatch, batch_records, log, machine, total, wait_processed, write_result,
 )
-from dag_platform import Meter, iso_s, platform, poll_run, run_dag, task_reason, task_rows, wait_dags  # noqa: E402
+from dag_platform import Meter, broker_kind, iso_s, platform, poll_run, run_dag, task_reason, task_rows, wait_dags  # noqa: E402
 from dag_report import analyse, plot, targets  # noqa: E402
 
 from baton.records import Slot, SlotState  # noqa: E402
@@ -364,6 +364,7 @@ def main() -> int:
     load = os.getloadavg()
     with platform(args.logs) as (plat, client, procs):
         result = run(plat, client, procs, args)
+        result["broker"] = broker_kind(plat.settings)
     result["targets"] = targets(result)
     result["code"] = code_rev()
     result["machine"] = {**machine(), "load_avg_at_start": [round(x, 2) for x in load]}
