@@ -22,14 +22,20 @@ The benchmark only looks afterwards:
 - restarted_s: the kill to the dead slot's first batch in its new launch;
 p50 and max of each over the kills, and over the whole window from the first kill: lost / duplicated /
 wrong, latency p50/p99/p99.99 (send -> readable) and the longest owed output gap; p99_99_ms_kills: the
-latency of the events sent from the first kill to STALL_LEAD_S before the first stall.
+latency of the events sent from the first kill to STALL_LEAD_S before the first stall (the run of kills
+the p99.99 target is judged on); p99_99_ms_stalls: from there to the end.
 The lease's own cost: a LeaseKeeper alone in a process (`_lease`), renewing and reading the leases
 topic beside the platform's slots for 30 s, its process's CPU (all its threads, librdkafka's included).
 Then --stalls times SIGSTOP of the active's process group for --stall-s (10 s), SIGCONT: the lease
 expires, the standby takes over, the woken slot finds its writer fenced and goes on as the standby
 (its figures apart from the kills': stall_resume_s_max).
-Targets: resume_s max <= 5 s, p99.99 <= 5 s, 0 / 0 / 0, lease <= 0.02 cores, a stall's output resumed
-within lease_ttl + 2 s.
+Targets (issue 21): resume_s max <= 5 s and p99.99 <= 5 s over the run of kills, 0 / 0 / 0, lease <= 0.02
+cores, a stall's output resumed within lease_ttl + 2 s. The stall has its own target because the two
+cannot hold in one window: a stalled active's lease expires ttl - interval to ttl after its last renewal
+(baton.leases.LeaseJudge), 2-4 s after the SIGSTOP by where in its renewal interval the stop falls, and
+its last second of input waits for that plus a batch; at the seed's rate a takeover 4 s after the stop
+leaves some 20,000 events over 5 s, where a 5-minute run's p99.99 allows 600. The whole run's p99.99
+(p99_99_ms, the stall included) is reported beside it.
 """
 
 from __future__ import annotations
@@ -211,9 +217,12 @@ def measure(plat, client, procs: Procs, args) -> dict:
             k["resume_s"] = round(first.ts_ms / 1000 - k["t_kill"], 3) if first else None
             k["next_output_s"] = next_output(obs.times, k["t_kill"])
             k["t_kill_s"] = round(k.pop("t_kill") - t0, 1)
-        result = analyse(args, prewarm, sent, pieces, obs, t0, t_load, t_end, t_load_end,
-                         windows={"kills": (t0, first_stall)})
+        windows = {"kills": (t0, first_stall)}
+        if first_stall < t_end:
+            windows["stalls"] = (first_stall, t_end)
+        result = analyse(args, prewarm, sent, pieces, obs, t0, t_load, t_end, t_load_end, windows=windows)
         result["p99_99_ms_kills"] = result["latency_windows"]["kills"]["p99_99_ms"]
+        result["p99_99_ms_stalls"] = result["latency_windows"].get("stalls", {}).get("p99_99_ms")
         for k in kills:
             k.update(around(result["timeline"]["latency"], k["t_kill_s"]))
         result.update({"kind": "failover", "path": "platform: make up's processes, baton_lifecycle start, "
@@ -275,11 +284,12 @@ def lease_worker(bootstrap: str) -> int:
 def targets(result: dict) -> dict:
     met = {"exact": result["lost"] == result["duplicated"] == result["wrong"] == 0,
            "resume_s_max": result["resume_s_max"] is not None and result["resume_s_max"] <= RESUME_TARGET_S,
-           "p99_99": result["p99_99_ms"] <= P99_99_TARGET_MS,
+           "p99_99": result["p99_99_ms_kills"] <= P99_99_TARGET_MS,  # over the kills (module docstring)
            "lease_cores": result["lease"]["cores"] <= LEASE_TARGET_CORES,
            "stall_resume_s": result["stall_resume_s_max"] is None
            or result["stall_resume_s_max"] <= result["lease_ttl_s"] + STALL_SLACK_S}
-    return {"resume_s_max": RESUME_TARGET_S, "p99_99_ms": P99_99_TARGET_MS, "lease_cores": LEASE_TARGET_CORES,
+    return {"resume_s_max": RESUME_TARGET_S, "p99_99_ms": P99_99_TARGET_MS, "p99_99_over": "p99_99_ms_kills",
+            "lease_cores": LEASE_TARGET_CORES,
             "stall_resume_s": result["lease_ttl_s"] + STALL_SLACK_S,
             "met": met, "all_met": all(met.values())}
 
@@ -301,7 +311,8 @@ def plot(result: dict, path: Path) -> None:
     ax1.legend(loc="upper right", fontsize=8)
     ax1.set_title(f"failover, the platform's own: {len(result['kills'])} kills at {result['rate']:.0f} ev/s; "
                   f"resume max {result['resume_s_max']}s, p50 {result['resume_s_p50']}s; lost/dup/wrong "
-                  f"{result['lost']}/{result['duplicated']}/{result['wrong']}; p99.99 {result['p99_99_ms'] / 1000:.2f}s; "
+                  f"{result['lost']}/{result['duplicated']}/{result['wrong']}; p99.99 kills {result['p99_99_ms_kills'] / 1000:.2f}s, "
+                  f"all {result['p99_99_ms'] / 1000:.2f}s; "
                   f"gap {result['max_gap_ms'] / 1000:.1f}s; lease {result['lease']['cores']} cores", fontsize=9)
     for slot, rows in result["slot_batches"].items():
         xs, ys = [], []
@@ -347,7 +358,7 @@ def main() -> int:
     path = write_result(args.name, result)
     plot(result, RESULTS / f"{args.name}.png")
     keys = ["rate", "lost", "duplicated", "wrong", "detect_s_p50", "detect_s_max", "resume_s_p50", "resume_s_max",
-            "next_output_s_max", "p99_99_ms", "p99_99_ms_kills", "max_gap_ms"]
+            "next_output_s_max", "stall_resume_s_max", "p99_99_ms_kills", "p99_99_ms_stalls", "p99_99_ms", "max_gap_ms"]
     print(json.dumps({**{k: result.get(k) for k in keys}, "lease_cores": result["lease"]["cores"],
                       "kills": [(k["killed"], k["detect_s"], k["resume_s"]) for k in result["kills"]],
                       "targets_met": result["targets"]["met"]}, indent=1))
