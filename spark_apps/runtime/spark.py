@@ -31,8 +31,9 @@ SCHEDULER_POOLS = f"""<?xml version="1.0"?>
 
 def session_conf(app: AppDefinition) -> dict[str, str]:
     conf = {
-        # One shuffle partition per input partition: state is partitioned like the input.
-        "spark.sql.shuffle.partitions": str(app.input.partitions),
+        # The state's partitions (baton.apps.StateSettings.partitions): a new checkpoint takes them, a
+        # running one keeps its own (tests/integration/spark_apps/runtime/test_state_partitions.py).
+        "spark.sql.shuffle.partitions": str(app.state.partitions),
         "spark.sql.streaming.stateStore.providerClass":
             "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
         # Changelog checkpointing: a batch uploads only its changes; a snapshot is taken every

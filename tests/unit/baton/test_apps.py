@@ -53,6 +53,7 @@ def test_defaults_and_topics(tmp_path):
     (GOOD + "state: {snapshot_every_batches: 0}\n", "state.snapshot_every_batches", "must be > 0"),
     (GOOD + "state: {snapshot_upload_interval_s: 1.5}\n", "state.snapshot_upload_interval_s", "must be int"),
     (GOOD + "state: {snapshots: 3}\n", "state.snapshots", "is not a known field"),
+    (GOOD + "state: {partitions: 0}\n", "state.partitions", "must be > 0"),
     (GOOD + "state: {ttl: 7d}\n", "state.ttl", "must be a mapping"),
     (GOOD + "state: {ttl: {on: event_time}}\n", "state.ttl.idle", "is required"),
     (GOOD + "state: {ttl: {idle: 7 days}}\n", "state.ttl.idle", "positive duration such as 60s"),
@@ -81,6 +82,15 @@ def test_the_state_stores_snapshot_cadence_reaches_the_slots_spark_settings(tmp_
     conf = session_conf(app)
     assert conf["spark.sql.streaming.stateStore.minDeltasForSnapshot"] == "10"
     assert conf["spark.sql.streaming.stateStore.maintenanceInterval"] == "60s"
+
+
+def test_the_state_partitions_reach_the_slots_spark_settings_apart_from_the_input_partitions(tmp_path):
+    from spark_apps.runtime.spark import session_conf
+
+    app = load_definition(write(tmp_path, GOOD))
+    assert app.input.partitions == 4 and session_conf(app)["spark.sql.shuffle.partitions"] == "1"
+    app = load_definition(write(tmp_path, GOOD + "state: {partitions: 8}\n"))
+    assert session_conf(app)["spark.sql.shuffle.partitions"] == "8"
 
 
 def test_a_state_ttl_is_read_in_event_time_and_brings_its_jvm_operator_to_the_slot(tmp_path):
