@@ -46,7 +46,7 @@ class SlotView:
     batch_ms: int
     latency_ms: int | None       # the last batch's oldest input record: its timestamp to the batch's end
     latency_newest_ms: int | None  # its newest record's
-    state_rows: int
+    state_rows: int | None  # None: not counted (the app's state.count_rows)
     state_bytes: int
     state_memory_bytes: int      # RocksDB's memory
     dead_letters: int

@@ -306,9 +306,10 @@ def _budget_findings(progress: list[StatusRecord], disk_bytes: int | None, now_m
     if len(times) >= policy.min_batch_samples and statistics.median(times) > policy.batch_ms_budget:
         out.append(Finding("batch_time", Severity.WARN, f"median batch {statistics.median(times):,.0f} ms over the "
                            f"last {len(times)} batches (budget {policy.batch_ms_budget:,} ms)"))
-    if progress and progress[-1].state_rows > policy.state_max_rows:
+    rows = progress[-1].state_rows if progress else None
+    if rows is not None and rows > policy.state_max_rows:
         out.append(Finding("state_rows", Severity.WARN,
-                           f"state holds {progress[-1].state_rows:,} rows (budget {policy.state_max_rows:,})"))
+                           f"state holds {rows:,} rows (budget {policy.state_max_rows:,})"))
     if progress and progress[-1].state_bytes > policy.state_max_bytes:
         out.append(Finding("state_bytes", Severity.WARN,
                            f"state uses {_mib(progress[-1].state_bytes)} (budget {_mib(policy.state_max_bytes)})"))

@@ -328,7 +328,8 @@ class StatusRecord:
     input_rate: float = 0.0
     processing_rate: float = 0.0
     batch_ms: int = 0
-    state_rows: int = 0
+    # None: the app's state store does not count its rows (AppDefinition.state.count_rows).
+    state_rows: int | None = 0
     state_bytes: int = 0
     # The state store's memory (RocksDB: its block cache, memtables and pinned blocks, as Spark reports
     # memoryUsedBytes), beside state_bytes (its files on disk).

@@ -181,9 +181,9 @@ def bench(prefix: str, keep: Path | None = None) -> Iterator[Bench]:
 
 def click_count_app(directory: Path, partitions: int = 4, trigger_ms: int = 1000,
                     max_records_per_trigger: int = 500_000, standby_nice: int | None = None,
-                    standby_pace_ms: int | None = None) -> tuple[AppDefinition, Path]:
+                    standby_pace_ms: int | None = None, count_rows: bool | None = None) -> tuple[AppDefinition, Path]:
     """A fresh click-count app definition (unique name and topics) written to `directory`;
-    `standby_nice`, `standby_pace_ms` None: the app definition's default."""
+    `standby_nice`, `standby_pace_ms`, `count_rows` (state.count_rows) None: the app definition's default."""
     name = f"cc_bench_{uuid.uuid4().hex[:6]}"
     path = directory / f"{name}.yaml"
     path.write_text(
@@ -193,6 +193,7 @@ def click_count_app(directory: Path, partitions: int = 4, trigger_ms: int = 1000
         f"trigger_ms: {trigger_ms}\nmax_records_per_trigger: {max_records_per_trigger}\n"
         + (f"standby_nice: {standby_nice}\n" if standby_nice is not None else "")
         + (f"standby_pace_ms: {standby_pace_ms}\n" if standby_pace_ms is not None else "")
+        + (f"state: {{count_rows: {str(count_rows).lower()}}}\n" if count_rows is not None else "")
     )
     return load_definition(path), path
 

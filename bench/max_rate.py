@@ -65,6 +65,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--prewarm", type=int, default=100_000)
     ap.add_argument("--drain-timeout", type=float, default=600.0)
     ap.add_argument("--logs", type=Path, default=None)
+    ap.add_argument("--count-rows", action=argparse.BooleanOptionalAction, default=None,
+                    help="the app's state.count_rows (default: the app definition's, on)")
     ap.add_argument("--name", default="max_rate")
     return ap
 
@@ -86,7 +88,7 @@ def main() -> int:
 
 
 def run(b, args) -> dict:
-    app, path = click_count_app(b.tmp)
+    app, path = click_count_app(b.tmp, count_rows=args.count_rows)
     create_app(b.bootstrap, app, standby=True)
     watch = StatusWatch(b.bootstrap, app.name)
     slots = (Slot.BLUE, Slot.GREEN)
@@ -218,6 +220,7 @@ def analyse(args, prewarm, sent, obs, watch, steps, drained, warmup) -> dict:
         "input_record_bytes": round(mean_record_bytes(sent.users, sent.kinds), 1),  # key + value, no framing
         "io_per_event_at_start": steps[0]["io_per_event"] if steps else None,
         "start": args.start, "step": args.step, "step_s": args.step_s, "keys": args.keys,
+        "count_rows": args.count_rows is not False,  # the app's state.count_rows (on by default)
         "malformed_share": args.malformed, "prewarm_events": args.prewarm, "p99_target_ms": P99_TARGET_MS,
         "behind_s": BEHIND_S, "steps": steps, "drained": drained,
         "verdict": {**verdict.summary(), "ok": verdict.ok},

@@ -69,6 +69,8 @@ def parser(doc: str = __doc__) -> argparse.ArgumentParser:
     ap.add_argument("--standby-pace-ms", type=int, default=None,
                     help="the app's standby_pace_ms (default: the app definition's, 2000)")
     ap.add_argument("--drain-timeout", type=float, default=300.0, help="wait this long for the backlog after the load")
+    ap.add_argument("--count-rows", action=argparse.BooleanOptionalAction, default=None,
+                    help="the app's state.count_rows (default: the app definition's, on)")
     ap.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark setting for both slots")
     ap.add_argument("--profile", action="store_true", help="JFR on blue's JVM, py-spy on its Python (if installed)")
     ap.add_argument("--logs", type=Path, default=None, help="keep the processes' logs in this directory")
@@ -96,7 +98,7 @@ def run(b: Bench, args, during=None) -> dict:
     """The measured run. `during(b, app, procs, watch)`, if given, runs `args.handoff_at` seconds into
     the measured window and returns [(wall time, label)] marks (bench/handoff.py)."""
     app, path = click_count_app(b.tmp, args.partitions, args.trigger_ms, standby_nice=args.standby_nice,
-                                 standby_pace_ms=args.standby_pace_ms)
+                                 standby_pace_ms=args.standby_pace_ms, count_rows=args.count_rows)
     create_app(b.bootstrap, app, standby=args.standby)
     watch = StatusWatch(b.bootstrap, app.name)
     slots = [Slot.BLUE] + ([Slot.GREEN] if args.standby else [])
@@ -237,6 +239,7 @@ def analyse(args, prewarm: SendLog | None, sent: SendLog, obs: Observations, wat
         "standby_nice": args.standby_nice if args.standby_nice is not None else AppDefinition.standby_nice,
         "standby_pace_ms": (args.standby_pace_ms if args.standby_pace_ms is not None
                             else AppDefinition.standby_pace_ms),
+        "count_rows": args.count_rows is not False,  # the app's state.count_rows (on by default)
         "p50_ms": round(report.p50_ms, 1),
         "p99_ms": round(report.p99_ms, 1),
         "p99_99_ms": round(report.p99_99_ms, 1),

@@ -101,11 +101,11 @@ class StateDigests:
         its last committed batch and the state rows its query counted there, off that batch's progress
         event, without a digest job: a stop digest took 3.3-4.4 s at 100k keys in the product-path
         bench, all of it downtime of an upgrade's restart (more input to catch up on after it). A query
-        with other than one stateful operator, or whose committed batch's progress event does not come,
-        is digested as before."""
+        with other than one stateful operator, whose committed batch's progress event does not come, or
+        whose state store does not count its rows (the app's state.count_rows) is digested as before."""
         batch = last_committed_batch(self.paths.checkpoint)
         deadline = time.monotonic() + LEFT_PROGRESS_WAIT_S
-        while batch is not None:  # the listener may deliver the last batch's event just after its commit
+        while batch is not None and self.app.state.count_rows:  # the listener may deliver the last batch's event just after its commit
             progress = self.last_progress() or {}
             if int(progress.get("batchId", -1)) == batch:
                 ops = progress.get("stateOperators") or []

@@ -103,7 +103,7 @@ class Harness:
     def publish(self, progress: dict | None = None, error: str = "") -> None:
         control, marker = self.follower.snapshot()
         role = control.role_of(self.slot) if control else Role.STANDBY
-        st = status_from_progress(progress) if progress else {}
+        st = status_from_progress(progress, rows_counted=self.app.state.count_rows) if progress else {}
         if progress:
             st["latency_ms"], st["latency_newest_ms"] = self.latencies
         if st.get("input_end") is None:

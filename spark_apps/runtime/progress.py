@@ -102,8 +102,9 @@ def batch_latencies(p: dict, times: BatchTimes | None) -> tuple[int | None, int 
     return latencies_ms(times, started + int(took))
 
 
-def status_from_progress(p: dict) -> dict:
-    """The status record's fields a batch's progress gives."""
+def status_from_progress(p: dict, rows_counted: bool = True) -> dict:
+    """The status record's fields a batch's progress gives; `rows_counted`: the state store counts its
+    rows (StateSettings.count_rows), else state_rows is None (Spark reports 0 for a count it does not keep)."""
     ops = p.get("stateOperators") or [{}]
     sources = p.get("sources") or [{}]
     end, latest = (_offsets(sources[0].get(k)) for k in ("endOffset", "latestOffset"))
@@ -115,7 +116,7 @@ def status_from_progress(p: dict) -> dict:
         input_rate=float(p.get("inputRowsPerSecond") or 0.0),
         processing_rate=float(p.get("processedRowsPerSecond") or 0.0),
         batch_ms=int((p.get("durationMs") or {}).get("triggerExecution", 0)),
-        state_rows=int(ops[0].get("numRowsTotal", 0)),
+        state_rows=int(ops[0].get("numRowsTotal", 0)) if rows_counted else None,
         # RocksDB's files on disk when reported (the seed's disk budget), else the memory figure.
         state_bytes=int((ops[0].get("customMetrics") or {}).get("rocksdbSstFileSize") or ops[0].get("memoryUsedBytes", 0)),
         state_memory_bytes=int(ops[0].get("memoryUsedBytes", 0)),

@@ -45,6 +45,10 @@ def session_conf(app: AppDefinition) -> dict[str, str]:
         "spark.sql.streaming.stateStore.maintenanceInterval": f"{app.state.snapshot_upload_interval_s}s",
         "spark.sql.streaming.minBatchesToRetain": str(app.state.min_batches_to_retain),
         "spark.sql.streaming.stateStore.rocksdb.boundedMemoryUsage": "true",
+        # RocksDB counts the state's rows by looking every written key up first (StateSettings.count_rows).
+        # Off, Spark reports no count (numRowsTotal 0: progress.status_from_progress reads none); a later
+        # start with it on counts the keys once as it loads the state.
+        "spark.sql.streaming.stateStore.rocksdb.trackTotalNumberOfRows": str(app.state.count_rows).lower(),
         "spark.sql.streaming.stateStore.rocksdb.maxMemoryUsageMB": "256",
         "spark.sql.streaming.noDataMicroBatches.enabled": "false",
         # Checkpoints are local folders (or a POSIX mount): Hadoop's FileContext, without its native

@@ -54,6 +54,8 @@ def test_defaults_and_topics(tmp_path):
     (GOOD + "state: {snapshot_upload_interval_s: 1.5}\n", "state.snapshot_upload_interval_s", "must be int"),
     (GOOD + "state: {snapshots: 3}\n", "state.snapshots", "is not a known field"),
     (GOOD + "state: {partitions: 0}\n", "state.partitions", "must be > 0"),
+    (GOOD + "state: {count_rows: 'no'}\n", "state.count_rows", "must be bool"),
+    (GOOD + "state: {count_rows: 0}\n", "state.count_rows", "must be bool"),
     (GOOD + "state: {ttl: 7d}\n", "state.ttl", "must be a mapping"),
     (GOOD + "state: {ttl: {on: event_time}}\n", "state.ttl.idle", "is required"),
     (GOOD + "state: {ttl: {idle: 7 days}}\n", "state.ttl.idle", "positive duration such as 60s"),
@@ -91,6 +93,17 @@ def test_the_state_partitions_reach_the_slots_spark_settings_apart_from_the_inpu
     assert app.input.partitions == 4 and session_conf(app)["spark.sql.shuffle.partitions"] == "1"
     app = load_definition(write(tmp_path, GOOD + "state: {partitions: 8}\n"))
     assert session_conf(app)["spark.sql.shuffle.partitions"] == "8"
+
+
+def test_the_state_row_count_is_on_unless_the_app_turns_it_off_and_reaches_the_state_store(tmp_path):
+    from spark_apps.runtime.spark import session_conf
+
+    track = "spark.sql.streaming.stateStore.rocksdb.trackTotalNumberOfRows"
+    app = load_definition(write(tmp_path, GOOD))
+    assert app.state.count_rows is True and session_conf(app)[track] == "true"
+    app = load_definition(write(tmp_path, GOOD + "state: {count_rows: false}\n"))
+    assert app.state.count_rows is False and session_conf(app)[track] == "false"
+    assert app.state.partitions == 1  # the other state settings keep their defaults
 
 
 def test_a_state_ttl_is_read_in_event_time_and_brings_its_jvm_operator_to_the_slot(tmp_path):

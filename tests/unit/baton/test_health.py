@@ -285,6 +285,8 @@ def test_state_and_disk_budgets():
     assert messages["state_rows"] == "state holds 10,001 rows (budget 10,000)"
     assert messages["state_bytes"] == "state uses 101 MiB (budget 100 MiB)"
     assert messages["disk"] == "checkpoint uses 301 MiB on disk (budget 300 MiB)"
+    uncounted = batches(2, start_ago_s=2, state_rows=None, state_bytes=101 * MIB)  # the app's state.count_rows off
+    assert rules(check(uncounted, {0: 20, 1: 20}, disk_bytes=None)) == {"state_bytes": Severity.WARN}
     within = batches(2, start_ago_s=2, state_rows=10_000, state_bytes=100 * MIB)
     assert check(within, {0: 20, 1: 20}, disk_bytes=300 * MIB).findings == []
     assert check(within, {0: 20, 1: 20}, disk_bytes=None).findings == []

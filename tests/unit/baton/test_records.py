@@ -29,6 +29,8 @@ def test_status_record_round_trip():
                       batch_id=9, processed={0: 5}, emitted=None, state_rows=3, restore_ms=120)
     assert StatusRecord.from_bytes(st.to_bytes()) == st
     assert st.key() == b"a/blue"
+    uncounted = dataclasses.replace(st, state_rows=None)  # the app's state store does not count its rows
+    assert StatusRecord.from_bytes(uncounted.to_bytes()).state_rows is None
 
 
 def test_status_record_carries_a_state_digest():

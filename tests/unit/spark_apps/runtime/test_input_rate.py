@@ -31,5 +31,9 @@ def test_the_source_s_latest_offset_is_the_input_end_of_the_status_when_spark_re
                                                           "customMetrics": {"rocksdbSstFileSize": 9000}}]})
     assert st["processed"] == {0: 10, 1: 20} and st["input_end"] == {0: 15, 1: 20}
     assert (st["state_rows"], st["state_bytes"], st["state_memory_bytes"]) == (7, 9000, 4096)
+    # Spark reports 0 for a count its state store does not keep (the app's state.count_rows off): none.
+    uncounted = status_from_progress({**p, "stateOperators": [{"numRowsTotal": 0, "memoryUsedBytes": 4096}]},
+                                     rows_counted=False)
+    assert uncounted["state_rows"] is None and uncounted["state_memory_bytes"] == 4096
     # A simple (driver-side) reader reports none: the harness fills it in from the broker.
     assert status_from_progress({**p, "sources": [{"endOffset": {"0": 10}, "latestOffset": None}]})["input_end"] is None
