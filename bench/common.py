@@ -27,7 +27,7 @@ RESULTS = REPO / "bench" / "results"
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from baton.apps import AppDefinition, load_definition  # noqa: E402
+from baton.apps import APPS_DIR, AppDefinition, load_definition  # noqa: E402
 from baton.driver_wrapper import JVM_TMPDIR_ENV  # noqa: E402
 from baton.kafka.admin import TopicSpec, ensure_topics  # noqa: E402
 from baton.kafka.control_log import close_writers, write_control  # noqa: E402
@@ -179,11 +179,18 @@ def bench(prefix: str, keep: Path | None = None) -> Iterator[Bench]:
 
 # --- the app under test -------------------------------------------------------------------------
 
+def app_count_rows(given: bool | None) -> bool:
+    """The bench app's state.count_rows: `given`, else what the shipped click_counts says."""
+    return given if given is not None else load_definition(APPS_DIR / "click_counts.yaml").state.count_rows
+
+
 def click_count_app(directory: Path, partitions: int = 4, trigger_ms: int = 1000,
                     max_records_per_trigger: int = 500_000, standby_nice: int | None = None,
                     standby_pace_ms: int | None = None, count_rows: bool | None = None) -> tuple[AppDefinition, Path]:
     """A fresh click-count app definition (unique name and topics) written to `directory`;
-    `standby_nice`, `standby_pace_ms`, `count_rows` (state.count_rows) None: the app definition's default."""
+    `standby_nice`, `standby_pace_ms` None: the app definition's default; `count_rows` (state.count_rows)
+    None: what the shipped click_counts (include/apps/click_counts.yaml) says, so the bench runs that app."""
+    count_rows = app_count_rows(count_rows)
     name = f"cc_bench_{uuid.uuid4().hex[:6]}"
     path = directory / f"{name}.yaml"
     path.write_text(
@@ -193,7 +200,7 @@ def click_count_app(directory: Path, partitions: int = 4, trigger_ms: int = 1000
         f"trigger_ms: {trigger_ms}\nmax_records_per_trigger: {max_records_per_trigger}\n"
         + (f"standby_nice: {standby_nice}\n" if standby_nice is not None else "")
         + (f"standby_pace_ms: {standby_pace_ms}\n" if standby_pace_ms is not None else "")
-        + (f"state: {{count_rows: {str(count_rows).lower()}}}\n" if count_rows is not None else "")
+        + f"state: {{count_rows: {str(count_rows).lower()}}}\n"
     )
     return load_definition(path), path
 

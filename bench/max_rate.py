@@ -36,7 +36,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import (  # noqa: E402
-    RESULTS, CpuMeter, StatusWatch, batch_records, bench, click_count_app, create_app, log, machine, pyplot,
+    RESULTS, app_count_rows, CpuMeter, StatusWatch, batch_records, bench, click_count_app, create_app, log, machine, pyplot,
     start_slot, total, wait_processed, write_result,
 )
 from dag_handoff import CHUNK_S, load_sends  # noqa: E402
@@ -66,7 +66,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--drain-timeout", type=float, default=600.0)
     ap.add_argument("--logs", type=Path, default=None)
     ap.add_argument("--count-rows", action=argparse.BooleanOptionalAction, default=None,
-                    help="the app's state.count_rows (default: the app definition's, on)")
+                    help="the app's state.count_rows (default: what include/apps/click_counts.yaml says)")
     ap.add_argument("--name", default="max_rate")
     return ap
 
@@ -220,7 +220,7 @@ def analyse(args, prewarm, sent, obs, watch, steps, drained, warmup) -> dict:
         "input_record_bytes": round(mean_record_bytes(sent.users, sent.kinds), 1),  # key + value, no framing
         "io_per_event_at_start": steps[0]["io_per_event"] if steps else None,
         "start": args.start, "step": args.step, "step_s": args.step_s, "keys": args.keys,
-        "count_rows": args.count_rows is not False,  # the app's state.count_rows (on by default)
+        "count_rows": app_count_rows(args.count_rows),  # the app's state.count_rows
         "malformed_share": args.malformed, "prewarm_events": args.prewarm, "p99_target_ms": P99_TARGET_MS,
         "behind_s": BEHIND_S, "steps": steps, "drained": drained,
         "verdict": {**verdict.summary(), "ok": verdict.ok},

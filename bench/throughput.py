@@ -36,7 +36,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import (  # noqa: E402
-    RESULTS, Bench, CpuMeter, StatusWatch, batch_records, bench, click_count_app, create_app, log, machine,
+    RESULTS, app_count_rows, Bench, CpuMeter, StatusWatch, batch_records, bench, click_count_app, create_app, log, machine,
     pyplot, start_slot, total, wait_processed, write_result,
 )
 
@@ -70,7 +70,7 @@ def parser(doc: str = __doc__) -> argparse.ArgumentParser:
                     help="the app's standby_pace_ms (default: the app definition's, 2000)")
     ap.add_argument("--drain-timeout", type=float, default=300.0, help="wait this long for the backlog after the load")
     ap.add_argument("--count-rows", action=argparse.BooleanOptionalAction, default=None,
-                    help="the app's state.count_rows (default: the app definition's, on)")
+                    help="the app's state.count_rows (default: what include/apps/click_counts.yaml says)")
     ap.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark setting for both slots")
     ap.add_argument("--profile", action="store_true", help="JFR on blue's JVM, py-spy on its Python (if installed)")
     ap.add_argument("--logs", type=Path, default=None, help="keep the processes' logs in this directory")
@@ -239,7 +239,7 @@ def analyse(args, prewarm: SendLog | None, sent: SendLog, obs: Observations, wat
         "standby_nice": args.standby_nice if args.standby_nice is not None else AppDefinition.standby_nice,
         "standby_pace_ms": (args.standby_pace_ms if args.standby_pace_ms is not None
                             else AppDefinition.standby_pace_ms),
-        "count_rows": args.count_rows is not False,  # the app's state.count_rows (on by default)
+        "count_rows": app_count_rows(args.count_rows),  # the app's state.count_rows
         "p50_ms": round(report.p50_ms, 1),
         "p99_ms": round(report.p99_ms, 1),
         "p99_99_ms": round(report.p99_99_ms, 1),
