@@ -198,8 +198,11 @@ def _state(raw: dict[str, Any], path: Path) -> StateSettings:
     unknown = sorted(set(raw) - set(known))
     if unknown:
         raise AppDefinitionError(path, f"state.{unknown[0]}", f"is not a known field (known: {', '.join(known)})")
-    return StateSettings(ttl=_ttl(raw.get("ttl"), path),
-                         count_rows=_get(raw, "count_rows", bool, path, "state.", StateSettings.count_rows), **{
+    count_rows = _get(raw, "count_rows", bool, path, "state.", StateSettings.count_rows)
+    if "max_rows" in raw and not count_rows:
+        raise AppDefinitionError(path, "state.max_rows", "needs state.count_rows: a state store that keeps no row "
+                                 "count has no rows to budget (state.max_bytes budgets its size)")
+    return StateSettings(ttl=_ttl(raw.get("ttl"), path), count_rows=count_rows, **{
         name: _positive(_get(raw, name, int, path, "state.", getattr(StateSettings, name)), path, f"state.{name}")
         for name in known if name not in ("ttl", "count_rows")})
 

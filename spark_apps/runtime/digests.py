@@ -104,8 +104,11 @@ class StateDigests:
         with other than one stateful operator, whose committed batch's progress event does not come, or
         whose state store does not count its rows (the app's state.count_rows) is digested as before."""
         batch = last_committed_batch(self.paths.checkpoint)
+        if not self.app.state.count_rows:  # Spark's numRowsTotal is 0 then, never the rows it left
+            self.take(batch, "stop")
+            return
         deadline = time.monotonic() + LEFT_PROGRESS_WAIT_S
-        while batch is not None and self.app.state.count_rows:  # the listener may deliver the last batch's event just after its commit
+        while batch is not None:  # the listener may deliver the last batch's event just after its commit
             progress = self.last_progress() or {}
             if int(progress.get("batchId", -1)) == batch:
                 ops = progress.get("stateOperators") or []

@@ -56,6 +56,7 @@ def test_defaults_and_topics(tmp_path):
     (GOOD + "state: {partitions: 0}\n", "state.partitions", "must be > 0"),
     (GOOD + "state: {count_rows: 'no'}\n", "state.count_rows", "must be bool"),
     (GOOD + "state: {count_rows: 0}\n", "state.count_rows", "must be bool"),
+    (GOOD + "state: {count_rows: false, max_rows: 10}\n", "state.max_rows", "needs state.count_rows"),
     (GOOD + "state: {ttl: 7d}\n", "state.ttl", "must be a mapping"),
     (GOOD + "state: {ttl: {on: event_time}}\n", "state.ttl.idle", "is required"),
     (GOOD + "state: {ttl: {idle: 7 days}}\n", "state.ttl.idle", "positive duration such as 60s"),
