@@ -12,15 +12,12 @@ from types import ModuleType
 from baton.apps import AppDefinition
 from spark_apps.runtime.decode import INVALID_PREFIX, NOT_AN_OBJECT, supported
 from spark_apps.runtime.packed_rows import unpack
+from spark_apps.runtime.source_plan import TRIGGER_TICK_MS
 
 log = logging.getLogger(__name__)
 
 KIND_OUTPUT, KIND_DEAD = "o", "d"
 CORRUPT = "_baton_corrupt"  # from_json's corrupt-record column (the path where Spark parses events)
-# The query's trigger ticks this often; the app's trigger_ms paces its batches in the source
-# (source_plan.BatchPacer), where a moved cap starts a batch on the next tick instead of at the
-# next multiple of trigger_ms (a handoff's critical path crossed two such waits).
-TRIGGER_TICK_MS = 100
 # Inside the checkpoint (a copy of it carries it): the id of the input topic its positions belong to.
 IDENTITY_FILE = "baton-input.json"
 

@@ -275,8 +275,8 @@ def test_pacer_holds_new_input_for_the_interval_but_not_a_moved_cap(tmp_path):
     cap = tmp_path / "cap.json"
     pacer = BatchPacer(1.0, str(cap))
     assert not pacer.hold(now=10.0)                            # the first look
-    assert pacer.hold(now=10.1) and pacer.hold(now=10.99)      # new input alone waits for the interval
-    assert not pacer.hold(now=11.0)                            # the interval passed: look again
+    assert pacer.hold(now=10.1) and pacer.hold(now=10.94)      # new input alone waits for the interval
+    assert not pacer.hold(now=10.96)                           # passed, to within half a tick: look again
     cap.write_text(json.dumps({"0": 5}))                       # the follower moved the cap
     assert not pacer.hold(now=11.05)                           # looked at once, on the next tick
     assert pacer.hold(now=11.1)
@@ -286,6 +286,18 @@ def test_pacer_holds_new_input_for_the_interval_but_not_a_moved_cap(tmp_path):
     assert not pacer.hold(now=11.3)
     assert pacer.hold(now=11.4)
     assert not BatchPacer(0.0, str(cap)).hold(now=0.0) and not BatchPacer(0.0, None).hold(now=0.0)
+
+
+def test_pacer_looks_on_the_tick_nearest_the_interval_whatever_each_ticks_delay():
+    """Ticks every 100 ms, each look 0-6 ms after its tick: a look that comes sooner after its tick than
+    the previous one did still starts the batch on the 10th tick, not the 11th."""
+    pacer = BatchPacer(1.0, None)
+    looks = []
+    for tick in range(1, 60):
+        delay = 0.001 * (tick * 3 % 7)
+        if not pacer.hold(now=tick * 0.1 + delay):
+            looks.append(tick)
+    assert looks == [1, 11, 21, 31, 41, 51]
 
 
 def test_reader_latest_offset_is_paced_by_min_batch_interval(tmp_path):
