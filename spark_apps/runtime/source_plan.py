@@ -106,8 +106,8 @@ class BatchPacer:
 
     The interval counts as passed half a tick early: ticks fire on a fixed grid, and each look happens
     a few ms after its tick, by a delay that varies. Held to the exact interval, a look that came a
-    little later than the previous one's delay found the interval not quite passed and waited a whole
-    tick more: measured at the seed's rate, 60% of a 1 s trigger's batches were 1.1 s apart, which is
+    little sooner after its tick than the previous look did found the interval not quite passed and
+    waited a whole tick more: measured at the seed's rate, 60% of a 1 s trigger's batches were 1.1 s apart, which is
     100 ms more waiting for those batches' events (their latency) and larger batches."""
 
     def __init__(self, interval_s: float, cap_file: Optional[str]):
