@@ -39,6 +39,7 @@ from common import (  # noqa: E402
     RESULTS, app_count_rows, Bench, CpuMeter, StatusWatch, batch_records, bench, click_count_app, create_app, log, machine,
     pyplot, start_slot, total, wait_processed, write_result,
 )
+from sparklog import batch_costs, event_log_conf  # noqa: E402
 
 from baton.apps import AppDefinition  # noqa: E402
 from baton.records import Slot, SlotState  # noqa: E402
@@ -73,6 +74,8 @@ def parser(doc: str = __doc__) -> argparse.ArgumentParser:
                     help="the app's state.count_rows (default: what include/apps/click_counts.yaml says)")
     ap.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark setting for both slots")
     ap.add_argument("--profile", action="store_true", help="JFR on blue's JVM, py-spy on its Python (if installed)")
+    ap.add_argument("--stage-metrics", action="store_true",
+                    help="Spark's event log in each slot: its batches' task times and state store calls (sparklog.batch_costs)")
     ap.add_argument("--logs", type=Path, default=None, help="keep the processes' logs in this directory")
     ap.add_argument("--name", default="throughput", help="results file name (bench/results/NAME.json/.png)")
     return ap
@@ -102,7 +105,9 @@ def run(b: Bench, args, during=None) -> dict:
     create_app(b.bootstrap, app, standby=args.standby)
     watch = StatusWatch(b.bootstrap, app.name)
     slots = [Slot.BLUE] + ([Slot.GREEN] if args.standby else [])
-    procs = {s: start_slot(b, path, s, args.conf) for s in slots}
+    event_logs = {s: b.tmp / "eventlog" / s.value for s in slots} if args.stage_metrics else {}
+    procs = {s: start_slot(b, path, s, [*args.conf, *(event_log_conf(event_logs[s]) if event_logs else [])])
+             for s in slots}
     for s in slots:  # the query is starting once a slot reports RESTORING
         watch.wait(lambda r, s=s: r.slot is s and r.state is SlotState.RESTORING, 180, f"of {s.value} starting",
                    alive=lambda s=s: procs[s].poll() is None)
@@ -136,6 +141,7 @@ def run(b: Bench, args, during=None) -> dict:
         cpu.track(s.value, procs[s].pid, slot=True)
     time.sleep(args.warmup)
     cpu.start()
+    window_start = time.time()
     profiler = None
     if args.profile:
         from profiling import Profiler
@@ -156,6 +162,7 @@ def run(b: Bench, args, during=None) -> dict:
     except Exception:
         raise RuntimeError(f"the load generator did not finish in time:\n{b.procs.tail('loadgen')}") from None
     cpu_report = cpu.stop()
+    window_end = time.time()
     if loadgen.returncode != 0:
         raise RuntimeError(f"load generator failed ({loadgen.returncode}):\n{b.procs.tail('loadgen')}")
     sent = SendLog.load(sends)
@@ -185,6 +192,8 @@ def run(b: Bench, args, during=None) -> dict:
     result = analyse(args, prewarm, sent, obs, watch, cpu_report, profile, drained, codes)
     t0 = float(sent.meta["started"])
     result["handoff_error"] = handoff_error
+    if event_logs:
+        result["stage_metrics"] = {s.value: batch_costs(d, window_start, window_end) for s, d in event_logs.items()}
     if marks:  # each slot's batches around the handoff: where a gap in the output comes from
         lo, hi = marks[0][0] - 10, marks[-1][0] + 40
         result["handoff_batches"] = [
