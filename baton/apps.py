@@ -113,6 +113,11 @@ class StateSettings:
     # CPU (0.66-0.67 against 0.77-0.78 cores; README, the hot path). Without the count a slot reports
     # no state rows (max_bytes still applies) and a stop digests its state for the restore check.
     count_rows: bool = True
+    # Keys whose rows of the last committed batch the state store also keeps in the slot's heap, so a
+    # batch's lookups of keys it has seen do not call into RocksDB (jvm/src/baton/state: Baton's store,
+    # RocksDB's with that cache; ~200 bytes of heap a key). At the seed's rate it cut the active's and
+    # its standby's task CPU a batch by ~23 % and both slots' CPU by ~7 % (README, the hot path). 0: off.
+    cache_keys: int = 250_000
     ttl: StateTtl | None = None
 
 
@@ -192,8 +197,8 @@ def _not_negative(value: int, path: Path, name: str) -> int:
 
 
 def _state(raw: dict[str, Any], path: Path) -> StateSettings:
-    """The `state:` section: every field a positive int but `ttl` (_ttl) and `count_rows` (a boolean), no
-    unknown ones."""
+    """The `state:` section: every field a positive int but `ttl` (_ttl), `count_rows` (a boolean) and
+    `cache_keys` (0 or more), no unknown ones."""
     known = [f.name for f in fields(StateSettings)]
     unknown = sorted(set(raw) - set(known))
     if unknown:
@@ -202,9 +207,11 @@ def _state(raw: dict[str, Any], path: Path) -> StateSettings:
     if "max_rows" in raw and not count_rows:
         raise AppDefinitionError(path, "state.max_rows", "needs state.count_rows: a state store that keeps no row "
                                  "count has no rows to budget (state.max_bytes budgets its size)")
-    return StateSettings(ttl=_ttl(raw.get("ttl"), path), count_rows=count_rows, **{
+    cache_keys = _not_negative(_get(raw, "cache_keys", int, path, "state.", StateSettings.cache_keys), path,
+                               "state.cache_keys")
+    return StateSettings(ttl=_ttl(raw.get("ttl"), path), count_rows=count_rows, cache_keys=cache_keys, **{
         name: _positive(_get(raw, name, int, path, "state.", getattr(StateSettings, name)), path, f"state.{name}")
-        for name in known if name not in ("ttl", "count_rows")})
+        for name in known if name not in ("ttl", "count_rows", "cache_keys")})
 
 
 def _topic(d: dict[str, Any], key: str, path: Path) -> TopicRef:

@@ -1,4 +1,5 @@
-"""The SparkSession every slot runs with: RocksDB state with changelog checkpointing."""
+"""The SparkSession every slot runs with: RocksDB state with changelog checkpointing (Baton's store: RocksDB's
+with a cache of the last batch's rows for its lookups)."""
 
 from __future__ import annotations
 
@@ -34,8 +35,8 @@ def session_conf(app: AppDefinition) -> dict[str, str]:
         # The state's partitions (baton.apps.StateSettings.partitions): a new checkpoint takes them, a
         # running one keeps its own (tests/integration/spark_apps/runtime/test_state_partitions.py).
         "spark.sql.shuffle.partitions": str(app.state.partitions),
-        "spark.sql.streaming.stateStore.providerClass":
-            "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+        "spark.sql.streaming.stateStore.providerClass": state_store_provider(),
+        CACHE_KEYS_CONF: str(app.state.cache_keys),
         # Changelog checkpointing: a batch uploads only its changes; a snapshot is taken every
         # minDeltasForSnapshot batches and uploaded by the maintenance task, so a restart loads the
         # last uploaded snapshot and replays the changelogs after it (the app's cadence and what
@@ -75,7 +76,27 @@ def session_conf(app: AppDefinition) -> dict[str, str]:
         from spark_apps.runtime.idle_counts import jar
 
         conf["spark.jars"] = str(jar())
+    elif conf["spark.sql.streaming.stateStore.providerClass"] == CACHED_STORE:  # its classes, on every executor
+        from spark_apps.runtime.idle_counts import JAR
+
+        conf["spark.jars"] = str(JAR)
     return conf
+
+
+ROCKSDB_STORE = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+# Spark's RocksDB store with the last committed batch's rows kept in the heap for its lookups
+# (jvm/src/baton/state/CachedRocksDBStateStoreProvider.java; StateSettings.cache_keys says how many).
+CACHED_STORE = "baton.state.CachedRocksDBStateStoreProvider"
+CACHE_KEYS_CONF = "spark.sql.streaming.stateStore.baton.cacheMaxKeys"
+
+
+def state_store_provider() -> str:
+    """Baton's store where its jar is built (`make install`), else RocksDB's own. A new checkpoint keeps
+    the provider it started with (Spark restores it from the checkpoint): a checkpoint of Baton's store
+    needs the jar wherever it runs or is read; one of RocksDB's keeps RocksDB's (no cache)."""
+    from spark_apps.runtime.idle_counts import JAR
+
+    return CACHED_STORE if JAR.is_file() else ROCKSDB_STORE
 
 
 # `file:` for a local driver started from Baton's Spark home (its jar on the classpath; a local
@@ -152,6 +173,10 @@ def session(name: str, app: AppDefinition, extra: dict[str, str] | None = None):
             own["spark.hadoop.fs.file.impl"] = NO_FORK_LOCAL_FS
     conf = {**session_conf(app), **own, "spark.scheduler.allocation.file": str(scheduler_pools_file()),
             **(extra or {})}
+    if own and conf.get("spark.jars") == str(spark_home.baton_jar()):
+        # A local driver from Baton's Spark home has Baton's jar on its classpath already; shipped as well,
+        # its copy for the tasks would be fetched and chmod-ed by a process at every start.
+        del conf["spark.jars"]
     conf["spark.driver.extraJavaOptions"] = driver_java_options(conf.get("spark.driver.extraJavaOptions", ""))
     for k, v in conf.items():
         builder = builder.config(k, v)

@@ -15,11 +15,16 @@ def spark(tmp_path_factory):
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
 
+    from spark_apps.runtime.idle_counts import jar
     from spark_apps.runtime.spark import driver_java_options
 
     root = tmp_path_factory.mktemp("spark")
+    # Baton's jar, as on a slot's classpath: the slots' checkpoints the tests read are of Baton's state store.
+    own = str(jar())
     session = (
         SparkSession.builder.master("local[2]")
+        .config("spark.jars", own)
+        .config("spark.driver.extraClassPath", own)
         .appName("baton-tests")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")

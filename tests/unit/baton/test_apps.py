@@ -116,7 +116,28 @@ def test_a_state_ttl_is_read_in_event_time_and_brings_its_jvm_operator_to_the_sl
     assert (app.state.ttl.idle_ms, app.state.ttl.disorder_ms) == (7 * 86_400_000, 10_000)
     assert load_definition(write(tmp_path, GOOD + "state: {ttl: {idle: 90m, disorder: 500ms}}\n")).state.ttl.disorder_ms == 500
     assert session_conf(app)["spark.jars"] == str(JAR)  # built by make install
-    assert "spark.jars" not in session_conf(load_definition(write(tmp_path, GOOD)))
+
+
+def test_the_state_store_is_baton_s_cached_one_where_its_jar_is_built_and_cache_keys_sizes_it(tmp_path, monkeypatch):
+    from spark_apps.runtime import idle_counts
+    from spark_apps.runtime.spark import CACHE_KEYS_CONF, CACHED_STORE, ROCKSDB_STORE, session_conf
+
+    provider = "spark.sql.streaming.stateStore.providerClass"
+    app = load_definition(write(tmp_path, GOOD))
+    assert app.state.cache_keys == 250_000
+    jar = tmp_path / "baton-jvm.jar"
+    monkeypatch.setattr(idle_counts, "JAR", jar)
+    conf = session_conf(app)  # no jar built: RocksDB's own store, nothing to ship
+    assert conf[provider] == ROCKSDB_STORE and "spark.jars" not in conf
+    jar.write_bytes(b"PK")
+    conf = session_conf(app)
+    assert conf[provider] == CACHED_STORE and conf["spark.jars"] == str(jar) and conf[CACHE_KEYS_CONF] == "250000"
+    off = load_definition(write(tmp_path, GOOD + "state: {cache_keys: 0}\n"))
+    assert off.state.cache_keys == 0 and session_conf(off)[CACHE_KEYS_CONF] == "0"
+    with pytest.raises(AppDefinitionError, match="state.cache_keys.*>= 0"):
+        load_definition(write(tmp_path, GOOD + "state: {cache_keys: -1}\n"))
+    with pytest.raises(AppDefinitionError, match="state.cache_keys.*must be int"):
+        load_definition(write(tmp_path, GOOD + "state: {cache_keys: lots}\n"))
 
 
 def test_one_bad_file_fails_the_whole_registry(tmp_path):
