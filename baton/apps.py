@@ -113,10 +113,11 @@ class StateSettings:
     # CPU (0.66-0.67 against 0.77-0.78 cores; README, the hot path). Without the count a slot reports
     # no state rows (max_bytes still applies) and a stop digests its state for the restore check.
     count_rows: bool = True
-    # Keys whose rows of the last committed batch the state store also keeps in the slot's heap, so a
-    # batch's lookups of keys it has seen do not call into RocksDB (jvm/src/baton/state: Baton's store,
-    # RocksDB's with that cache; ~200 bytes of heap a key). At the seed's rate it cut the active's and
-    # its standby's task CPU a batch by ~23 % and both slots' CPU by ~7 % (README, the hot path). 0: off.
+    # Keys whose rows of the last committed batch the state store also keeps in the slot's heap, per state
+    # partition, so a batch's lookups of keys it has seen do not call into RocksDB (jvm/src/baton/state:
+    # Baton's store, RocksDB's with that cache; ~200 bytes of heap a key). At the seed's rate it cut the
+    # active's and its standby's task CPU a batch by ~23 % and both slots' CPU by ~7 % (README, the hot
+    # path). 0: off.
     cache_keys: int = 250_000
     ttl: StateTtl | None = None
 
