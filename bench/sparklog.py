@@ -13,6 +13,17 @@ from collections import defaultdict
 from pathlib import Path
 
 
+def events(directory: Path):
+    """Every event (a dict) of every event log file under `directory`, file by file."""
+    for path in sorted(p for p in directory.rglob("*") if p.is_file()):
+        with open(path, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                try:
+                    yield json.loads(line)
+                except ValueError:
+                    continue  # a log still being written ends in a partial line
+
+
 def event_log_conf(directory: Path) -> list[str]:
     directory.mkdir(parents=True, exist_ok=True)
     return ["spark.eventLog.enabled=true", f"spark.eventLog.dir=file://{directory}", "spark.eventLog.compress=false"]
@@ -24,25 +35,19 @@ def jobs(directory: Path) -> list[dict]:
     out: dict[int, dict] = {}
     stages: dict[int, dict] = {}
     tasks: dict[int, list[tuple[int, float]]] = {}
-    for path in sorted(p for p in directory.rglob("*") if p.is_file()):
-        with open(path, encoding="utf-8", errors="replace") as f:
-            for line in f:
-                try:
-                    e = json.loads(line)
-                except ValueError:
-                    continue  # a log still being written ends in a partial line
-                kind = e.get("Event")
-                if kind == "SparkListenerJobStart":
-                    out[e["Job ID"]] = {"job": e["Job ID"], "start": e["Submission Time"], "stage_ids": e["Stage IDs"]}
-                elif kind == "SparkListenerJobEnd" and e["Job ID"] in out:
-                    out[e["Job ID"]]["end"] = e["Completion Time"]
-                elif kind == "SparkListenerStageCompleted":
-                    si = e["Stage Info"]
-                    stages[si["Stage ID"]] = {"sub": si.get("Submission Time"), "done": si.get("Completion Time")}
-                elif kind == "SparkListenerTaskEnd":
-                    info, metrics = e["Task Info"], e.get("Task Metrics") or {}
-                    tasks.setdefault(e["Stage ID"], []).append(
-                        (info["Finish Time"] - info["Launch Time"], (metrics.get("Executor CPU Time") or 0) / 1e6))
+    for e in events(directory):
+        kind = e.get("Event")
+        if kind == "SparkListenerJobStart":
+            out[e["Job ID"]] = {"job": e["Job ID"], "start": e["Submission Time"], "stage_ids": e["Stage IDs"]}
+        elif kind == "SparkListenerJobEnd" and e["Job ID"] in out:
+            out[e["Job ID"]]["end"] = e["Completion Time"]
+        elif kind == "SparkListenerStageCompleted":
+            si = e["Stage Info"]
+            stages[si["Stage ID"]] = {"sub": si.get("Submission Time"), "done": si.get("Completion Time")}
+        elif kind == "SparkListenerTaskEnd":
+            info, metrics = e["Task Info"], e.get("Task Metrics") or {}
+            tasks.setdefault(e["Stage ID"], []).append(
+                (info["Finish Time"] - info["Launch Time"], (metrics.get("Executor CPU Time") or 0) / 1e6))
     result = []
     for job in sorted(out.values(), key=lambda j: j["job"]):
         rows = []
@@ -85,34 +90,28 @@ def batch_costs(directory: Path, w0_s: float, w1_s: float) -> dict:
     sums: dict[str, float] = defaultdict(float)
     batches: set[int] = set()
     batch_of_stage: dict[int, int] = {}
-    for path in sorted(p for p in directory.rglob("*") if p.is_file()):
-        with open(path, encoding="utf-8", errors="replace") as f:
-            for line in f:
-                try:
-                    e = json.loads(line)
-                except ValueError:
-                    continue  # a log still being written ends in a partial line
-                kind = e.get("Event")
-                if kind == "SparkListenerJobStart":
-                    batch = (e.get("Properties") or {}).get("streaming.sql.batchId")
-                    for sid in e.get("Stage IDs", []):
-                        batch_of_stage[sid] = int(batch) if batch is not None else -1
-                elif kind == "SparkListenerTaskEnd":
-                    info, metrics = e.get("Task Info") or {}, e.get("Task Metrics") or {}
-                    if not w0_s * 1000 <= info.get("Launch Time", 0) <= w1_s * 1000:
-                        continue
-                    sums["tasks"] += 1
-                    if batch_of_stage.get(e.get("Stage ID"), -1) >= 0:
-                        batches.add(batch_of_stage[e["Stage ID"]])
-                    for field, key in TASK_MS.items():
-                        sums[key] += metrics.get(field) or 0
-                    sums["cpu_ms"] += (metrics.get("Executor CPU Time") or 0) / 1e6
-                    for acc in info.get("Accumulables", []):
-                        if (found := SQL_METRICS.get(acc.get("Name"))) is not None:
-                            try:
-                                sums[found[0]] += float(acc.get("Update", 0)) / found[1]
-                            except (TypeError, ValueError):
-                                pass
+    for e in events(directory):
+        kind = e.get("Event")
+        if kind == "SparkListenerJobStart":
+            batch = (e.get("Properties") or {}).get("streaming.sql.batchId")
+            for sid in e.get("Stage IDs", []):
+                batch_of_stage[sid] = int(batch) if batch is not None else -1
+        elif kind == "SparkListenerTaskEnd":
+            info, metrics = e.get("Task Info") or {}, e.get("Task Metrics") or {}
+            if not w0_s * 1000 <= info.get("Launch Time", 0) <= w1_s * 1000:
+                continue
+            sums["tasks"] += 1
+            if batch_of_stage.get(e.get("Stage ID"), -1) >= 0:
+                batches.add(batch_of_stage[e["Stage ID"]])
+            for field, key in TASK_MS.items():
+                sums[key] += metrics.get(field) or 0
+            sums["cpu_ms"] += (metrics.get("Executor CPU Time") or 0) / 1e6
+            for acc in info.get("Accumulables", []):
+                if (found := SQL_METRICS.get(acc.get("Name"))) is not None:
+                    try:
+                        sums[found[0]] += float(acc.get("Update", 0)) / found[1]
+                    except (TypeError, ValueError):
+                        pass
     n = len(batches)
 
     def per_key(ms: str, count: str):
