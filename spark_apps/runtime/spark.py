@@ -72,14 +72,11 @@ def session_conf(app: AppDefinition) -> dict[str, str]:
         "spark.sql.codegen.aggregate.map.twolevel.enabled": "false",
         "spark.scheduler.mode": "FAIR",  # the pools: SCHEDULER_POOLS
     }
-    if app.state.ttl is not None:  # its operator is Baton's own, in the JVM (spark_apps.runtime.idle_counts)
+    # Baton's JVM classes on every executor: a TTL's operator (spark_apps.runtime.idle_counts), Baton's store.
+    if app.state.ttl is not None or conf["spark.sql.streaming.stateStore.providerClass"] == CACHED_STORE:
         from spark_apps.runtime.idle_counts import jar
 
         conf["spark.jars"] = str(jar())
-    elif conf["spark.sql.streaming.stateStore.providerClass"] == CACHED_STORE:  # its classes, on every executor
-        from spark_apps.runtime.idle_counts import JAR
-
-        conf["spark.jars"] = str(JAR)
     return conf
 
 
@@ -94,9 +91,9 @@ def state_store_provider() -> str:
     """Baton's store where its jar is built (`make install`), else RocksDB's own. A new checkpoint keeps
     the provider it started with (Spark restores it from the checkpoint): a checkpoint of Baton's store
     needs the jar wherever it runs or is read; one of RocksDB's keeps RocksDB's (no cache)."""
-    from spark_apps.runtime.idle_counts import JAR
+    from spark_apps.runtime.spark_home import baton_jar
 
-    return CACHED_STORE if JAR.is_file() else ROCKSDB_STORE
+    return CACHED_STORE if baton_jar() is not None else ROCKSDB_STORE
 
 
 # `file:` for a local driver started from Baton's Spark home (its jar on the classpath; a local

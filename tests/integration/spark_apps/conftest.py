@@ -23,7 +23,6 @@ def spark(tmp_path_factory):
     own = str(jar())
     session = (
         SparkSession.builder.master("local[2]")
-        .config("spark.jars", own)
         .config("spark.driver.extraClassPath", own)
         .appName("baton-tests")
         .config("spark.ui.enabled", "false")

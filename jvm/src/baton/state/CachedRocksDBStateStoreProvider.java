@@ -42,7 +42,7 @@ import scala.collection.immutable.Set;
 public class CachedRocksDBStateStoreProvider extends RocksDBStateStoreProvider {
     /** Rows the cache holds at most (a state larger than this is served by RocksDB beyond it). */
     public static final String MAX_KEYS_CONF = "spark.sql.streaming.stateStore.baton.cacheMaxKeys";
-    static final int DEFAULT_MAX_KEYS = 1_000_000;
+    static final int DEFAULT_MAX_KEYS = 250_000;  // baton.apps.StateSettings.cache_keys
 
     private final StateCache cache = new StateCache();
     private boolean cacheable;
@@ -64,13 +64,13 @@ public class CachedRocksDBStateStoreProvider extends RocksDBStateStoreProvider {
     public StateStore getStore(long version, Option<String> uniqueId, boolean forceSnapshotOnCommit,
                                boolean loadEmpty) {
         StateStore store = super.getStore(version, uniqueId, forceSnapshotOnCommit, loadEmpty);
-        return wrap(store, version, uniqueId.isDefined() || loadEmpty, true);
+        return wrap(store, version, uniqueId.isDefined() || loadEmpty);
     }
 
     @Override
     public StateStore getReadStore(long version, Option<String> uniqueId) {
         StateStore store = super.getReadStore(version, uniqueId);
-        return wrap(store, version, uniqueId.isDefined(), false);
+        return wrap(store, version, uniqueId.isDefined());
     }
 
     @Override
@@ -78,7 +78,7 @@ public class CachedRocksDBStateStoreProvider extends RocksDBStateStoreProvider {
                                                    boolean forceSnapshotOnCommit) {
         ReadStateStore inner = readStore instanceof CachedStore ? ((CachedStore) readStore).inner : readStore;
         StateStore store = super.upgradeReadStoreToWriteStore(inner, version, uniqueId, forceSnapshotOnCommit);
-        return wrap(store, version, uniqueId.isDefined(), true);
+        return wrap(store, version, uniqueId.isDefined());
     }
 
     @Override
@@ -87,13 +87,13 @@ public class CachedRocksDBStateStoreProvider extends RocksDBStateStoreProvider {
         super.close();
     }
 
-    private StateStore wrap(StateStore store, long version, boolean uncached, boolean writes) {
+    private StateStore wrap(StateStore store, long version, boolean uncached) {
         if (!cacheable || uncached || cache.maxKeys <= 0) {  // checkpoint ids, an empty load: RocksDB's alone
             cache.invalidate();
             return store;
         }
         cache.at(version);
-        return new CachedStore(store, version, cache, writes);
+        return new CachedStore(store, version, cache);
     }
 
     /** The rows of one committed version, by key (both copies the cache owns). */
@@ -161,17 +161,15 @@ public class CachedRocksDBStateStoreProvider extends RocksDBStateStoreProvider {
         final StateStore inner;
         private final long version;
         private final StateCache cache;
-        private final boolean writes;
-        // This store's writes, in order of their keys' last write (key -> row, null: removed); RocksDB has
+        // This store's writes, each key's last (key -> row, null: removed); RocksDB has
         // them already, the cache gets them once they are committed.
         private final HashMap<UnsafeRow, UnsafeRow> changes = new HashMap<>();
         private boolean changesComplete = true;  // false after a write the cache cannot follow (merge, ranges)
 
-        CachedStore(StateStore inner, long version, StateCache cache, boolean writes) {
+        CachedStore(StateStore inner, long version, StateCache cache) {
             this.inner = inner;
             this.version = version;
             this.cache = cache;
-            this.writes = writes;
         }
 
         private static boolean isDefault(String colFamilyName) {
@@ -183,7 +181,7 @@ public class CachedRocksDBStateStoreProvider extends RocksDBStateStoreProvider {
             if (!isDefault(colFamilyName)) {
                 return inner.get(key, colFamilyName);
             }
-            if (writes && changes.containsKey(key)) {
+            if (changes.containsKey(key)) {
                 UnsafeRow written = changes.get(key);
                 return written == null ? null : written.copy();
             }
