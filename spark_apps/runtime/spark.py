@@ -72,6 +72,8 @@ def session_conf(app: AppDefinition) -> dict[str, str]:
         "spark.sql.codegen.aggregate.map.twolevel.enabled": "false",
         "spark.scheduler.mode": "FAIR",  # the pools: SCHEDULER_POOLS
     }
+    if conf["spark.sql.streaming.stateStore.providerClass"] == CACHED_STORE:  # Baton's jar is built
+        conf["spark.sql.extensions"] = SINGLE_PARTITION_STATE_RULE
     # Baton's JVM classes on every executor: a TTL's operator (spark_apps.runtime.idle_counts), Baton's store.
     if app.state.ttl is not None or conf["spark.sql.streaming.stateStore.providerClass"] == CACHED_STORE:
         from spark_apps.runtime.idle_counts import jar
@@ -85,6 +87,9 @@ ROCKSDB_STORE = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStor
 # (jvm/src/baton/state/CachedRocksDBStateStoreProvider.java; StateSettings.cache_keys says how many).
 CACHED_STORE = "baton.state.CachedRocksDBStateStoreProvider"
 CACHE_KEYS_CONF = "spark.sql.streaming.stateStore.baton.cacheMaxKeys"
+# No shuffle into a one-partition state from a one-partition read: one stage a batch instead of two
+# (jvm/src/baton/plan/SinglePartitionStateRule.java).
+SINGLE_PARTITION_STATE_RULE = "baton.plan.SinglePartitionStateRule"
 
 
 def state_store_provider() -> str:

@@ -120,7 +120,8 @@ def test_a_state_ttl_is_read_in_event_time_and_brings_its_jvm_operator_to_the_sl
 
 def test_the_state_store_is_baton_s_cached_one_where_its_jar_is_built_and_cache_keys_sizes_it(tmp_path, monkeypatch):
     from spark_apps.runtime import idle_counts
-    from spark_apps.runtime.spark import CACHE_KEYS_CONF, CACHED_STORE, ROCKSDB_STORE, session_conf
+    from spark_apps.runtime.spark import (CACHE_KEYS_CONF, CACHED_STORE, ROCKSDB_STORE, SINGLE_PARTITION_STATE_RULE,
+                                          session_conf)
 
     provider = "spark.sql.streaming.stateStore.providerClass"
     app = load_definition(write(tmp_path, GOOD))
@@ -128,10 +129,11 @@ def test_the_state_store_is_baton_s_cached_one_where_its_jar_is_built_and_cache_
     jar = tmp_path / "baton-jvm.jar"
     monkeypatch.setattr(idle_counts, "JAR", jar)
     conf = session_conf(app)  # no jar built: RocksDB's own store, nothing to ship
-    assert conf[provider] == ROCKSDB_STORE and "spark.jars" not in conf
+    assert conf[provider] == ROCKSDB_STORE and "spark.jars" not in conf and "spark.sql.extensions" not in conf
     jar.write_bytes(b"PK")
     conf = session_conf(app)
     assert conf[provider] == CACHED_STORE and conf["spark.jars"] == str(jar) and conf[CACHE_KEYS_CONF] == "250000"
+    assert conf["spark.sql.extensions"] == SINGLE_PARTITION_STATE_RULE  # Baton's plan rule, from the same jar
     off = load_definition(write(tmp_path, GOOD + "state: {cache_keys: 0}\n"))
     assert off.state.cache_keys == 0 and session_conf(off)[CACHE_KEYS_CONF] == "0"
     with pytest.raises(AppDefinitionError, match="state.cache_keys.*>= 0"):
