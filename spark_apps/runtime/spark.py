@@ -72,10 +72,11 @@ def session_conf(app: AppDefinition) -> dict[str, str]:
         "spark.sql.codegen.aggregate.map.twolevel.enabled": "false",
         "spark.scheduler.mode": "FAIR",  # the pools: SCHEDULER_POOLS
     }
-    if conf["spark.sql.streaming.stateStore.providerClass"] == CACHED_STORE:  # Baton's jar is built
+    jar_built = conf["spark.sql.streaming.stateStore.providerClass"] == CACHED_STORE
+    if jar_built:
         conf["spark.sql.extensions"] = SINGLE_PARTITION_STATE_RULE
     # Baton's JVM classes on every executor: a TTL's operator (spark_apps.runtime.idle_counts), Baton's store.
-    if app.state.ttl is not None or conf["spark.sql.streaming.stateStore.providerClass"] == CACHED_STORE:
+    if app.state.ttl is not None or jar_built:
         from spark_apps.runtime.idle_counts import jar
 
         conf["spark.jars"] = str(jar())

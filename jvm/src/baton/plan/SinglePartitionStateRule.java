@@ -82,7 +82,7 @@ public class SinglePartitionStateRule extends AbstractFunction1<SparkSessionExte
             }
             below = below.children().head();
         }
-        return below.children().isEmpty() && below instanceof DataSourceV2ScanExecBase
+        return below instanceof DataSourceV2ScanExecBase  // a leaf
                 && ((DataSourceV2ScanExecBase) below).inputPartitions().size() == 1;
     }
 }

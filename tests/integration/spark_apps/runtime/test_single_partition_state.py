@@ -63,7 +63,7 @@ class Source(DataSource):
             raise PySparkNotImplementedError(errorClass="NOT_IMPLEMENTED", messageParameters={"feature": "streamReader"})
         return TwoPartitions()
 
-def run(name, checkpoint, upto, extra, options=None):
+def run(checkpoint, upto, extra, options=None):
     (root / "available").write_text(str(upto))
     spark = session("baton-single-partition-test", load_app("click_counts"), extra)
     spark.dataSource.register(Source)
@@ -84,10 +84,10 @@ def run(name, checkpoint, upto, extra, options=None):
 
 out = {
     # A checkpoint started without the rule, then run on with it: its state carries on.
-    "before": run("before", "one", 2, {"spark.sql.extensions": ""}),
-    "after": run("after", "one", 4, {}),
-    "two_reads": run("two_reads", "two_reads", 4, {}, {"partitions": "2"}),
-    "two_states": run("two_states", "two_states", 4, {"spark.sql.shuffle.partitions": "2"}),
+    "before": run("one", 2, {"spark.sql.extensions": ""}),
+    "after": run("one", 4, {}),
+    "two_reads": run("two_reads", 4, {}, {"partitions": "2"}),
+    "two_states": run("two_states", 4, {"spark.sql.shuffle.partitions": "2"}),
 }
 print("RESULT " + json.dumps(out))
 """
