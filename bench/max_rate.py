@@ -282,7 +282,7 @@ def plot(result: dict, path: Path) -> None:
     fig.suptitle(f"with the standby following: p99 <= 2 s up to {result['max_rate']:.0f} events/s "
                  f"(p99 {result['p99_ms_at_max']} ms); kept pace up to {result['max_rate_keeps_pace']:.0f} events/s "
                  f"(p99 {result['p99_ms_at_keeps_pace']} ms)\nslots' cores at {result['start']:.0f}/s: "
-                 f"{result['slot_cores_at_start']}")
+                 f"{result['slot_cores_at_start']}; broker: {result.get('broker', 'not recorded')}")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
