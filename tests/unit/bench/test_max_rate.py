@@ -1,0 +1,50 @@
+"""bench/max_rate's judgement of its steps (issue 24's headline figures): which step counts as held, how
+fast blue processed within a step, how far the standby trailed, and which processes count as the slots."""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+_bench = Path(__file__).parents[3] / "bench"
+sys.path.insert(0, str(_bench))
+_spec = importlib.util.spec_from_file_location("max_rate", _bench / "max_rate.py")
+max_rate = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(max_rate)
+
+
+def step(rate: float, p99_ms: float, behind: bool) -> dict:
+    return {"rate": rate, "p99_ms": p99_ms, "behind": behind,
+            "held": not behind and p99_ms <= max_rate.P99_TARGET_MS}
+
+
+def test_max_rate_is_the_highest_step_held_and_keeps_pace_ignores_latency():
+    steps = [step(20085, 1400, False), step(25085, 2100, False), step(30085, 1900, False),
+             step(35085, 2500, False), step(40085, 1500, True)]
+    assert max_rate.headline(steps) == {"max_rate": 30085, "p99_ms_at_max": 1900,
+                                        "max_rate_keeps_pace": 35085, "p99_ms_at_keeps_pace": 2500}
+
+
+def test_no_step_held_reports_zero_and_no_latency():
+    assert max_rate.headline([step(20085, 2300, False), step(25085, 2600, True)]) == {
+        "max_rate": 0.0, "p99_ms_at_max": None, "max_rate_keeps_pace": 20085, "p99_ms_at_keeps_pace": 2300}
+    assert max_rate.headline([])["max_rate"] == 0.0
+
+
+def test_processed_rate_counts_only_reports_inside_the_step():
+    points = [(0.0, 0), (10.0, 100_000), (20.0, 300_000), (30.0, 500_000), (40.0, 900_000)]
+    assert max_rate.processed_rate(points, 10.0, 30.0) == 20_000.0
+    assert max_rate.processed_rate(points, 12.0, 19.0) == 0.0  # fewer than two reports: unknown
+
+
+def test_standby_behind_is_its_largest_distance_from_blues_last_report_before_each_of_its_own():
+    blue = [(1.0, 1000), (2.0, 2000), (3.0, 3000), (4.0, 4000)]
+    green = [(0.5, 0), (2.5, 1500), (3.5, 1000), (9.0, 0)]  # the first and last are outside the step
+    assert max_rate.standby_behind(blue, green, 1.0, 5.0) == 2000  # at 3.5 s: blue 3000, green 1000
+    assert max_rate.standby_behind(blue, [(0.5, 0)], 1.0, 5.0) is None
+
+
+def test_slot_cores_adds_both_slots_jvms_jit_gc_and_python_and_nothing_else():
+    report = {"by_role": {"blue.jvm": {"cores": 0.2}, "blue.jvm_jit": {"cores": 0.05}, "blue.python_workers": {"cores": 0.05},
+                          "green.jvm": {"cores": 0.15}, "green.driver": {"cores": 0.01}, "broker": {"cores": 0.4},
+                          "loadgen": {"cores": 0.06}, "verifier": {"cores": 0.06}}}
+    assert max_rate.slot_cores(report) == 0.46
