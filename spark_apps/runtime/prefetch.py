@@ -28,6 +28,16 @@ Event times: each fetched chunk of a partition leaves one stamp (its first offse
 record's timestamp), so a batch knows when its oldest and newest records were written to within a
 fetch's span, at no per-record cost (a list of timestamps per record cost the slots' Python ~0.013
 cores at 20,085 events/s): the slot's end-to-end latency, and the times the partitions are kept abreast by.
+
+Paced fetching (a slot that follows: a standby, or an active fenced for a handoff): the consumer waits
+after each fetch that brought records (librdkafka's fetch.queue.backoff.ms with queued.min.messages 1,
+the reader's conf) instead of fetching again as soon as one returns, about once per producer batch. Such
+a slot takes records only up to its cap, which trails what the broker holds by the active's batch, so a
+wait of a fraction of that changes nothing it does, and a backlog still comes in large fetches. The
+broker answers far fewer fetches: on the embedded broker every fetch that finds records costs a pass over
+the whole partition (README, "How long the embedded broker lasts"). When the slot stops following (a
+takeover, a cutover, a rollback's lifted fence) the thread swaps to a consumer that fetches at once,
+assigned where the buffers end, so nothing is read twice or skipped.
 """
 
 from __future__ import annotations
@@ -163,8 +173,11 @@ class Prefetcher:
 
     def __init__(self, make_consumer: Callable, topic: str, begin: dict[int, int], width: int,
                  decode: Callable[[list], tuple[list[int], list[list], list[tuple]]], max_buffered: int,
-                 align: bool = True):
+                 align: bool = True, make_paced_consumer: Optional[Callable] = None, paced: bool = False):
         self.topic, self.width, self.decode, self.max_buffered = topic, width, decode, max_buffered
+        # The consumer that fetches at once, and the paced one (module docstring); None: never paced.
+        self._makers = {False: make_consumer, True: make_paced_consumer or make_consumer}
+        self._paced = self._want_paced = paced and make_paced_consumer is not None
         self.align = align  # keep the partitions abreast in time (aligned_limits): for an event-time watermark
         self.buffers = {p: PartitionBuffer(o, o, width) for p, o in begin.items()}
         self._lock = threading.Lock()
@@ -175,7 +188,7 @@ class Prefetcher:
         self._paused: set[int] = set()
         self._assigned: set[int] = set(begin)
         self._held_since: Optional[float] = None  # when aligned_limits began holding partitions back
-        self._consumer = make_consumer()
+        self._consumer = self._makers[self._paced]()
         from confluent_kafka import TopicPartition
 
         self._consumer.assign([TopicPartition(topic, p, o) for p, o in sorted(begin.items())])
@@ -183,6 +196,10 @@ class Prefetcher:
         self._thread.start()
 
     # -- the planner's side
+    def pace(self, paced: bool) -> None:
+        """Fetch paced (the slot follows) or at once; the thread swaps its consumer when this changes."""
+        self._want_paced = paced and self._makers[True] is not self._makers[False]
+
     def take(self, begin: dict[int, int], limits: dict[int, float], budget: Optional[int]) -> dict[int, Taken]:
         """Records from `begin` up to `limits`, at most `budget` in all (split across partitions in
         proportion to what each has ready). Partitions whose buffer is elsewhere are sought: they
@@ -274,10 +291,32 @@ class Prefetcher:
     def _run(self) -> None:
         try:
             while not self._stop.is_set():
+                self._swap_if_asked()
                 self._apply_seeks_and_pauses()
                 self._absorb(self._consumer.consume(CONSUME_MAX, CONSUME_WAIT_S))
         except BaseException as exc:  # noqa: BLE001 - surfaced to the planner by take()
             self._error = exc
+
+    def _swap_if_asked(self) -> None:
+        """A consumer of the pace asked for, assigned where each buffer ends (a seek the planner asked for
+        has emptied its buffer at the sought offset): what the old one had fetched but not handed over is
+        fetched again, nothing is skipped."""
+        paced = self._want_paced
+        if paced == self._paced:
+            return
+        from confluent_kafka import TopicPartition
+
+        with self._lock:
+            starts = {p: b.next for p, b in self.buffers.items()}
+            self._seeks = {}
+        old, self._consumer = self._consumer, self._makers[paced]()
+        self._consumer.assign([TopicPartition(self.topic, p, o) for p, o in sorted(starts.items())])
+        self._assigned, self._paused, self._paced = set(starts), set(), paced
+        try:
+            old.close()
+        except RuntimeError:
+            pass
+        log.info("%s: fetching %s from %s", self.topic, "paced" if paced else "at once", starts)
 
     def _apply_seeks_and_pauses(self) -> None:
         from confluent_kafka import TopicPartition

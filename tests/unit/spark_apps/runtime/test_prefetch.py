@@ -332,3 +332,42 @@ def test_a_position_the_broker_does_not_hold_is_reported_not_fatal():
         assert pf.take({0: 0, 1: 40}, {}, None)[0].offsets == list(range(10))  # no error raised
     finally:
         pf.close()
+
+
+def test_a_slot_that_stops_following_swaps_to_a_consumer_that_fetches_at_once_where_the_buffers_end():
+    """Paced while following; on pace(False) the thread assigns the other consumer at each buffer's end
+    and closes the paced one: every record is taken once, in order, across the swap."""
+    logs = {0: list(range(10)), 1: list(range(100, 104))}
+    at_once, paced = FakeConsumer(logs), FakeConsumer(logs)
+    closed = []
+    paced.close = lambda: closed.append("paced")
+    pf = Prefetcher(lambda: at_once, "t", {0: 0, 1: 100}, 1, decode, max_buffered=1000,
+                    make_paced_consumer=lambda: paced, paced=True)
+    try:
+        wait_ready(pf, {0: 0, 1: 100}, {0: 10, 1: 4})
+        assert at_once.pos == {} and paced.pos == {0: 10, 1: 104}  # only the paced one was used
+        first = pf.take({0: 0, 1: 100}, {0: 6, 1: float("inf")}, None)  # a cap: 0..5 of partition 0
+        logs[0].extend(range(10, 15))  # written while the slot still follows
+        pf.pace(False)
+        deadline = time.monotonic() + 5
+        while pf._paced and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not pf._paced and closed == ["paced"]
+        wait_ready(pf, {0: 6}, {0: 9})  # 6..9 buffered before the swap, 10..14 fetched after it
+        rest = pf.take({0: first[0].end, 1: first[1].end}, {}, None)
+        assert first[0].offsets + rest[0].offsets == list(range(15))
+        assert first[1].offsets + rest[1].offsets == list(range(100, 104))
+        assert at_once.pos == {0: 15, 1: 104}  # assigned where the buffers ended, then read on
+    finally:
+        pf.close()
+
+
+def test_without_a_paced_consumer_pace_changes_nothing():
+    consumer = FakeConsumer({0: list(range(5))})
+    pf = Prefetcher(lambda: consumer, "t", {0: 0}, 1, decode, max_buffered=1000, paced=True)
+    try:
+        pf.pace(True)
+        wait_ready(pf, {0: 0}, {0: 5})
+        assert not pf._paced and consumer.seeks == []
+    finally:
+        pf.close()
