@@ -216,15 +216,17 @@ class DriverStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableN
             # records ~90 ms old (p50) when a batch takes them, and the broker at ~5% of a core for this
             # consumer; holding fetches 20-50 ms made records ~50 ms fresher for 15-20% of a core, and 100 ms
             # changed no latency for the broker's +0.05-0.08 cores (A/B, README's hot path).
-            conf = self.planner._conf(**{"queued.min.messages": 1_000_000, "fetch.queue.backoff.ms": 1,
-                                         "fetch.wait.max.ms": 200})
+            tuning = {"queued.min.messages": 1_000_000, "fetch.queue.backoff.ms": 1, "fetch.wait.max.ms": 200}
+            conf = self.planner._conf(**tuning)
+            # The user's kafka.* settings still win (_conf): over the pace as over the rest of the tuning.
+            paced_conf = self.planner._conf(**{**tuning, "queued.min.messages": 1,
+                                               "fetch.queue.backoff.ms": FOLLOW_FETCH_PACE_MS,
+                                               "max.partition.fetch.bytes": FOLLOW_PARTITION_FETCH_BYTES})
             if self.opts.value_fields is None:
                 width, decode = 4, lambda msgs: (list(map(lambda m: m.offset(), msgs)), raw_columns(msgs), [])
             else:
                 decoder = EventDecoder(self.opts.value_fields, self.opts.required)
                 width, decode = len(self.opts.value_fields), lambda msgs: decode_records(decoder, msgs)
-            paced_conf = {**conf, "queued.min.messages": 1, "fetch.queue.backoff.ms": FOLLOW_FETCH_PACE_MS,
-                          "max.partition.fetch.bytes": FOLLOW_PARTITION_FETCH_BYTES}
             per_partition = max(10_000, MAX_BUFFERED // max(1, len(begin)))
             self._prefetch = Prefetcher(lambda: Consumer(conf), self.opts.topic, begin, width, decode, per_partition,
                                         align=self.opts.align_partitions,

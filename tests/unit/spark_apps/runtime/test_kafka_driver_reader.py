@@ -1,0 +1,45 @@
+"""The driver-side reader's choice of consumer: paced while a cap bounds the slot (it follows), at once
+otherwise, and the user's kafka.* settings over either (prefetch.py, "Paced fetching")."""
+
+import json
+
+import confluent_kafka
+
+from spark_apps.runtime import kafka_driver_reader
+from spark_apps.runtime.kafka_driver_reader import FOLLOW_FETCH_PACE_MS, DriverStreamReader
+from spark_apps.runtime.source_options import parse_options
+
+
+class RecordedPrefetcher:
+    def __init__(self, make_consumer, topic, begin, width, decode, max_buffered, **kw):
+        self.make_consumer, self.kw = make_consumer, kw
+
+
+def reader(tmp_path, monkeypatch, **options):
+    monkeypatch.setattr(kafka_driver_reader, "Prefetcher", RecordedPrefetcher)
+    monkeypatch.setattr(confluent_kafka, "Consumer", lambda conf: conf)  # a consumer is its conf here
+    return DriverStreamReader(parse_options({"kafka.bootstrap.servers": "127.0.0.1:9", "topic": "t",
+                                             "readOn": "driver", "capFile": str(tmp_path / "cap.json"),
+                                             **options}))
+
+
+def test_a_capped_slot_follows_and_its_paced_consumer_waits_after_each_fetch(tmp_path, monkeypatch):
+    r = reader(tmp_path, monkeypatch)
+    assert r._limits([0, 1]) == ({0: float("inf"), 1: float("inf")}, False)  # no cap file: the active
+    (tmp_path / "cap.json").write_text(json.dumps({"0": 5, "1": 7}))
+    assert r._limits([0, 1]) == ({0: 5, 1: 7}, True)
+    pf = r._prefetcher({0: 0, 1: 0}, True)
+    assert pf.kw["paced"] is True
+    at_once, paced = pf.make_consumer(), pf.kw["make_paced_consumer"]()
+    assert (at_once["queued.min.messages"], at_once["fetch.queue.backoff.ms"]) == (1_000_000, 1)
+    assert (paced["queued.min.messages"], paced["fetch.queue.backoff.ms"]) == (1, FOLLOW_FETCH_PACE_MS)
+    assert {k: v for k, v in paced.items() if k not in at_once or at_once[k] != v} == {
+        "queued.min.messages": 1, "fetch.queue.backoff.ms": FOLLOW_FETCH_PACE_MS,
+        "max.partition.fetch.bytes": 4 * 1024 * 1024}  # otherwise the same consumer
+
+
+def test_the_user_s_kafka_settings_win_over_the_pace(tmp_path, monkeypatch):
+    r = reader(tmp_path, monkeypatch, **{"kafka.fetch.queue.backoff.ms": "50"})
+    pf = r._prefetcher({0: 0}, False)
+    assert pf.kw["make_paced_consumer"]()["fetch.queue.backoff.ms"] == "50"
+    assert pf.make_consumer()["fetch.queue.backoff.ms"] == "50"
