@@ -62,6 +62,11 @@ FOLLOW_FETCH_PACE_MS = 250
 # A paced fetch brings up to this much of each partition: a standby's backlog (a restart, a catch-up)
 # still comes at over 100k records/s, above what the reader decodes.
 FOLLOW_PARTITION_FETCH_BYTES = 4 * 1024 * 1024
+# An active that tails its input fetches in a window this long before its next batch can start (prefetch.py,
+# "Fetching in a window"), and a partition that has reached its end fetches nothing before it. The window's
+# first fetch (what was written since the batch before: ~20k records at the seed's rate) is buffered in
+# ~50 ms; the rest of the window covers a busy host's scheduling.
+TAIL_FETCH_LEAD_S = 0.25
 
 log = logging.getLogger(__name__)
 
@@ -164,6 +169,7 @@ class DriverStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableN
             # restarted slot's first batch takes the backlog instead of costing a trigger.
             prefetch.wait_until(None, self.opts.max_records, FIRST_READ_WAIT_S, limits)
         taken = prefetch.take(begin, limits, self.opts.max_records)
+        prefetch.quiet(self._quiet_until(following))
         end = {p: taken[p].end if p in taken else o for p, o in begin.items()}
         if end == begin:
             return iter(()), start
@@ -232,6 +238,15 @@ class DriverStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableN
                                         align=self.opts.align_partitions,
                                         make_paced_consumer=lambda: Consumer(paced_conf), paced=paced)
         return self._prefetch
+
+    def _quiet_until(self, following: bool) -> float:
+        """Until when a partition at its end need not fetch: the next batch's earliest start less the
+        window (an active tailing on a trigger interval); 0 (fetch as records come) for a slot that
+        follows (its consumer is paced instead) or reads to an AvailableNow target."""
+        next_look = self._pacer.next_look()
+        if following or self._target is not None or next_look is None:
+            return 0.0
+        return next_look - TAIL_FETCH_LEAD_S
 
     def _note_times(self, taken: dict[int, Taken], end: dict[int, int]) -> None:
         if self._times is None:

@@ -126,6 +126,13 @@ class BatchPacer:
         self._looked_at, self._looked_cap = now, text
         return False
 
+    def next_look(self) -> Optional[float]:
+        """When the interval next counts as passed (time.monotonic()): the earliest the next batch can
+        start unless the cap moves. None: no interval, or no look yet."""
+        if self.interval_s <= 0 or self._looked_at is None:
+            return None
+        return self._looked_at + self.interval_s - TICK_SLACK_S
+
 
 def split_limit(backlog: Mapping[int, int], limit: int) -> dict[int, int]:
     """Share `limit` offsets across partitions in proportion to their backlog.

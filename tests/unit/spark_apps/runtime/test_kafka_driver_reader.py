@@ -4,9 +4,10 @@ otherwise, and the user's kafka.* settings over either (prefetch.py, "Paced fetc
 import json
 
 import confluent_kafka
+import pytest
 
 from spark_apps.runtime import kafka_driver_reader
-from spark_apps.runtime.kafka_driver_reader import FOLLOW_FETCH_PACE_MS, DriverStreamReader
+from spark_apps.runtime.kafka_driver_reader import FOLLOW_FETCH_PACE_MS, TAIL_FETCH_LEAD_S, DriverStreamReader
 from spark_apps.runtime.source_options import parse_options
 
 
@@ -43,3 +44,17 @@ def test_the_user_s_kafka_settings_win_over_the_pace(tmp_path, monkeypatch):
     pf = r._prefetcher({0: 0}, False)
     assert pf.kw["make_paced_consumer"]()["fetch.queue.backoff.ms"] == "50"
     assert pf.make_consumer()["fetch.queue.backoff.ms"] == "50"
+
+
+def test_an_active_on_a_trigger_interval_fetches_nothing_at_its_ends_until_the_window_before_its_next_batch(
+        tmp_path, monkeypatch):
+    r = reader(tmp_path, monkeypatch, minBatchIntervalMs="1000")
+    assert r._quiet_until(False) == 0.0  # no look yet
+    r._pacer.hold(now=100.0)  # a batch looked at the input
+    assert r._quiet_until(False) == pytest.approx(100.95 - TAIL_FETCH_LEAD_S)
+    assert r._quiet_until(True) == 0.0  # a slot that follows is paced instead
+    r._target = {0: 10}
+    assert r._quiet_until(False) == 0.0  # AvailableNow reads to its target at once
+    untimed = reader(tmp_path, monkeypatch)
+    untimed._pacer.hold(now=100.0)
+    assert untimed._quiet_until(False) == 0.0  # no interval: every tick may start a batch

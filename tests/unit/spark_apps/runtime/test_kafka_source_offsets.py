@@ -300,6 +300,15 @@ def test_pacer_looks_on_the_tick_nearest_the_interval_whatever_each_ticks_delay(
     assert looks == [1, 11, 21, 31, 41, 51]
 
 
+def test_pacer_names_the_earliest_start_of_the_next_batch():
+    pacer = BatchPacer(1.0, None)
+    assert pacer.next_look() is None                           # no look yet
+    pacer.hold(now=10.0)
+    assert pacer.next_look() == pytest.approx(10.95)           # where hold() next lets a look through
+    assert pacer.hold(now=10.94) and not pacer.hold(now=pacer.next_look() + 0.001)
+    assert BatchPacer(0.0, None).next_look() is None           # no interval: every tick looks
+
+
 def test_reader_latest_offset_is_paced_by_min_batch_interval(tmp_path):
     cap = tmp_path / "cap.json"
     cap.write_text(json.dumps({"0": 40, "1": 40}))

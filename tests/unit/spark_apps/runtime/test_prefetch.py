@@ -371,3 +371,36 @@ def test_without_a_paced_consumer_pace_changes_nothing():
         assert not pf._paced and consumer.seeks == []
     finally:
         pf.close()
+
+
+def wait_for(predicate, what, timeout_s=5.0):
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.01)
+
+
+def test_in_the_quiet_time_a_partition_fetches_to_its_end_then_nothing_until_the_window_opens():
+    """An active tailing its input (module docstring, "Fetching in a window"): a partition short of its end
+    reads on through the quiet time; one at its end is paused until the quiet time is over."""
+    logs = {0: list(range(40)), 1: list(range(100, 103))}
+    consumer = FakeConsumer(logs)
+    pf = Prefetcher(lambda: consumer, "t", {0: 0, 1: 100}, 1, decode, max_buffered=1000)
+    try:
+        pf.quiet(time.monotonic() + 60)
+        wait_ready(pf, {0: 0, 1: 100}, {0: 40, 1: 3})  # the backlog is read although it is quiet
+        wait_for(lambda: consumer.paused == {0, 1}, "both partitions paused at their ends")
+        first = pf.take({0: 0, 1: 100}, {}, None)
+        with consumer.lock:
+            logs[0].extend(range(40, 45))
+            logs[1].extend(range(103, 110))
+        time.sleep(0.2)
+        assert len(pf.buffers[0]) == len(pf.buffers[1]) == 0  # written in the quiet time: not fetched
+        pf.quiet(time.monotonic() + 0.2)  # the next batch's window opens in 0.2 s
+        wait_ready(pf, {0: 40, 1: 103}, {0: 5, 1: 7})
+        wait_for(lambda: not consumer.paused, "resumed")
+        rest = pf.take({0: 40, 1: 103}, {}, None)
+        assert first[0].offsets + rest[0].offsets == list(range(45))
+        assert first[1].offsets + rest[1].offsets == list(range(100, 110))
+    finally:
+        pf.close()
