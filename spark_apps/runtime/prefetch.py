@@ -191,7 +191,7 @@ class Prefetcher:
                  align: bool = True, make_paced_consumer: Optional[Callable] = None, paced: bool = False):
         self.topic, self.width, self.decode, self.max_buffered = topic, width, decode, max_buffered
         # The consumer that fetches at once, and the paced one (module docstring); None: never paced.
-        self._makers = {False: make_consumer, True: make_paced_consumer or make_consumer}
+        self._make_at_once, self._make_paced = make_consumer, make_paced_consumer
         self._paced = self._want_paced = paced and make_paced_consumer is not None
         self.align = align  # keep the partitions abreast in time (aligned_limits): for an event-time watermark
         self.buffers = {p: PartitionBuffer(o, o, width) for p, o in begin.items()}
@@ -207,7 +207,7 @@ class Prefetcher:
         # Partitions the consumer has delivered records of. Only those are paused in a quiet time: librdkafka
         # seeks a partition that has delivered nothing yet no sooner than a plain resume (measured).
         self._delivered: set[int] = set()
-        self._consumer = self._makers[self._paced]()
+        self._consumer = self._make_consumer(self._paced)
         from confluent_kafka import TopicPartition
 
         self._consumer.assign([TopicPartition(topic, p, o) for p, o in sorted(begin.items())])
@@ -217,7 +217,7 @@ class Prefetcher:
     # -- the planner's side
     def pace(self, paced: bool) -> None:
         """Fetch paced (the slot follows) or at once; the thread swaps its consumer when this changes."""
-        self._want_paced = paced and self._makers[True] is not self._makers[False]
+        self._want_paced = paced and self._make_paced is not None
 
     def quiet(self, until: float) -> None:
         """Until `until` (time.monotonic()), a partition that has reached its end fetches nothing
@@ -333,7 +333,7 @@ class Prefetcher:
         with self._lock:
             starts = {p: b.next for p, b in self.buffers.items()}
             self._seeks = {}
-        old, self._consumer = self._consumer, self._makers[paced]()
+        old, self._consumer = self._consumer, self._make_consumer(paced)
         self._consumer.assign([TopicPartition(self.topic, p, o) for p, o in sorted(starts.items())])
         self._assigned, self._paused, self._paced, self._delivered = set(starts), set(), paced, set()
         try:
@@ -341,6 +341,9 @@ class Prefetcher:
         except RuntimeError:
             pass
         log.info("%s: fetching %s from %s", self.topic, "paced" if paced else "at once", starts)
+
+    def _make_consumer(self, paced: bool):
+        return self._make_paced() if paced and self._make_paced is not None else self._make_at_once()
 
     def _apply_seeks_and_pauses(self) -> None:
         from confluent_kafka import TopicPartition
