@@ -64,9 +64,11 @@ FOLLOW_FETCH_PACE_MS = 250
 FOLLOW_PARTITION_FETCH_BYTES = 4 * 1024 * 1024
 # An active that tails its input fetches in a window this long before its next batch can start (prefetch.py,
 # "Fetching in a window"), and a partition that has reached its end fetches nothing before it. The window's
-# first fetch (what was written since the batch before: ~20k records at the seed's rate) is buffered in
-# ~50 ms; the rest of the window covers a busy host's scheduling.
+# first fetch (what was written since the batch before: ~20k records at the seed's rate and a 1 s trigger)
+# is buffered in ~20-50 ms; the rest of the window covers a busy host's scheduling. A longer trigger
+# interval gathers more to fetch and decode in the window: it is at least this share of the interval.
 TAIL_FETCH_LEAD_S = 0.25
+TAIL_FETCH_LEAD_SHARE = 0.25
 
 log = logging.getLogger(__name__)
 
@@ -246,7 +248,7 @@ class DriverStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableN
         next_look = self._pacer.next_look()
         if following or self._target is not None or next_look is None:
             return 0.0
-        return next_look - TAIL_FETCH_LEAD_S
+        return next_look - max(TAIL_FETCH_LEAD_S, TAIL_FETCH_LEAD_SHARE * self._pacer.interval_s)
 
     def _note_times(self, taken: dict[int, Taken], end: dict[int, int]) -> None:
         if self._times is None:

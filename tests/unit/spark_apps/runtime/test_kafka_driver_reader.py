@@ -55,6 +55,9 @@ def test_an_active_on_a_trigger_interval_fetches_nothing_at_its_ends_until_the_w
     assert r._quiet_until(True) == 0.0  # a slot that follows is paced instead
     r._target = {0: 10}
     assert r._quiet_until(False) == 0.0  # AvailableNow reads to its target at once
+    slow = reader(tmp_path, monkeypatch, minBatchIntervalMs="10000")
+    slow._pacer.hold(now=100.0)
+    assert slow._quiet_until(False) == pytest.approx(109.95 - 2.5)  # a quarter of a long interval
     untimed = reader(tmp_path, monkeypatch)
     untimed._pacer.hold(now=100.0)
     assert untimed._quiet_until(False) == 0.0  # no interval: every tick may start a batch
