@@ -44,10 +44,10 @@ interval has passed, so a record fetched the moment it is written waits in the b
 fetched shortly before the batch looks. After each batch's look the planner names a quiet time
 (`quiet`): until then a partition that has reached its end (and delivered records) is paused and
 fetches nothing; then the window opens, the first fetch brings what was written meanwhile, and the
-partition fetches at once again until the look, so a batch takes what it took before. A partition that has not reached its end
-since the reader started (a restart's backlog) fetches on through the quiet time; one that falls
-behind later is read in the windows, where a fetch brings up to a megabyte a partition, hundreds of
-thousands of records a second. Without the quiet time the active fetched once per producer batch, and
+partition fetches at once again until the look, so a batch takes what it took before. A partition
+that has not reached its end since the reader started (a restart's backlog) fetches on through the
+quiet time; one that falls behind later is read in the windows, where a fetch brings up to a megabyte
+a partition, hundreds of thousands of records a second. Without the quiet time the active fetched once per producer batch, and
 on the embedded broker every fetch that finds records costs a pass over the partition (README, "How
 long the embedded broker lasts"). librdkafka's pause drops what it had fetched for the partition and
 not handed over; at the window the thread resumes the partition and seeks it to where its buffer ends
@@ -370,7 +370,7 @@ class Prefetcher:
         if resume:
             self._consumer.resume(resume)
             # librdkafka's resume alone leaves the partitions to its broker thread's next wake-up, up to a
-            # second later (measured: 90-830 ms, longer than a window); a seek to the same position fetches
+            # second later (measured: 90-960 ms, longer than a window); a seek to the same position fetches
             # at once (~6 ms).
             for tp in resume:
                 if tp.partition not in seeks:
