@@ -73,7 +73,8 @@ def parser(doc: str = __doc__) -> argparse.ArgumentParser:
     ap.add_argument("--count-rows", action=argparse.BooleanOptionalAction, default=None,
                     help="the app's state.count_rows (default: what include/apps/click_counts.yaml says)")
     ap.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark setting for both slots")
-    ap.add_argument("--profile", action="store_true", help="JFR on blue's JVM, py-spy on its Python (if installed)")
+    ap.add_argument("--profile", action="store_true",
+                    help="JFR on the slots' JVMs (a recording from their launch), py-spy on their Python (if installed)")
     ap.add_argument("--stage-metrics", action="store_true",
                     help="Spark's event log in each slot: its batches' task times and state store calls (sparklog.batch_costs)")
     ap.add_argument("--logs", type=Path, default=None, help="keep the processes' logs in this directory")
@@ -106,7 +107,12 @@ def run(b: Bench, args, during=None) -> dict:
     watch = StatusWatch(b.bootstrap, app.name)
     slots = [Slot.BLUE] + ([Slot.GREEN] if args.standby else [])
     event_logs = {s: b.tmp / "eventlog" / s.value for s in slots} if args.stage_metrics else {}
-    procs = {s: start_slot(b, path, s, [*args.conf, *(event_log_conf(event_logs[s]) if event_logs else [])])
+    conf = list(args.conf)
+    if args.profile:
+        from profiling import with_launch_recording
+
+        conf = with_launch_recording(conf)
+    procs = {s: start_slot(b, path, s, [*conf, *(event_log_conf(event_logs[s]) if event_logs else [])])
              for s in slots}
     for s in slots:  # the query is starting once a slot reports RESTORING
         watch.wait(lambda r, s=s: r.slot is s and r.state is SlotState.RESTORING, 180, f"of {s.value} starting",
