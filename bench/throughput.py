@@ -267,6 +267,7 @@ def analyse(args, prewarm: SendLog | None, sent: SendLog, obs: Observations, wat
         "standby_running": bool(args.standby and green and codes.get("green") == 0),
         "standby": standby_lag(blue, green, w0, w1) if args.standby else None,
         "batches": batch_stats(batches),
+        "look_misses": look_misses(times[in_window], lat[in_window], [r for _, _, r in blue]),
         "verdict": {**verdict.summary(), "ok": verdict.ok, "unreadable_output": obs.unreadable},
         "loadgen": sent.meta,
         "exit_codes": codes,
@@ -313,6 +314,34 @@ def standby_lag(blue, green, w0: float, w1: float) -> dict:
             return None
         return {"p50": round(xs[len(xs) // 2], 2), "max": round(xs[-1], 2), "mean": round(sum(xs) / len(xs), 2)}
     return {"batches": len(green), "lag_records": stats(records), "lag_s": stats(seconds)}
+
+
+# How long before a batch's look an event must have been sent to be counted as missed by it: the load
+# generator's batching (50 ms) and the produce's round trip come first; the look's time is estimated from the
+# status record (its publication, on the slot's 100 ms tick, comes after the batch's end).
+LOOK_MISS_SLACKS_S = (0.2, 0.3)
+# An event read by a later batch than the first that looked after it is readable a trigger later: this
+# much after that first batch's end counts as missed (the verifier's fetch and the status's tick are less).
+LOOK_MISS_MARGIN_S = 0.4
+
+
+def look_misses(send_times: np.ndarray, lat: np.ndarray, batches: list) -> dict:
+    """The share of events not output by the first batch that looked at the input at least `slack` seconds
+    after they were sent (a late fetch, a budget): each costs its event a trigger interval of latency. A
+    batch's look is estimated as its status time less its duration."""
+    if not batches:
+        return {}
+    ends = np.array([r.ts_ms / 1000 for r in batches])
+    looks = ends - np.array([r.batch_ms / 1000 for r in batches])
+    ok = ~np.isnan(lat)
+    out = {}
+    for slack in LOOK_MISS_SLACKS_S:
+        k = np.searchsorted(looks, send_times + slack)
+        counted = ok & (k < len(looks))
+        due = ends[np.minimum(k, len(looks) - 1)]
+        missed = counted & (send_times + np.nan_to_num(lat) > due + LOOK_MISS_MARGIN_S)
+        out[f"share_{int(slack * 1000)}ms"] = round(float(missed.sum() / max(1, counted.sum())), 5)
+    return out
 
 
 def batch_stats(batches) -> dict:
