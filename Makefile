@@ -72,6 +72,7 @@ status:
 # Benchmarks, each on its own broker, results as JSON + PNG in bench/results/: the Kafka source's
 # read rate, the click-count app's throughput and latency at the seed's 20,085 events/s with its
 # standby beside it (about 5 min), the highest rate it holds so (input stepped up +5k/s a minute),
+# what one tail reader's fetches cost the broker as its topic grows (7 min, no Spark),
 # restart to first batch with 100k and 1M keys of state, the windowed app's state, the state-TTL
 # app's state and latency under key churn against the app without TTL (2 x 10 min), a cutover, a corrected-output cutover and a rolling upgrade v1 -> v2 under
 # that load, and a standby killed and restarted beside the active (about 7 min), each run by its
@@ -81,13 +82,14 @@ status:
 # slot; about 35 min); then the product path: the embedded platform with Airflow, the app started
 # and each handoff DAG triggered through the REST API with the form's defaults under that load
 # (rolling upgrade with steady and with bursty input, cutover, reprocess; a DAG run is given 30
-# min); last the Baton page's data with 20 apps registered (about 3 min). About 172 min in all on a
+# min); last the Baton page's data with 20 apps registered (about 3 min). About 179 min in all on a
 # quiet machine.
 # Run on a quiet machine: other load skews every figure.
 bench: install
 	$(BIN)/python bench/source_read.py --records 2000000
 	$(BIN)/python bench/throughput.py
 	$(BIN)/python bench/max_rate.py
+	$(BIN)/python bench/broker_fetch_cost.py
 	$(BIN)/python bench/restart.py
 	$(BIN)/python bench/window_state.py
 	$(BIN)/python bench/ttl_state.py
