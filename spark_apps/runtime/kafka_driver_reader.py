@@ -38,6 +38,7 @@ from spark_apps.runtime.source_columns import (
 )
 from spark_apps.runtime.source_options import SourceOptions
 from spark_apps.runtime.source_plan import BatchPacer, KafkaInputPartition, offsets_from_json, offsets_to_json, read_cap
+from spark_apps.runtime.window_lead import WindowLead
 
 # Rows a partition's buffer holds before its fetching pauses (memory: ~100 bytes a decoded row).
 MAX_BUFFERED = 1_000_000
@@ -62,13 +63,16 @@ FOLLOW_FETCH_PACE_MS = 250
 # A paced fetch brings up to this much of each partition: a standby's backlog (a restart, a catch-up)
 # still comes at over 100k records/s, above what the reader decodes.
 FOLLOW_PARTITION_FETCH_BYTES = 4 * 1024 * 1024
-# An active that tails its input fetches in a window this long before its next batch can start (prefetch.py,
-# "Fetching in a window"), and a partition that has reached its end fetches nothing before it. The window's
-# first fetch (what was written since the batch before: ~20k records at the seed's rate and a 1 s trigger)
-# is buffered in ~20-50 ms; the rest of the window covers a busy host's scheduling. A longer trigger
-# interval gathers more to fetch and decode in the window: it is at least this share of the interval.
+# An active that tails its input fetches in a window at least this long before its next batch can start
+# (prefetch.py, "Fetching in a window"), and a partition that has reached its end fetches nothing before it.
+# The window's first fetch (what was written since the batch before: ~20k records at the seed's rate and a
+# 1 s trigger) is buffered in ~20-50 ms on a fast host; the rest of the window covers a busy host's
+# scheduling. A longer trigger interval gathers more to fetch and decode in the window: it is at least this
+# share of the interval. Where the first answers come later, the lead grows (window_lead.py) up to the
+# ceiling's share of the interval.
 TAIL_FETCH_LEAD_S = 0.25
 TAIL_FETCH_LEAD_SHARE = 0.25
+TAIL_FETCH_LEAD_CEILING_SHARE = 0.5
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +95,9 @@ class DriverStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableN
         self._prefetch: Optional[Prefetcher] = None
         self._target: Optional[dict[int, int]] = None  # Trigger.AvailableNow bound
         self._pacer = BatchPacer(options.min_batch_interval_s, options.cap_file)
+        interval = self._pacer.interval_s
+        self._lead = WindowLead(max(TAIL_FETCH_LEAD_S, TAIL_FETCH_LEAD_SHARE * interval),
+                                TAIL_FETCH_LEAD_CEILING_SHARE * interval)
         self._out_of_range = 0  # reads in a row that met an out-of-range position
         self.identity_every_s = IDENTITY_EVERY_S
         self._identity_at = time.monotonic()
@@ -171,6 +178,8 @@ class DriverStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableN
             # restarted slot's first batch takes the backlog instead of costing a trigger.
             prefetch.wait_until(None, self.opts.max_records, FIRST_READ_WAIT_S, limits)
         taken = prefetch.take(begin, limits, self.opts.max_records)
+        if (report := prefetch.window_report()) is not None and not following:
+            self._lead.note(report.answered, report.delay_s, self.opts.topic)
         prefetch.quiet(self._quiet_until(following))
         end = {p: taken[p].end if p in taken else o for p, o in begin.items()}
         if end == begin:
@@ -248,7 +257,7 @@ class DriverStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableN
         next_look = self._pacer.next_look()
         if following or self._target is not None or next_look is None:
             return 0.0
-        return next_look - max(TAIL_FETCH_LEAD_S, TAIL_FETCH_LEAD_SHARE * self._pacer.interval_s)
+        return next_look - self._lead.s
 
     def _note_times(self, taken: dict[int, Taken], end: dict[int, int]) -> None:
         if self._times is None:

@@ -53,6 +53,11 @@ long the embedded broker lasts"). librdkafka's pause drops what it had fetched f
 not handed over; at the window the thread resumes the partition and seeks it to where its buffer ends
 (a resume alone waits for librdkafka's broker thread to wake, up to a second), so nothing is skipped or
 read twice (the thread's append keeps only offsets past the buffer's `next`).
+
+How long before the look the window opens is the planner's (kafka_driver_reader's WindowLead): each look
+asks `window_report` whether every partition resumed at the window's opening had answered (records, or
+its end) and how long after the opening the last first answer came, and the planner lengthens the next
+lead when a partition had not, so a busy host's late answers do not cost records a trigger.
 """
 
 from __future__ import annotations
@@ -183,6 +188,25 @@ class PartitionBuffer:
         return self.next
 
 
+@dataclass
+class WindowOpening:
+    """A fetch window's opening (module docstring, "Fetching in a window"): when, the partitions it resumed,
+    and when each first answered after it (records or its end, buffered)."""
+
+    at: float
+    waiting: frozenset[int]
+    answered: dict[int, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class WindowReport:
+    """What a look found of its window: whether every resumed partition had answered, and the seconds from the
+    opening to the last first answer (all answered) or to the look (some had not: a lower bound)."""
+
+    answered: bool
+    delay_s: float
+
+
 class Prefetcher:
     """Owns the consumer and its thread; `take` is called by the batch planner."""
 
@@ -207,6 +231,8 @@ class Prefetcher:
         # Partitions the consumer has delivered records of. Only those are paused in a quiet time: librdkafka
         # seeks a partition that has delivered nothing yet no sooner than a plain resume (measured).
         self._delivered: set[int] = set()
+        self._was_quiet = False  # the thread's last pass was in a quiet time
+        self._window: Optional[WindowOpening] = None  # the last window's opening, until a look reports it
         self._consumer = self._make_consumer(self._paced)
         from confluent_kafka import TopicPartition
 
@@ -223,6 +249,17 @@ class Prefetcher:
         """Until `until` (time.monotonic()), a partition that has reached its end fetches nothing
         (module docstring, "Fetching in a window"); 0: fetch as records come."""
         self._quiet_until = until
+
+    def window_report(self) -> Optional[WindowReport]:
+        """What the window opened since the last call found (None: none opened): called at a look."""
+        now = time.monotonic()
+        with self._lock:
+            w, self._window = self._window, None
+        if w is None:
+            return None
+        if all(p in w.answered for p in w.waiting):
+            return WindowReport(True, max(w.answered.values(), default=w.at) - w.at)
+        return WindowReport(False, now - w.at)
 
     def take(self, begin: dict[int, int], limits: dict[int, float], budget: Optional[int]) -> dict[int, Taken]:
         """Records from `begin` up to `limits`, at most `budget` in all (split across partitions in
@@ -367,6 +404,10 @@ class Prefetcher:
         resume = [TopicPartition(self.topic, p) for p in self._paused - held]
         if pause:
             self._consumer.pause(pause)
+        if resume and self._was_quiet and not quiet:
+            with self._lock:
+                self._window = WindowOpening(time.monotonic(), frozenset(tp.partition for tp in resume))
+        self._was_quiet = quiet
         if resume:
             self._consumer.resume(resume)
             # librdkafka's resume alone leaves the partitions to its broker thread's next wake-up, up to a
@@ -417,6 +458,11 @@ class Prefetcher:
             for p in at_end:
                 if p in self.buffers and p not in self._seeks:
                     self.buffers[p].caught_up = self.buffers[p].at_end = True
+            w = self._window
+            if w is not None:
+                now = time.monotonic()
+                for p in (set(by_part) | at_end) & w.waiting:
+                    w.answered.setdefault(p, now)
 
 
 def _stamp(msgs: list, after: int) -> Optional[Stamp]:

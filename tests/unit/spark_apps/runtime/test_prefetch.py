@@ -170,6 +170,7 @@ class FakeConsumer:
         with self.lock:
             self.seeks.append((tp.partition, tp.offset))
             self.pos[tp.partition] = tp.offset
+            self.eof_at.pop(tp.partition, None)  # librdkafka reports the end again after a seek (both brokers)
 
     def pause(self, tps):
         self.paused |= {tp.partition for tp in tps}
@@ -402,5 +403,54 @@ def test_in_the_quiet_time_a_partition_fetches_to_its_end_then_nothing_until_the
         rest = pf.take({0: 40, 1: 103}, {}, None)
         assert first[0].offsets + rest[0].offsets == list(range(45))
         assert first[1].offsets + rest[1].offsets == list(range(100, 110))
+    finally:
+        pf.close()
+
+
+class SilentPartitionConsumer(FakeConsumer):
+    """A consumer whose fetches of some partitions bring nothing, not even their end (an answer that is late)."""
+
+    def __init__(self, logs, silent):
+        super().__init__(logs)
+        self.silent = silent
+
+    def consume(self, n, timeout):
+        return [m for m in super().consume(n, timeout) if m.partition() not in self.silent]
+
+
+def test_a_look_learns_whether_every_partition_resumed_by_its_window_had_answered_and_when():
+    """The planner's WindowLead needs, at each look, whether the window's first answers were in (records or
+    the partition's end) and how long after the window opened the last came."""
+    logs = {0: list(range(5)), 1: list(range(100, 103))}
+    consumer = SilentPartitionConsumer(logs, silent=set())
+    pf = Prefetcher(lambda: consumer, "t", {0: 0, 1: 100}, 1, decode, max_buffered=1000)
+    try:
+        assert pf.window_report() is None  # no window has opened
+        pf.quiet(time.monotonic() + 60)
+        wait_ready(pf, {0: 0, 1: 100}, {0: 5, 1: 3})
+        wait_for(lambda: consumer.paused == {0, 1}, "both partitions paused at their ends")
+        pf.take({0: 0, 1: 100}, {}, None)
+        with consumer.lock:
+            logs[0].extend(range(5, 9))  # partition 1 gets nothing: its end is its answer
+        opened = time.monotonic()
+        pf.quiet(opened + 0.1)
+        wait_ready(pf, {0: 5, 1: 103}, {0: 4})
+        wait_for(lambda: pf._window is not None and len(pf._window.answered) == 2, "both answered")
+        report = pf.window_report()
+        assert report.answered and 0 <= report.delay_s < time.monotonic() - opened
+        assert pf.window_report() is None  # reported once
+
+        pf.take({0: 5, 1: 103}, {}, None)
+        pf.quiet(time.monotonic() + 60)
+        wait_for(lambda: consumer.paused == {0, 1}, "paused again")
+        consumer.silent = {1}  # from now on partition 1's fetches bring no answer
+        with consumer.lock:
+            logs[0].extend(range(9, 12))
+            logs[1].extend(range(103, 106))
+        pf.quiet(time.monotonic() + 0.1)
+        wait_ready(pf, {0: 9, 1: 103}, {0: 3})
+        time.sleep(0.2)
+        report = pf.window_report()
+        assert not report.answered and report.delay_s >= 0.15  # the look waited at least this long for it
     finally:
         pf.close()
