@@ -29,12 +29,11 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from common import RESULTS, bench, log, machine, pyplot, write_result  # noqa: E402
+from common import RESULTS, bench, log, machine, proc_cpu_s, pyplot, write_result  # noqa: E402
 
 from baton.kafka.admin import TopicSpec, ensure_topics  # noqa: E402
 
 PARTITIONS = 4
-TICKS = os.sysconf("SC_CLK_TCK")
 
 
 @dataclass(frozen=True)
@@ -60,11 +59,6 @@ def fetch_costs(windows: list[Window]) -> list[dict]:
         out.append({"t_s": w.t_s, "reader_cores": round(extra, 3), "fetches_per_s": round(w.fetches_per_s, 1),
                     "broker_ms_per_fetch": None if per_fetch is None else round(per_fetch, 2)})
     return out
-
-
-def cpu_s(pid: int) -> float:
-    f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(f[11]) + int(f[12])) / TICKS
 
 
 def reader(bootstrap: str, topic: str, flag: Path, counts: Path) -> None:
@@ -127,10 +121,10 @@ def run(args) -> dict:
             reading = k % 2 == 1
             flag.touch() if reading else flag.unlink(missing_ok=True)
             time.sleep(min(2.0, args.window_s / 5))  # the pause or resume takes effect, the stats catch up
-            c0, f0 = cpu_s(b.broker_pid), read_count(counts)
+            c0, f0 = proc_cpu_s(b.broker_pid), read_count(counts)
             w0 = time.time()
             time.sleep(args.window_s - min(2.0, args.window_s / 5))
-            c1, f1 = cpu_s(b.broker_pid), read_count(counts)
+            c1, f1 = proc_cpu_s(b.broker_pid), read_count(counts)
             w1 = time.time()
             if rd.poll() is not None:
                 raise RuntimeError(f"the reader stopped:\n{b.procs.tail('reader')}")

@@ -306,6 +306,12 @@ def wait_processed(watch: StatusWatch, slot: Slot, records: int, timeout_s: floa
 
 # --- CPU accounting -----------------------------------------------------------------------------
 
+def proc_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) of one process, its threads included, from /proc."""
+    f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def jvm_split_cpu_s(pid: int) -> tuple[float, float]:
     """CPU seconds of a JVM's JIT compiler threads and of its garbage collector's threads (by the
     thread names profiling.JIT_THREAD and GC_THREAD match)."""

@@ -32,7 +32,7 @@ from baton.local.broker import Broker  # noqa: E402
 from baton.local.procs import free_port  # noqa: E402
 
 sys.path.insert(0, str(REPO / "bench"))
-from common import machine, pyplot, write_result  # noqa: E402
+from common import machine, proc_cpu_s, pyplot, write_result  # noqa: E402
 
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -61,11 +61,6 @@ def tree_cpu(root: int, exclude: set[int]) -> float:
         total += int(f[11]) + int(f[12]) + int(f[13]) + int(f[14])  # utime stime cutime cstime
         stack.extend(children.get(pid, []))
     return total / TICKS
-
-
-def proc_cpu(pid: int) -> float:
-    f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(f[11]) + int(f[12])) / TICKS
 
 
 def produce(bootstrap: str, topic: str, n: int, partitions: int) -> None:
@@ -136,11 +131,11 @@ def main() -> None:
             read_all(warm)
             broker_pid = broker.proc.pid()
             me = os.getpid()
-            cpu0, bcpu0, w0 = tree_cpu(me, {broker_pid}), proc_cpu(broker_pid), time.monotonic()
+            cpu0, bcpu0, w0 = tree_cpu(me, {broker_pid}), proc_cpu_s(broker_pid), time.monotonic()
             q = read_all(topic)
             wall = time.monotonic() - w0
             cpu = tree_cpu(me, {broker_pid}) - cpu0
-            bcpu = proc_cpu(broker_pid) - bcpu0
+            bcpu = proc_cpu_s(broker_pid) - bcpu0
             rows = sum(p["numInputRows"] for p in q.recentProgress)
             assert rows == args.records, f"read {rows} rows, produced {args.records}"
             result = {
