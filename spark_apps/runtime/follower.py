@@ -24,7 +24,9 @@ partition, checkpoint files) and the standby shares the machine with the active.
 that changes anything (a fence, a role) is written through at once, and while a fence is set the
 standby follows unpaced, so a handoff never waits on the pace. A cap written starts the slot's next
 batch on the query's next tick (100 ms), not at the next multiple of the trigger interval
-(source_plan.BatchPacer; new input alone still waits for the interval).
+(source_plan.BatchPacer; new input alone still waits for the interval). While it paces the cap, the
+follower tells the reader when it moves next (pace_hint.py), so the reader fetches shortly before that
+instead of all the time.
 
 Fetch wait: an idle fetch costs the embedded broker CPU (Tansu holds it, then answers a record that
 arrived meanwhile a quarter of the wait later at the median; Apache Kafka answers at once), and a
@@ -53,6 +55,7 @@ from baton.records import CommitMarker, ControlRecord, Positions, RecordError, R
 from baton.settings import CONTROL_TOPIC
 from baton.kafka.client_config import kafka_config
 from spark_apps.runtime.late_position import LatePositionFault
+from spark_apps.runtime.pace_hint import write_pace_hint
 
 
 # fetch.wait.max.ms of the follower's consumer (module docstring).
@@ -198,12 +201,19 @@ class Follower:
             # Under a fence the standby is on the handoff's critical path (the cutover waits for it to
             # stand at F): every move of the active's position is taken at once.
             fenced = self.control is not None and self.control.fence is not None
-            hold = (paced and standby and not fenced and self.standby_pace_s > 0 and self._written_at is not None
-                    and now - self._written_at < self.standby_pace_s)
+            pacing = standby and not fenced and self.standby_pace_s > 0
+            hold = paced and pacing and self._written_at is not None and now - self._written_at < self.standby_pace_s
             self._pending = hold
-        if not hold:
-            write_cap_file(self.cap_file, cap)
-            self._written_at = now
+        if hold:
+            return
+        # The reader learns when the cap moves next (pace_hint.py). A cap that is not paced (a fence, the
+        # active role) goes out after its hint is gone: the reader never waits for a move that comes early.
+        if not pacing:
+            write_pace_hint(self.cap_file, None)
+        write_cap_file(self.cap_file, cap)
+        self._written_at = now
+        if pacing:
+            write_pace_hint(self.cap_file, time.time() + self.standby_pace_s)
 
     def _first_batch_as_active(self) -> Positions | None:
         """The previous active's last batch, when this slot holds the active role and has not emitted

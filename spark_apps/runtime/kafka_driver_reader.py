@@ -32,6 +32,7 @@ from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 from spark_apps.runtime.batch_times import BatchTimes, BatchTimesFile
 from spark_apps.runtime.input_check import WAY_OUT, InputDataLoss
 from spark_apps.runtime.kafka_stream_reader import KafkaStreamReader
+from spark_apps.runtime.pace_hint import read_pace_hint
 from spark_apps.runtime.prefetch import Prefetcher, Taken
 from spark_apps.runtime.source_columns import (
     dead_columns, decode_records, decoded_record_batch, raw_columns, raw_record_batch,
@@ -73,6 +74,13 @@ FOLLOW_PARTITION_FETCH_BYTES = 4 * 1024 * 1024
 TAIL_FETCH_LEAD_S = 0.25
 TAIL_FETCH_LEAD_SHARE = 0.25
 TAIL_FETCH_LEAD_CEILING_SHARE = 0.5
+# A standby whose cap the follower paces (pace_hint.py) fetches in a window this long before the cap moves
+# next, and a partition that has reached its end fetches nothing before it. What the move lets it read
+# ends where the active's last batch looked, which was before that batch ran and committed (~0.5 s at the
+# seed's rate), and the paced consumer's first answer in the window comes ~0.1-0.25 s after it opens
+# (the seek, Tansu holding a fetch half its wait): records fetched earlier would only wait in the buffer,
+# and records the window misses are taken at the standby's next look, a trigger later.
+FOLLOW_WINDOW_LEAD_S = 0.5
 
 log = logging.getLogger(__name__)
 
@@ -251,11 +259,19 @@ class DriverStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableN
         return self._prefetch
 
     def _quiet_until(self, following: bool) -> float:
-        """Until when a partition at its end need not fetch: the next batch's earliest start less the
-        window (an active tailing on a trigger interval); 0 (fetch as records come) for a slot that
-        follows (its consumer is paced instead) or reads to an AvailableNow target."""
+        """Until when a partition at its end need not fetch (time.monotonic()): the next batch's earliest
+        start less the window (an active tailing on a trigger interval), or the cap's next move less the
+        window (a standby whose cap the follower paces); 0 (fetch as records come) for a slot that follows
+        unpaced (a fence: its consumer is paced instead) or reads to an AvailableNow target."""
+        if self._target is not None:
+            return 0.0
+        if following:
+            moves_at = read_pace_hint(self.opts.cap_file)
+            if moves_at is None:
+                return 0.0
+            return time.monotonic() + (moves_at - time.time()) - FOLLOW_WINDOW_LEAD_S
         next_look = self._pacer.next_look()
-        if following or self._target is not None or next_look is None:
+        if next_look is None:
             return 0.0
         return next_look - self._lead.s
 

@@ -37,7 +37,12 @@ wait of a fraction of that changes nothing it does, and a backlog still comes in
 broker answers far fewer fetches: on the embedded broker every fetch that finds records costs a pass over
 the whole partition (README, "How long the embedded broker lasts"). When the slot stops following (a
 takeover, a cutover, a rollback's lifted fence) the thread swaps to a consumer that fetches at once,
-assigned where the buffers end, so nothing is read twice or skipped.
+assigned where the buffers end, so nothing is read twice or skipped. A standby whose cap the follower
+paces (2 s by default) also fetches in a window, before the cap's next move (pace_hint.py; the planner
+names the quiet time as for an active, below). Its consumer seldom hears that a partition reached its end
+(librdkafka says so only for a fetch that brought nothing, and a paced fetch always finds the records
+written while it waited), so the thread counts a partition at its end once its position stands at the
+high watermark its fetches last reported.
 
 Fetching in a window (an active that tails its input): its batches take records only when the trigger
 interval has passed, so a record fetched the moment it is written waits in the buffer as long as one
@@ -439,6 +444,8 @@ class Prefetcher:
         self._delivered.update(by_part)
         positions = {tp.partition: tp.offset for tp in
                      self._consumer.position([TopicPartition(self.topic, p) for p in self.buffers])}
+        if self._paced:
+            at_end |= self._reached_high_watermark(by_part, positions)
         with self._lock:
             for p, (offs, cols, dead) in decoded.items():
                 buf = self.buffers.get(p)
@@ -463,6 +470,21 @@ class Prefetcher:
                 now = time.monotonic()
                 for p in (set(by_part) | at_end) & w.waiting:
                     w.answered.setdefault(p, now)
+
+
+    def _reached_high_watermark(self, parts, positions: dict[int, Optional[int]]) -> set[int]:
+        """The partitions among `parts` whose position stands at the high watermark their last fetch reported.
+        librdkafka reports a partition's end only for a fetch that brought nothing, which the paced consumer
+        seldom sends: it waits after every fetch that brought records, and a producer writes meanwhile."""
+        from confluent_kafka import TopicPartition
+
+        ends = set()
+        for p in parts:
+            pos = positions.get(p)
+            _, high = self._consumer.get_watermark_offsets(TopicPartition(self.topic, p), cached=True)
+            if pos is not None and high is not None and 0 <= high <= pos:
+                ends.add(p)
+        return ends
 
 
 def _stamp(msgs: list, after: int) -> Optional[Stamp]:

@@ -132,6 +132,52 @@ def test_under_a_fence_a_standby_follows_every_marker_at_once(tmp_path):
         f._consumer.close()
 
 
+def test_a_paced_standby_tells_its_reader_when_the_cap_moves_next_and_a_fence_takes_that_back_first(
+        tmp_path, monkeypatch):
+    """pace_hint.py: the reader fetches shortly before the hinted time; under a fence (the cutover waits for the
+    standby at F) or as the active there is no hint, and the hint is gone before such a cap is written."""
+    from spark_apps.runtime import follower as follower_module
+    from spark_apps.runtime.pace_hint import hint_path, read_pace_hint
+
+    monkeypatch.setattr(follower_module.time, "time", lambda: 5000.0)
+    clock = Clock()
+    f = follower(tmp_path, clock)
+    cap = tmp_path / "cap.json"
+    try:
+        f.marker = marker({0: 5, 1: 7})
+        f._publish_cap(paced=True)
+        assert read_pace_hint(str(cap)) == 5002.0  # written now, so not before the pace has passed
+        f.marker = marker({0: 9, 1: 9})
+        clock.t += 1.0
+        f._publish_cap(paced=True)  # held by the pace: the hint stands
+        assert read_pace_hint(str(cap)) == 5002.0
+        order = []
+        real_write_cap = follower_module.write_cap_file
+        monkeypatch.setattr(follower_module, "write_cap_file",
+                            lambda path, c: (order.append(("cap", hint_path(path).exists())), real_write_cap(path, c)))
+        f.control = control(fence={0: 10, 1: 20})
+        f._publish_cap(paced=False)
+        assert order == [("cap", False)]  # the hint was removed before the fenced cap went out
+        assert read_pace_hint(str(cap)) is None and cap_in(tmp_path) == {0: 9, 1: 9}
+        f.control = control(active=Slot.GREEN)
+        f._publish_cap(paced=False)
+        assert not hint_path(cap).exists() and not cap.exists()
+    finally:
+        f._consumer.close()
+
+
+def test_an_unpaced_standby_gives_no_hint(tmp_path):
+    from spark_apps.runtime.pace_hint import hint_path
+
+    f = follower(tmp_path, Clock(), pace_s=0.0)
+    try:
+        f.marker = marker({0: 5, 1: 7})
+        f._publish_cap(paced=True)
+        assert cap_in(tmp_path) == {0: 5, 1: 7} and not hint_path(tmp_path / "cap.json").exists()
+    finally:
+        f._consumer.close()
+
+
 def control_checking(check, active=Slot.BLUE, fence=None):
     return ControlRecord(app="a", revision=1, epoch=1, active=active, fence=fence, check_at=check)
 

@@ -7,7 +7,9 @@ import confluent_kafka
 import pytest
 
 from spark_apps.runtime import kafka_driver_reader
-from spark_apps.runtime.kafka_driver_reader import FOLLOW_FETCH_PACE_MS, TAIL_FETCH_LEAD_S, DriverStreamReader
+from spark_apps.runtime.kafka_driver_reader import (
+    FOLLOW_FETCH_PACE_MS, FOLLOW_WINDOW_LEAD_S, TAIL_FETCH_LEAD_S, DriverStreamReader,
+)
 from spark_apps.runtime.source_options import parse_options
 
 
@@ -52,7 +54,7 @@ def test_an_active_on_a_trigger_interval_fetches_nothing_at_its_ends_until_the_w
     assert r._quiet_until(False) == 0.0  # no look yet
     r._pacer.hold(now=100.0)  # a batch looked at the input
     assert r._quiet_until(False) == pytest.approx(100.95 - TAIL_FETCH_LEAD_S)
-    assert r._quiet_until(True) == 0.0  # a slot that follows is paced instead
+    assert r._quiet_until(True) == 0.0  # a slot that follows unpaced (a fence): its consumer is paced instead
     r._target = {0: 10}
     assert r._quiet_until(False) == 0.0  # AvailableNow reads to its target at once
     slow = reader(tmp_path, monkeypatch, minBatchIntervalMs="10000")
@@ -61,3 +63,24 @@ def test_an_active_on_a_trigger_interval_fetches_nothing_at_its_ends_until_the_w
     untimed = reader(tmp_path, monkeypatch)
     untimed._pacer.hold(now=100.0)
     assert untimed._quiet_until(False) == 0.0  # no interval: every tick may start a batch
+
+
+def test_a_standby_whose_cap_is_paced_fetches_in_a_window_before_the_cap_moves_next(tmp_path, monkeypatch):
+    """pace_hint.py: the follower's hint, in wall-clock time, becomes the reader's quiet time (monotonic)."""
+    from spark_apps.runtime.pace_hint import write_pace_hint
+
+    r = reader(tmp_path, monkeypatch, minBatchIntervalMs="1000")
+    r._pacer.hold(now=100.0)
+    assert r._quiet_until(True) == 0.0  # no hint: fetch as records come
+    monkeypatch.setattr(kafka_driver_reader.time, "time", lambda: 5000.0)
+    monkeypatch.setattr(kafka_driver_reader.time, "monotonic", lambda: 200.0)
+    write_pace_hint(tmp_path / "cap.json", 5002.0)
+    assert r._quiet_until(True) == pytest.approx(202.0 - FOLLOW_WINDOW_LEAD_S)
+    assert r._quiet_until(False) == pytest.approx(100.95 - TAIL_FETCH_LEAD_S)  # an active: its own window
+    r._target = {0: 10}
+    assert r._quiet_until(True) == 0.0  # AvailableNow reads to its target at once
+    r._target = None
+    (tmp_path / "cap.json.pace").write_text("garbage")
+    assert r._quiet_until(True) == 0.0  # a hint that cannot be read is none
+    write_pace_hint(tmp_path / "cap.json", None)
+    assert r._quiet_until(True) == 0.0 and not (tmp_path / "cap.json.pace").exists()

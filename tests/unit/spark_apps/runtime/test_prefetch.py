@@ -454,3 +454,36 @@ def test_a_look_learns_whether_every_partition_resumed_by_its_window_had_answere
         assert not report.answered and report.delay_s >= 0.15  # the look waited at least this long for it
     finally:
         pf.close()
+
+
+class NoEOFConsumer(FakeConsumer):
+    """A paced consumer under steady writes: librdkafka reports a partition's end only for a fetch that brought
+    nothing, and one that waits after each fetch with records always finds more."""
+
+    def consume(self, n, timeout):
+        return [m for m in super().consume(n, timeout) if not isinstance(m, FakeEOF)]
+
+
+def test_a_paced_consumer_counts_a_partition_at_its_end_by_the_watermark_its_fetches_reported():
+    """A standby fetching in windows before its cap moves (pace_hint.py): without an end reported, no partition
+    would ever count as at its end, and none would pause in the quiet time."""
+    logs = {0: list(range(6)), 1: list(range(100, 104))}
+    paced = NoEOFConsumer(logs)
+    pf = Prefetcher(lambda: FakeConsumer(logs), "t", {0: 0, 1: 100}, 1, decode, max_buffered=1000,
+                    make_paced_consumer=lambda: paced, paced=True)
+    try:
+        pf.quiet(time.monotonic() + 60)
+        wait_ready(pf, {0: 0, 1: 100}, {0: 6, 1: 4})
+        wait_for(lambda: paced.paused == {0, 1}, "both partitions paused at the watermarks' ends")
+        assert pf.buffers[0].caught_up and pf.buffers[1].at_end
+        first = pf.take({0: 0, 1: 100}, {}, None)
+        with paced.lock:
+            logs[0].extend(range(6, 9))
+        time.sleep(0.2)
+        assert len(pf.buffers[0]) == 0  # written in the quiet time: not fetched
+        pf.quiet(time.monotonic() + 0.1)
+        wait_ready(pf, {0: 6}, {0: 3})
+        rest = pf.take({0: 6, 1: 104}, {}, None)
+        assert first[0].offsets + rest[0].offsets == list(range(9))
+    finally:
+        pf.close()
