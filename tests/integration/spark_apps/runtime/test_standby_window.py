@@ -6,17 +6,16 @@ had buffered, and every record is read once, in order. (What it saves the broker
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 
 import pytest
-from confluent_kafka import Producer
 
 from spark_apps.runtime.follower import write_cap_file
 from spark_apps.runtime.kafka_driver_reader import DriverStreamReader
 from spark_apps.runtime.pace_hint import write_pace_hint
 from spark_apps.runtime.source_options import parse_options
+from tests.support.steady_writer import produce_steadily
 
 pytestmark = pytest.mark.integration
 
@@ -27,20 +26,8 @@ def test_a_paced_standby_fetches_in_a_window_before_its_cap_moves_and_reads_ever
         bootstrap, topics, tmp_path):
     t = topics(s=2)["s"]
     n, per_s = 12000, 1000
-    produced = [0]
+    produced = [0]  # records handed to the producer so far
     stop = threading.Event()
-
-    def write():
-        p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
-        for i in range(n):
-            if stop.is_set():
-                break
-            p.produce(t, key=f"k{i}".encode(), value=json.dumps({"i": i}).encode(), partition=i % 2)
-            p.poll(0)
-            produced[0] = i + 1
-            time.sleep(1 / per_s)
-        assert p.flush(30) == 0
-
     cap_file = tmp_path / "cap.json"
     moves: list[tuple[float, dict[int, int]]] = []  # (when, cap) as the follower would write them
 
@@ -57,7 +44,7 @@ def test_a_paced_standby_fetches_in_a_window_before_its_cap_moves_and_reads_ever
     reader = DriverStreamReader(parse_options({"kafka.bootstrap.servers": bootstrap, "topic": t, "readOn": "driver",
                                                "startingOffsets": "earliest", "minBatchIntervalMs": "1000",
                                                "capFile": str(cap_file)}))
-    writer = threading.Thread(target=write)
+    writer = threading.Thread(target=produce_steadily, args=(bootstrap, t, n, per_s, stop, produced))
     got: dict[int, list[int]] = {0: [], 1: []}
     reached: list[float] = []  # per move while writing: seconds until the reader stood at the new cap
     paused_seen = 0

@@ -5,28 +5,16 @@ its partitions are paused between windows, and every record is read once, in ord
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 
 import pytest
-from confluent_kafka import Producer
 
 from spark_apps.runtime.kafka_driver_reader import DriverStreamReader
 from spark_apps.runtime.source_options import parse_options
+from tests.support.steady_writer import produce_steadily
 
 pytestmark = pytest.mark.integration
-
-
-def produce_steadily(bootstrap, topic, n, per_s, stop):
-    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
-    for i in range(n):
-        if stop.is_set():
-            break
-        p.produce(topic, key=f"k{i}".encode(), value=json.dumps({"i": i}).encode(), partition=i % 2)
-        p.poll(0)
-        time.sleep(1 / per_s)
-    assert p.flush(30) == 0
 
 
 def test_a_tailing_reader_pauses_between_windows_and_reads_every_record_once(bootstrap, topics):
