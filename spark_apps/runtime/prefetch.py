@@ -471,7 +471,6 @@ class Prefetcher:
                 for p in (set(by_part) | at_end) & w.waiting:
                     w.answered.setdefault(p, now)
 
-
     def _reached_high_watermark(self, parts, positions: dict[int, Optional[int]]) -> set[int]:
         """The partitions among `parts` whose position stands at the high watermark their last fetch reported.
         librdkafka reports a partition's end only for a fetch that brought nothing, which the paced consumer
