@@ -50,6 +50,7 @@ from baton.tools.verify import Observations, align_users, event_latencies, laten
 P99_TARGET_MS = 2000
 BEHIND_S = 3.0   # a step falls behind when blue is more than this much of its input short, 5 s after it
 SETTLE_S = 5.0
+SERIES_S = 60.0  # the warm-up's CPU series: one window a minute
 
 
 def parser() -> argparse.ArgumentParser:
@@ -59,7 +60,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--step-s", type=float, default=60.0)
     ap.add_argument("--max", type=float, default=60000.0, help="stop stepping up at this rate")
     ap.add_argument("--warmup", type=float, default=240.0,
-                    help="seconds at --start before the first step is measured (the JVMs' JIT settles in ~4 min)")
+                    help="seconds at --start before the first step is measured (the JVMs' JIT is still at "
+                         "~0.06 cores each 4 min in, ~0.01-0.02 after 20: `cpu_warmup_series`)")
     ap.add_argument("--keys", type=int, default=100_000)
     ap.add_argument("--malformed", type=float, default=0.01)
     ap.add_argument("--prewarm", type=int, default=100_000)
@@ -113,8 +115,9 @@ def run(b, args) -> dict:
     t0 = time.time() + args.warmup  # the first step's start
     log(f"load from {args.start:.0f}/s ({args.warmup:.0f} s of warm-up), +{args.step:.0f}/s every {args.step_s:.0f} s")
     warm_cpu, warm_io = meters(b, procs)
-    time.sleep(max(0.0, t0 - time.time()))
-    warmup = {"cpu": warm_cpu.stop(), "io": warm_io.stop()}
+    series = slot_cpu_series(procs, t0 - args.warmup, t0)
+    time.sleep(max(0.0, t0 - time.time()))  # the series ends up to a second early
+    warmup = {"cpu": warm_cpu.stop(), "io": warm_io.stop(), "series": series}
     steps, behind_in_a_row, k = [], 0, 0
     while True:
         rate = args.start + k * args.step
@@ -179,6 +182,28 @@ def meters(b, procs) -> tuple[CpuMeter, IoMeter]:
     return cpu, io
 
 
+def slot_cpu_series(procs, load_started: float, until: float) -> list[dict]:
+    """The slots' CPU in consecutive SERIES_S windows until `until`: how the JVMs' JIT settles at the
+    start rate, so a reader can tell a step's figures from a warm-up that had not ended."""
+    series = []
+    while until - time.time() > 1.0:
+        cpu = CpuMeter()
+        for s, proc in procs.items():
+            cpu.track(s.value, proc.pid, slot=True)
+        cpu.start()
+        time.sleep(max(0.0, min(until, time.time() + SERIES_S) - time.time()))
+        report = cpu.stop()
+        series.append({"t_s": round(time.time() - load_started, 1), "slot_cores": slot_cores(report),
+                       "jit_cores": jit_cores(report),
+                       "by_role": {role: v["cores"] for role, v in report["by_role"].items()}})
+    return series
+
+
+def jit_cores(cpu_report: dict) -> float:
+    """Both slots' JIT compiler threads."""
+    return round(sum(v["cores"] for role, v in cpu_report["by_role"].items() if role.endswith(".jvm_jit")), 3)
+
+
 def slot_cores(cpu_report: dict) -> float:
     """Active + standby: both slots' JVMs (JIT and GC included) and Python."""
     return round(sum(v["cores"] for role, v in cpu_report["by_role"].items()
@@ -209,13 +234,16 @@ def analyse(args, prewarm, sent, obs, watch, steps, drained, warmup) -> dict:
     at_start = slot_cores(steps[0]["cpu"]) if steps else None
     return {
         **headline(steps),
-        # active + standby at --start, in the first step: after --warmup s at that rate, when the JVMs'
-        # JIT has done most of its work (it takes ~0.2 cores a JVM in the first minute, ~0.04 after 4)
+        # active + standby at --start, in the first step: after --warmup s at that rate. The JVMs' JIT
+        # takes ~0.2 cores each in the first minute and settles slowly (cpu_warmup_series): its share
+        # of a step is jit_cores_at_start
         "slot_cores_at_start": at_start,
+        "jit_cores_at_start": jit_cores(steps[0]["cpu"]) if steps else None,
         "slot_cores_at_20085": at_start if abs(args.start - 20085) < 1 else None,
         "slot_cores_warmup": slot_cores(warmup["cpu"]),   # the same over the warm-up, from the load's start
         "warmup_s": args.warmup,
         "cpu_warmup": warmup["cpu"],
+        "cpu_warmup_series": warmup["series"],  # the slots' CPU a minute at a time through the warm-up
         "cpu_at_start": steps[0]["cpu"] if steps else None,
         "input_record_bytes": round(mean_record_bytes(sent.users, sent.kinds), 1),  # key + value, no framing
         "io_per_event_at_start": steps[0]["io_per_event"] if steps else None,
@@ -265,7 +293,8 @@ def standby_behind(blue, green, a: float, z: float) -> int | None:
 def plot(result: dict, path: Path) -> None:
     plt = pyplot()
     steps = result["steps"]
-    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(11, 7), sharex=True)
+    fig, (ax1, ax2, ax3) = plt.subplots(3, 1, figsize=(11, 10))
+    ax2.sharex(ax1)
     x = [s["rate"] for s in steps]
     ax1.plot(x, [s["rate_in"] for s in steps], "o-", label="input rate")
     ax1.plot(x, [s["rate_processed"] for s in steps], "s-", label="blue processed")
@@ -279,6 +308,14 @@ def plot(result: dict, path: Path) -> None:
     ax2b.set_ylabel("s of input behind")
     ax2.set_xlabel("step rate (events/s)")
     ax2.legend(loc="upper left")
+    series = result.get("cpu_warmup_series") or []
+    minutes = [w["t_s"] / 60 for w in series]
+    ax3.plot(minutes, [w["slot_cores"] for w in series], "o-", label="active + standby")
+    ax3.plot(minutes, [w["jit_cores"] for w in series], "s-", label="of it, the JITs")
+    ax3.set_xlabel(f"minutes of the warm-up at {result['start']:.0f} events/s")
+    ax3.set_ylabel("cores")
+    ax3.set_ylim(bottom=0)
+    ax3.legend(loc="upper right")
     fig.suptitle(f"with the standby following: p99 <= 2 s up to {result['max_rate']:.0f} events/s "
                  f"(p99 {result['p99_ms_at_max']} ms); kept pace up to {result['max_rate_keeps_pace']:.0f} events/s "
                  f"(p99 {result['p99_ms_at_keeps_pace']} ms)\nslots' cores at {result['start']:.0f}/s: "

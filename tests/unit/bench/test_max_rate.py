@@ -45,3 +45,41 @@ def test_slot_cores_adds_both_slots_jvms_jit_gc_and_python_and_nothing_else():
                           "green.jvm": {"cores": 0.15}, "green.driver": {"cores": 0.01}, "broker": {"cores": 0.4},
                           "loadgen": {"cores": 0.06}, "verifier": {"cores": 0.06}}}
     assert max_rate.slot_cores(report) == 0.46
+
+
+def test_jit_cores_adds_both_slots_compiler_threads_only():
+    report = {"by_role": {"blue.jvm": {"cores": 0.2}, "blue.jvm_jit": {"cores": 0.05}, "green.jvm_jit": {"cores": 0.03},
+                          "green.jvm_gc": {"cores": 0.01}, "broker": {"cores": 0.4}}}
+    assert max_rate.jit_cores(report) == 0.08
+
+
+def test_the_warm_up_series_measures_each_minute_of_the_slots_own_processes(monkeypatch):
+    """A window per SERIES_S until the step starts, each with the slots' CPU: a busy 'slot' (no JVM, so
+    no JIT) counts, a busy process outside the slots does not."""
+    import subprocess
+    import time
+
+    from baton.records import Slot
+
+    import psutil
+
+    monkeypatch.setattr(max_rate, "SERIES_S", 0.6)
+    busy = [sys.executable, "-c", "import time\nt = time.time() + 30\nwhile time.time() < t: pass"]
+    slot, other = subprocess.Popen(busy), subprocess.Popen(busy)
+    try:
+        started = time.time()
+        series = max_rate.slot_cpu_series({Slot.BLUE: slot}, started, started + 2.5)
+        own = psutil.Process(slot.pid).cpu_times()
+    finally:
+        for p in (slot, other):
+            p.kill()
+            p.wait()
+    assert len(series) == 3  # 0.6 s windows while more than a second is left: 2.5 -> 1.9 -> 1.3 -> 0.7
+    ends = [w["t_s"] for w in series]
+    assert ends == sorted(ends) and ends[-1] < 2.5
+    assert all(w["jit_cores"] == 0 and w["slot_cores"] > 0.1 for w in series), series
+    assert all(set(w["by_role"]) == {"blue.driver"} for w in series)
+    # what the windows counted is the slot's own CPU: no more than it used (the other busy process is
+    # not in it), and most of it
+    counted = sum(w["slot_cores"] * (end - begin) for w, begin, end in zip(series, [0.0] + ends, ends))
+    assert 0.5 * (own.user + own.system) - 0.2 < counted <= own.user + own.system + 0.1, (counted, own, series)
