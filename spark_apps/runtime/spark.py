@@ -185,8 +185,33 @@ def session(name: str, app: AppDefinition, extra: dict[str, str] | None = None):
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
     skip_installed_data_source_lookup(spark)
+    drop_hadoop_conf_sources(spark)
     spark.sparkContext.setLogLevel("WARN")
     return spark
+
+
+def drop_hadoop_conf_sources(spark) -> int:
+    """Forget which file set each Hadoop property (core-default.xml, hdfs-default.xml, ...): returns
+    how many properties had one. Spark broadcasts the session's Hadoop configuration for each of a
+    batch's two state store RDDs, and Hadoop writes every property's sources as a gzip stream of its
+    own: ~1,100 Deflaters and 116 KB a broadcast, ~7 ms of the driver's CPU (measured here; ~1 ms
+    without the sources, 70 KB). The sources are only for people reading a configuration dump; the
+    values stay. A configuration that loads its resources again (a new default resource: every class
+    that adds one is loaded by the time the session exists) records them again, so this is a saving,
+    not a guarantee. Best effort: on a Hadoop without the field nothing changes."""
+    try:
+        jvm = spark.sparkContext._jvm
+        field = jvm.java.lang.Class.forName("org.apache.hadoop.conf.Configuration").getDeclaredField(
+            "updatingResource")
+        field.setAccessible(True)
+        sources = field.get(spark.sparkContext._jsc.hadoopConfiguration())
+        if sources is None:
+            return 0
+        dropped = sources.size()
+        sources.clear()
+        return dropped
+    except Exception:  # noqa: BLE001 - an optimisation only
+        return 0
 
 
 def skip_installed_data_source_lookup(spark) -> None:

@@ -190,3 +190,61 @@ def test_a_local_slot_writes_its_files_with_hadoops_permissions_and_no_chmod_pro
     assert lines["class"] == ["baton.fs.NoForkLocalFileSystem", "True"], out.stdout
     assert lines["ours"] == ["0o644", "0o644", "False"], out.stdout
     assert lines["hadoops"] == ["0o644", "0o644", "True"], out.stdout
+
+
+SOURCES_SCRIPT = """
+import json, sys
+from pathlib import Path
+from baton.apps import load_app
+from spark_apps.runtime.spark import session
+
+tmp = Path(sys.argv[1])
+spark = session("baton-sources-test", load_app("click_counts"), {"spark.master": "local[1]"})
+jvm, state = spark._jvm, spark._jsparkSession.sessionState()
+field = jvm.java.lang.Class.forName("org.apache.hadoop.conf.Configuration").getDeclaredField("updatingResource")
+field.setAccessible(True)
+
+def serialized_bytes(conf):
+    out = jvm.java.io.ByteArrayOutputStream()
+    objects = jvm.java.io.ObjectOutputStream(out)
+    objects.writeObject(jvm.org.apache.spark.util.SerializableConfiguration(conf))
+    objects.close()
+    return out.size()
+
+(tmp / "in").mkdir()
+for i in range(3):
+    (tmp / "in" / f"{i}.json").write_text(json.dumps({"user": f"u{i}"}))
+# a stateful query's batches (the state store broadcasts the session's Hadoop configuration in each)
+query = (spark.readStream.schema("user string").option("maxFilesPerTrigger", 1).json(str(tmp / "in"))
+         .groupBy("user").count().writeStream.format("noop").outputMode("update")
+         .option("checkpointLocation", str(tmp / "checkpoint")).trigger(availableNow=True).start())
+query.awaitTermination()
+conf = state.newHadoopConf()
+print("batches", query.lastProgress["batchId"] + 1)
+print("properties", conf.size())
+print("sources", field.get(conf).size())
+print("defaultFS", conf.get("fs.defaultFS"))
+print("bytes", serialized_bytes(conf))
+hadoops = jvm.org.apache.hadoop.conf.Configuration()
+hadoops.size()  # loads its resources, recording each property's sources
+field.get(conf).putAll(field.get(hadoops))  # the sources as Hadoop keeps them
+print("bytes_with_sources", serialized_bytes(conf))
+spark.stop()
+"""
+
+
+def test_a_slot_broadcasts_its_hadoop_configuration_without_the_sources_of_its_properties(tmp_path):
+    """Spark broadcasts the session's Hadoop configuration for each state store RDD of every batch, and
+    Hadoop writes each property's sources (the file that set it) as a gzip stream of its own: a slot's
+    session forgets them (spark.drop_hadoop_conf_sources). Through a stateful query's batches the
+    session's configuration keeps its properties and gains no sources back, and is written in less."""
+    out = subprocess.run([sys.executable, "-c", SOURCES_SCRIPT, str(tmp_path)], cwd=REPO_ROOT, capture_output=True,
+                         text=True, timeout=180)
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = dict(line.split(" ", 1) for line in out.stdout.splitlines() if " " in line)
+    assert int(lines["batches"]) == 3, out.stdout
+    assert int(lines["properties"]) > 1000, out.stdout  # core-, hdfs-, mapred-default.xml and Spark's own
+    # only what the session set itself since (Spark's SQL settings copied in, "programmatically")
+    assert int(lines["sources"]) < 100, out.stdout
+    assert lines["defaultFS"] == "file:///", out.stdout
+    assert int(lines["bytes"]) < 0.75 * int(lines["bytes_with_sources"]), out.stdout
