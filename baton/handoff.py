@@ -11,8 +11,9 @@ resumable (a retried step finds its own write and goes on):
    fence took longer to reach it than the input took to arrive), nothing has changed hands: the
    handoff plans a fence further ahead (fence_passed, moved_fence) a few times, then gives up and lifts it.
 3. cut over: one write makes the standby active at epoch E+1 and lifts the fence, by whoever watched
-   the gate, the moment it is met (cut_over_at_fence). Safe in one step
-   because the old active verifiably stands at F: capped at F until it applies the new record and at
+   the gate, the moment it is met (baton.fence_gate). Safe in one step
+   because the old active verifiably stands at F (its marker) and stays there (its word that its source
+   plans under F's cap, read before the marker): capped at F until it applies the new record and at
    the new writer's output after, it can never read past F as a writer; a late write of it would be
    fenced by Kafka anyway (shared transactional id, newer producer epoch). The new active first reads
    up to exactly F (its cap: the handoff's fence, spark_apps.runtime.follower), a stretch whose output
@@ -145,9 +146,10 @@ def finished(rec: ControlRecord, by: str) -> Handoff | None:
     return None
 
 
-def cut_over(to: Slot, from_epoch: int, correct: bool = False):
+def cut_over(to: Slot, from_epoch: int, correct: bool = False, fence: Positions | None = None):
     """Change: `to` becomes active at from_epoch + 1 and the fence is lifted. Done already (a retry) = no-op.
-    correct: the new active publishes its whole state as output on taking over (ControlRecord.correct_epoch)."""
+    correct: the new active publishes its whole state as output on taking over (ControlRecord.correct_epoch).
+    `fence`: the fence the gate was met at, which must still be the one set (not moved meanwhile)."""
     def change(rec: ControlRecord) -> ControlRecord:
         if rec.active is to and rec.epoch == from_epoch + 1:
             return rec
@@ -155,42 +157,14 @@ def cut_over(to: Slot, from_epoch: int, correct: bool = False):
             raise HandoffError(f"{rec.app}: epoch is {rec.epoch}, the cutover was planned at epoch {from_epoch}")
         if rec.fence is None:
             raise HandoffError(f"{rec.app}: no fence is set; a cutover needs one")
+        if fence is not None and dict(rec.fence) != dict(fence):
+            raise HandoffError(f"{rec.app}: the fence is {dict(rec.fence)}, the gate was met at {dict(fence)}")
         if rec.active is to:
             raise HandoffError(f"{rec.app}: {to.value} is already active at epoch {rec.epoch}")
         return dataclasses.replace(rec, active=to, epoch=from_epoch + 1, fence=None, fence_expires_ms=0,
                                    correct_epoch=from_epoch + 1 if correct else rec.correct_epoch, check_at=None,
                                    invariants_asked="")
     return change
-
-
-def cut_over_at_fence(plane, app: str, to: Slot, epoch: int, fence: Positions,
-                      read_marker: Callable[[], CommitMarker | None],
-                      read_standby: Callable[[], Sequence[StatusRecord]], trail_records: int = 0,
-                      correct: bool = False) -> Check:
-    """One look at the handoff's gate and, the moment it is met, its cutover (fence_reached, then
-    cut_over): met once the cutover is written (now, or before: a re-run finds it), failed if the gate
-    failed or the record moved on, else WAIT. Whoever waits at the fence writes the cutover itself, so
-    nothing starts between the active stopping at F (the output stops) and the write that lets the
-    new active emit. `plane` is a baton.control_plane.ControlPlane.
-    The active's marker is read first, and alone while it shows the active short of F at `epoch`: the
-    gate cannot be met then, and no cutover can have been written (the role moves only once the active
-    stands at F, where it stays until the new active emits at epoch + 1). Each read waits out a fetch
-    (~50 ms on the embedded broker); a look that reads only the marker lets its caller look often, and
-    the time between the active reaching F and the write is part of the handoff's output gap."""
-    marker = read_marker()
-    if short_of(marker, fence, epoch):
-        return WAIT
-    rec = plane.current(app)
-    if rec is not None and rec.active is to and rec.epoch == epoch + 1:
-        return Check(met=True, message=f"{to.value} is active at epoch {rec.epoch}")
-    check = fence_reached(marker, read_standby(), fence, epoch, trail_records=trail_records)
-    if not check.met:
-        return check
-    try:
-        rec = plane.update(app, cut_over(to, epoch, correct=correct))
-    except HandoffError as exc:
-        return Check(failed=True, message=str(exc))
-    return Check(met=True, message=f"{check.message}; cut over: {to.value} is active at epoch {rec.epoch}")
 
 
 def short_of(marker: CommitMarker | None, fence: Positions, epoch: int) -> bool:
@@ -256,13 +230,14 @@ def _last_batch(history: Sequence[StatusRecord]) -> StatusRecord | None:
 
 
 def fence_reached(marker: CommitMarker | None, standby: Sequence[StatusRecord], fence: Positions,
-                  epoch: int, active_alive: bool = True, trail_records: int = 0,
+                  epoch: int, *, active_holds: bool, active_alive: bool = True, trail_records: int = 0,
                   now_ms: int | None = None) -> Check:
-    """The cutover may be written: the active's commit marker says emitted == F (at `epoch`) and the
-    standby's last status says processed == F, or that it is at most `trail_records` short of F (summed
-    over partitions: the warm-up bound, e.g. the app's max_lag_records; 0 = it must stand at F) and
-    live (RUNNING, a status within TRAILING_STANDBY_FRESH_MS): it reaches F as the new active before
-    reading on. Failed if either went past F."""
+    """The cutover may be written: the active holds at F (its word, read before `marker`:
+    baton.fence_gate), its commit marker says emitted == F (at `epoch`) and the standby's last status
+    says processed == F, or that it is at most `trail_records` short of F (summed over partitions: the
+    warm-up bound, e.g. the app's max_lag_records; 0 = it must stand at F) and live (RUNNING, a status
+    within TRAILING_STANDBY_FRESH_MS): it reaches F as the new active before reading on. Failed if
+    either went past F."""
     emitted = dict(marker.emitted) if marker is not None else {}
     if marker is not None and marker.epoch > epoch:
         return Check(failed=True, message=f"epoch {marker.epoch} wrote output: a newer handoff took over")
@@ -274,6 +249,8 @@ def fence_reached(marker: CommitMarker | None, standby: Sequence[StatusRecord], 
     if (past := _passed(processed, fence)):
         return Check(failed=True, message=f"the standby processed past the fence {past}: it did not follow")
     active_at = all(emitted.get(p, 0) == f for p, f in fence.items())
+    if active_at and not active_holds:
+        return Check(message=f"the active stands at the fence {dict(fence)}; waiting for its word that it holds there")
     standby_at = all(processed.get(p, 0) == f for p, f in fence.items())
     if active_at and standby_at:
         return Check(met=True, message=f"both slots at the fence {dict(fence)}")

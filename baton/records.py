@@ -352,6 +352,10 @@ class StatusRecord:
     corrected_epoch: int = 0
     # This slot's answer to the last invariant check asked of it (carried on every later record).
     invariants: InvariantsCheck | None = None
+    # The active at a handoff's fence: its source plans under that fence's cap, so it emits nothing past
+    # it at this epoch (spark_apps.runtime.applied_cap); `held_for` is the handoff's id (Handoff.id).
+    held_fence: Positions | None = None
+    held_for: str = ""
     error: str = ""
     pid: int = 0
     host: str = ""
@@ -373,6 +377,7 @@ class StatusRecord:
             state_digest=self.state_digest.to_json() if self.state_digest else None,
             active_digest=self.active_digest.to_json() if self.active_digest else None,
             invariants=self.invariants.to_json() if self.invariants else None,
+            held_fence=positions_to_json(self.held_fence),
         )
         return json.dumps(body, separators=(",", ":")).encode()
 
@@ -394,6 +399,8 @@ class StatusRecord:
                 state_digest=StateDigest.from_json(d.get("state_digest"), f"{what} field 'state_digest'"),
                 active_digest=StateDigest.from_json(d.get("active_digest"), f"{what} field 'active_digest'"),
                 invariants=InvariantsCheck.from_json(d.get("invariants"), f"{what} field 'invariants'"),
+                held_fence=positions_from_json(d.get("held_fence"), f"{what} field 'held_fence'"),
+                held_for=str(d.get("held_for", "")),
             )
             return cls(**kwargs)
         except (ValueError, TypeError) as exc:

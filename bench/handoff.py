@@ -23,7 +23,7 @@ rolling_upgrade: v1 -> v2 of the click-count app (same state), the baton_rolling
 run here directly: green stopped and started on v2 (restore check: it restored the digest it left; its
 first batch on v2 checks the state schema), warm-up (the DAG's gate with the form's defaults: within
 50,000 records and 10 s of blue's output, beyond green's pace), state digests agree
-at a position P both end a batch at and read on from (the output flows meanwhile), fence, blue at F,
+at a position P both end a batch at and read on from (the output flows meanwhile), fence, blue holding at F,
 cutover, 10 s settle, then blue upgraded the same way.
 
 Reported besides the throughput figures: lost / duplicated / wrong over the whole run, p50/p99/p99.99
@@ -48,7 +48,8 @@ from throughput import parser, plot, run  # noqa: E402
 
 from baton.conditions import Check, arrival_rate, following  # noqa: E402
 from baton.control_plane import ControlPlane, KafkaControlStore  # noqa: E402
-from baton.handoff import cut_over, fence_reached, plan_fence, with_fence, without_fence  # noqa: E402
+from baton.fence_gate import FenceGate  # noqa: E402
+from baton.handoff import plan_fence, with_fence, without_fence  # noqa: E402
 from baton.kafka.tail import end_offsets  # noqa: E402
 from baton.records import Slot  # noqa: E402
 from baton.upgrade import Policy, ask_state_check, restore_check, states_agree  # noqa: E402
@@ -100,10 +101,15 @@ def cutover(b, app, procs, watch, rate: float, ahead_s: float, correct: bool = F
     marks = [(time.time(), "fence set")]
     plane.update(app.name, with_fence(fence, rec.epoch))
 
+    # The DAG's gate (baton.fence_gate): blue's word that it holds at F, its marker at F, green on its
+    # way; it writes the cutover the moment that is met.
+    gate = FenceGate(plane, app.name, Slot.GREEN, rec.epoch, fence,
+                     lambda: read_last_marker(b.bootstrap, app.commits_topic, app.name),
+                     lambda: watch.of(Slot.BLUE), lambda: watch.of(Slot.GREEN),
+                     trail_records=app.max_lag_records, correct=correct)
+
     def at_fence() -> bool:
-        check: Check = fence_reached(read_last_marker(b.bootstrap, app.commits_topic, app.name),
-                                     watch.of(Slot.GREEN), fence, rec.epoch,
-                                     trail_records=app.max_lag_records)
+        check: Check = gate.look()
         if check.failed:
             raise RuntimeError(check.message)
         return check.met
@@ -119,8 +125,6 @@ def cutover(b, app, procs, watch, rate: float, ahead_s: float, correct: bool = F
                         f"{last.processed if last else None} (batch {last.batch_id if last else None})")
         err.marks = marks
         raise err from None
-    marks.append((time.time(), "blue at F"))
-    plane.update(app.name, cut_over(Slot.GREEN, rec.epoch, correct=correct))
     marks.append((time.time(), "cutover"))
     if correct:
         wait("green's corrected output", lambda: (m := read_last_marker(b.bootstrap, app.commits_topic, app.name))

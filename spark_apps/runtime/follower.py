@@ -54,6 +54,7 @@ from baton.kafka.control_log import apply_records, decode_for_app
 from baton.records import CommitMarker, ControlRecord, Positions, RecordError, Role, Slot, covers
 from baton.settings import CONTROL_TOPIC
 from baton.kafka.client_config import kafka_config
+from spark_apps.runtime.applied_cap import CAP_WRITE_KEY
 from spark_apps.runtime.late_position import LatePositionFault
 from spark_apps.runtime.pace_hint import write_pace_hint
 
@@ -70,14 +71,20 @@ def fetch_wait_for(control: ControlRecord | None) -> int:
     return HANDOFF_FETCH_WAIT_MS if handoff else IDLE_FETCH_WAIT_MS
 
 
-def write_cap_file(path: Path, cap: Positions | None) -> None:
-    """Atomically write the cap (or remove the file: no cap)."""
+def write_cap_file(path: Path, cap: Positions | None, write: str = "") -> str | None:
+    """Atomically write the cap (or remove the file: no cap); returns the text written. `write` numbers
+    the write, so the source's word that it planned under it names this very write (applied_cap.py)."""
     if cap is None:
         path.unlink(missing_ok=True)
-        return
+        return None
+    body: dict[str, int | str] = {str(p): o for p, o in sorted(cap.items())}
+    if write:
+        body[CAP_WRITE_KEY] = write
+    text = json.dumps(body)
     tmp = path.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps({str(p): o for p, o in sorted(cap.items())}))
+    tmp.write_text(text)
     os.replace(tmp, path)
+    return text
 
 
 class Follower:
@@ -87,6 +94,11 @@ class Follower:
         self.app, self.slot, self.partitions, self.cap_file = app, slot, partitions, cap_file
         self.standby_pace_s, self._clock = standby_pace_s, clock
         self._written_at: float | None = None  # when the cap file was last written (None: never)
+        # The cap file's text as last written and the desired state it was computed from (held_fence);
+        # _write_lock keeps the two with the file's content when two threads write at once.
+        self._written: tuple[str | None, ControlRecord | None] = (None, None)
+        self._writes = 0
+        self._write_lock = threading.Lock()
         self._pending = False                  # a newer cap is held back by the pace
         self.control: ControlRecord | None = None
         self.marker: CommitMarker | None = None
@@ -195,7 +207,8 @@ class Follower:
         """Write the cap; `paced`: only a new marker moved it, which a standby takes at its pace."""
         now = self._clock()
         with self._lock:
-            cap = compute_cap(self.control, self.slot, self.marker, self.partitions, self.processed,
+            control = self.control
+            cap = compute_cap(control, self.slot, self.marker, self.partitions, self.processed,
                               self._first_batch_as_active())
             standby = self.control is None or self.control.role_of(self.slot) is Role.STANDBY
             # Under a fence the standby is on the handoff's critical path (the cutover waits for it to
@@ -210,7 +223,10 @@ class Follower:
         # active role) goes out after its hint is gone: the reader never waits for a move that comes early.
         if not pacing:
             write_pace_hint(self.cap_file, None)
-        write_cap_file(self.cap_file, cap)
+        with self._write_lock:
+            self._writes += 1
+            text = write_cap_file(self.cap_file, cap, write=f"{os.getpid()}.{self._writes}")
+            self._written = (text, control)
         self._written_at = now
         if pacing:
             write_pace_hint(self.cap_file, time.time() + self.standby_pace_s)
@@ -246,6 +262,19 @@ class Follower:
         with self._lock:
             self.control = apply_records(self.control, [record])
         self._publish_cap()
+
+    def held_fence(self, applied: str | None) -> tuple[str, Positions] | None:
+        """(the handoff's id, its fence) when this slot holds the active role at a fence and its source
+        planned last under the cap written for it, `applied` being the source's word
+        (applied_cap.read_applied): from then on it emits nothing past the fence at this epoch (every
+        cap computed while that fence stands is within it, baton.caps). None otherwise."""
+        with self._write_lock:
+            text, control = self._written
+        if applied is None or applied != text or control is None or control.fence is None:
+            return None
+        if control.role_of(self.slot) is not Role.ACTIVE or control.handoff is None:
+            return None
+        return control.handoff.id, dict(control.fence)
 
     def role(self) -> Role:
         with self._lock:

@@ -34,6 +34,7 @@ from baton.health import HealthPolicy
 from baton.kafka.client_config import kafka_config
 from baton.records import Role, Slot, SlotState, StatusRecord
 from baton.settings import STATUS_TOPIC
+from spark_apps.runtime.applied_cap import read_applied
 from spark_apps.runtime.batch_sink import RoleGatedSink
 from spark_apps.runtime.corrected_output import CorrectedOutput
 from spark_apps.runtime.correction import EmittedKeys
@@ -91,6 +92,7 @@ class Harness:
         self.last_progress: dict | None = None  # the last batch's progress, repeated by idle heartbeats
         self.last_batch_ms: int | None = None  # when the last batch with input started (its input rate)
         self.last_publish = 0.0
+        self.published_hold: tuple[str, dict[int, int]] | None = None  # the fence the last status said it holds at
         # The last batch's end-to-end latencies (oldest, newest record), set with last_progress (ProgressBridge).
         self.latencies: tuple[int | None, int | None] = (None, None)
         self.packs_rows = False  # the source packs events many to a row: Spark's row counts are not events
@@ -108,6 +110,8 @@ class Harness:
             st["latency_ms"], st["latency_newest_ms"] = self.latencies
         if st.get("input_end") is None:
             st["input_end"] = self.input_ends.latest()
+        held = self.held_fence()
+        self.published_hold = held
         rec = StatusRecord(
             app=self.app.name, slot=self.slot, state=self.state, role=role,
             epoch_seen=control.epoch if control else 0, version=self.app.version, generation=self.generation,
@@ -115,12 +119,23 @@ class Harness:
             restore_ms=self.startup.first_batch_ms, state_digest=self.digests.digest,
             active_digest=self.digests.active_digest,
             corrected_epoch=self.emitter.last.corrected_epoch if self.emitter.last is not None else 0,
-            invariants=self.invariants.answer, error=error, pid=os.getpid(),
+            invariants=self.invariants.answer, held_fence=held[1] if held else None, held_for=held[0] if held else "",
+            error=error, pid=os.getpid(),
             host=socket.gethostname(), ts_ms=int(time.time() * 1000), **st,
         )
         self.status_producer.produce(STATUS_TOPIC, rec.to_bytes(), rec.key())
         self.status_producer.poll(0)
         self.last_publish = time.monotonic()
+
+    def held_fence(self) -> tuple[str, dict[int, int]] | None:
+        """(handoff id, fence) while this slot, the active, stays at a handoff's fence (Follower.held_fence)."""
+        return self.follower.held_fence(read_applied(self.paths.cap_file))
+
+    def publish_hold(self) -> None:
+        """Say at once that this slot now holds at a fence: the handoff's cutover waits for that word, and
+        an idle active has no batch whose status would carry it."""
+        if self.held_fence() != self.published_hold:
+            self.publish(self.last_progress)
 
     def alive(self) -> bool:
         """Starting up, or the query reported a batch or idleness within stall_s (its lease holds)."""
@@ -228,8 +243,9 @@ class Harness:
         code = 0
         try:
             while not self._stop.is_set():
-                try:
-                    ended = self.query.awaitTermination(0.5)
+                control, _ = self.follower.snapshot()
+                try:  # under a fence the hold is looked at often: the cutover waits on its word
+                    ended = self.query.awaitTermination(0.1 if control is not None and control.fence else 0.5)
                 except Exception:  # it failed: said below, unless this slot was fenced and goes on as the standby
                     ended = True
                 if ended:
@@ -242,6 +258,7 @@ class Harness:
                 spec = control.slots.get(self.slot) if control else None
                 if spec is not None and spec.desired in (SlotState.STOPPED, SlotState.STOPPING, SlotState.FAILED):
                     break
+                self.publish_hold()
                 if self.state is SlotState.RUNNING:
                     self.digests.restore_once()
                 self.digests.at_check()

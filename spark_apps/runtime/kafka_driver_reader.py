@@ -29,6 +29,7 @@ from typing import Any, Iterator, Optional
 from pyspark.sql.datasource import SimpleDataSourceStreamReader
 from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 
+from spark_apps.runtime.applied_cap import AppliedCap
 from spark_apps.runtime.batch_times import BatchTimes, BatchTimesFile
 from spark_apps.runtime.input_check import WAY_OUT, InputDataLoss
 from spark_apps.runtime.kafka_stream_reader import KafkaStreamReader
@@ -103,6 +104,7 @@ class DriverStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableN
         self._prefetch: Optional[Prefetcher] = None
         self._target: Optional[dict[int, int]] = None  # Trigger.AvailableNow bound
         self._pacer = BatchPacer(options.min_batch_interval_s, options.cap_file)
+        self._applied = AppliedCap(options.cap_file) if options.cap_file else None
         interval = self._pacer.interval_s
         self._lead = WindowLead(max(TAIL_FETCH_LEAD_S, TAIL_FETCH_LEAD_SHARE * interval),
                                 TAIL_FETCH_LEAD_CEILING_SHARE * interval)
@@ -285,7 +287,7 @@ class DriverStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableN
 
     def _limits(self, parts: list[int]) -> tuple[dict[int, float], bool]:
         """Each partition's limit for the next batch, and whether the slot follows (a cap bounds it)."""
-        cap = read_cap(self.opts.cap_file, parts) if self.opts.cap_file else None
+        cap = read_cap(self.opts.cap_file, parts, applied=self._applied) if self.opts.cap_file else None
         limits = {}
         for p in parts:
             limit = math.inf

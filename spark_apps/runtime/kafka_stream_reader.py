@@ -37,6 +37,7 @@ from baton.kafka.client_config import kafka_config
 from baton.kafka.positions import first_record, search_timestamp
 from baton.kafka.fetch_wait import fetch_wait_ms
 from baton.kafka.tail import probe_ends
+from spark_apps.runtime.applied_cap import AppliedCap
 from spark_apps.runtime.input_check import (
     BEFORE_START, FAIL, Decision, InputDataLoss, decide, observe, read_identity, skipped, topic_id, write_identity,
 )
@@ -68,6 +69,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._lows: dict[int, int] = {}
         self._target: Optional[dict[int, int]] = None  # Trigger.AvailableNow bound
         self._pacer = BatchPacer(options.min_batch_interval_s, options.cap_file)
+        self._applied = AppliedCap(options.cap_file) if options.cap_file else None
         self._admin = None  # for the topic id (input_check.topic_id)
         self.verified = False  # this process checked the query's positions against the input (resume_point)
         self._jump: Optional[dict] = None  # the end of the resume batch planned (policy earliest), until committed
@@ -200,7 +202,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for p in parts:
             if p not in begin:  # a partition added since the query started: read it from its start
                 begin[p] = self._lows[p]
-        cap = read_cap(self.opts.cap_file, parts) if self.opts.cap_file else None
+        cap = read_cap(self.opts.cap_file, parts, applied=self._applied) if self.opts.cap_file else None
         max_records = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         end = plan_end(begin, available, cap=cap, max_records=max_records, target=self._target)
         end_json = offsets_to_json(end)

@@ -117,14 +117,17 @@ def _positive_int(name: str, raw: str) -> int:
     return v
 
 
-def parse_partition_json(name: str, raw: str, topic: str, allow_markers: bool) -> dict[int, int]:
-    """{"0": 42, "1": 7} (or Spark's {"<topic>": {...}}) -> {0: 42, 1: 7}."""
+def parse_partition_json(name: str, raw: str, topic: str, allow_markers: bool,
+                         ignore: tuple[str, ...] = ()) -> dict[int, int]:
+    """{"0": 42, "1": 7} (or Spark's {"<topic>": {...}}) -> {0: 42, 1: 7}; keys in `ignore` are left out."""
     try:
         obj = json.loads(raw)
     except json.JSONDecodeError as exc:
         raise ValueError(f"option {name!r} is not valid JSON ({exc.msg}): {raw!r}") from None
     if isinstance(obj, dict) and len(obj) == 1 and isinstance(obj.get(topic), dict):
         obj = obj[topic]
+    if isinstance(obj, dict) and ignore:
+        obj = {k: v for k, v in obj.items() if k not in ignore}
     if not isinstance(obj, dict) or not obj:
         raise ValueError(f"option {name!r} must be a non-empty JSON object of partition -> offset, got {raw!r}")
     out: dict[int, int] = {}

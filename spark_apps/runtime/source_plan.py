@@ -11,6 +11,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 from pyspark.sql.datasource import InputPartition
 
+from spark_apps.runtime.applied_cap import CAP_WRITE_KEY, AppliedCap
 from spark_apps.runtime.source_options import EARLIEST, LATEST, parse_partition_json
 
 
@@ -48,8 +49,9 @@ def resolve_starting(spec: dict[int, int], partitions: Sequence[int], lows: Mapp
 
 
 def parse_cap(text: str, partitions: Sequence[int], path: str = "capFile") -> dict[int, int]:
-    """The cap file's JSON -> {partition: cap}; it must name exactly the topic's partitions."""
-    spec = parse_partition_json(f"capFile ({path})", text, "", allow_markers=False)
+    """The cap file's JSON -> {partition: cap}; it must name exactly the topic's partitions. Its
+    CAP_WRITE_KEY (which write of the follower's it is: applied_cap.py) is not a partition."""
+    spec = parse_partition_json(f"capFile ({path})", text, "", allow_markers=False, ignore=(CAP_WRITE_KEY,))
     unknown = sorted(set(spec) - set(partitions))
     missing = sorted(set(partitions) - set(spec))
     if unknown or missing:
@@ -69,14 +71,21 @@ def cap_text(path: Optional[str]) -> Optional[str]:
         return None
 
 
-def read_cap(path: str, partitions: Sequence[int], attempts: int = 3) -> Optional[dict[int, int]]:
-    """Read the cap file; None when it does not exist. A torn read is retried briefly."""
+def read_cap(path: str, partitions: Sequence[int], attempts: int = 3,
+             applied: Optional[AppliedCap] = None) -> Optional[dict[int, int]]:
+    """Read the cap file; None when it does not exist. A torn read is retried briefly. `applied`: the
+    source plans its next batch under what this returns, and says so (applied_cap.py)."""
     for i in range(attempts):
         text = cap_text(path)
         if text is None:
+            if applied is not None:
+                applied.note(None)
             return None
         try:
-            return parse_cap(text, partitions, path)
+            cap = parse_cap(text, partitions, path)
+            if applied is not None:
+                applied.note(text)
+            return cap
         except ValueError:
             if i == attempts - 1:
                 raise

@@ -215,7 +215,8 @@ def test_a_rollback_whose_first_fence_the_new_active_passes_still_hands_back_at_
     """The rollback plans its fence again, twice as far ahead, while the new active passes it: blue, active
     on v4 after the cutover, passes the rollback's first fence before it sees it (the test fault
     spark_apps.runtime.late_position, written the moment blue takes over) and stops at the second. Steady
-    input: a fence planned in a pause lies at the input's end, where nothing can pass it."""
+    input: a fence planned in a pause lies at the input's end, which blue would pass only once input
+    resumes (the gate waits for blue's word that it holds at a fence: baton.fence_gate)."""
     platform, client, app, truth = running
     bootstrap = platform.settings.kafka_bootstrap
     before = read_control(bootstrap, app.name)  # green active on v2, blue the standby on v4 (rolled back)

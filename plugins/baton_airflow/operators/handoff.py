@@ -105,8 +105,9 @@ MAX_CUTOVER_FENCES = 4
 class CutoverOperator(_HandoffOperator):
     """Wait at the fence, then cut over: one write, the standby active at epoch + 1 and the fence lifted
     (baton.handoff explains why one step is safe once the active stands at F). Deferred: the triggerer
-    watches the gate (the active's marker at exactly F, the standby live and on its way, within the
-    app's lag budget) and writes the cutover the moment it is met (baton.handoff.cut_over_at_fence), so
+    watches the gate (the active's word that it holds at F, then its marker at exactly F, the standby
+    live and on its way, within the app's lag budget) and writes the cutover the moment it is met
+    (baton.fence_gate.FenceGate), so
     no task start lies between the output stopping at F and the write that lets the new active emit.
     A fence the active passed before it saw it (input resuming after a pause, a busy host) is planned
     again, twice as far ahead each time (`ahead_s` the first step's), up to MAX_CUTOVER_FENCES in all:
@@ -136,8 +137,9 @@ class CutoverOperator(_HandoffOperator):
         self.wait(control, app, plan, attempt=1)
 
     def wait(self, control: BatonControlHook, app: AppDefinition, plan: HandoffPlan, attempt: int) -> None:
-        # Looked at every 0.1 s: while the active is short of F a look reads its marker alone (one fetch,
-        # baton.handoff.cut_over_at_fence), and the time from the active at F to the write is output gap.
+        # Looked at every 0.1 s: once the active said it holds at F, a look while it is short of F reads its
+        # marker alone (one fetch, baton.fence_gate.FenceGate); the time from the active at F to the write
+        # is output gap.
         self.defer(trigger=CutoverTrigger(
             app=app.name, slot=plan.to.value, bootstrap=control.bootstrap, fence=plan.fence, epoch=plan.epoch,
             trail_records=app.max_lag_records, correct=str(self.correct).lower() == "true",

@@ -14,7 +14,8 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from baton.apps import AppDefinitionError, load_version, version_path
 from baton.conditions import Check, slot_running
-from baton.handoff import HandoffError, cut_over_at_fence, fail_over, finished, other, without_fence
+from baton.fence_gate import FenceGate
+from baton.handoff import HandoffError, fail_over, finished, other, without_fence
 from baton.lifecycle import IllegalTransition
 from baton.plans import Cutover, SlotRestart, StateCheckPlan, UpgradePlan, VersionChange
 from baton.records import Slot, SlotState, StateDigest
@@ -297,13 +298,15 @@ class RollbackOperator(AppOperator):
 
     def wait_at_fence(self, control: BatonControlHook, plane, app, standby: Slot, fence: dict[int, int],
                       epoch: int) -> Check:
-        """The gate at `fence` and the cutover the moment it is met (cut_over_at_fence): met, failed, or
+        """The gate at `fence` and the cutover the moment it is met (baton.fence_gate.FenceGate): met, failed, or
         not met within fence_timeout_s (a Check with neither flag)."""
         deadline = time.monotonic() + float(self.fence_timeout_s)
+        gate = FenceGate(plane, app.name, standby, epoch, fence, lambda: control.last_commit(app),
+                         lambda: control.status(app.name, other(standby), last_n=500),
+                         lambda: control.status(app.name, standby, last_n=500),
+                         trail_records=app.max_lag_records, correct=self.correct)
         while True:
-            check = cut_over_at_fence(plane, app.name, standby, epoch, fence, lambda: control.last_commit(app),
-                                      lambda: control.status(app.name, standby, last_n=500),
-                                      trail_records=app.max_lag_records, correct=self.correct)
+            check = gate.look()
             if check.met or check.failed:
                 return check
             if time.monotonic() > deadline:

@@ -1,5 +1,5 @@
 """The handoff's cutover: wait at the fence and, the moment the gate is met, write the cutover from the
-triggerer (baton.handoff.cut_over_at_fence).
+triggerer (baton.fence_gate.FenceGate).
 
 Why the write happens here and not in the task that resumes: the output stops when the active stands at
 the fence F; a task started after the gate would add its start-up (seconds) to that stop.
@@ -39,21 +39,30 @@ class CutoverTrigger(SlotWaitTrigger):
         super().__init__(**common)
         self.fence, self.epoch = positions(fence), int(epoch)
         self.trail_records, self.correct, self.writer = int(trail_records), bool(correct), run_writer(writer)
+        self.gate = None  # baton.fence_gate.FenceGate, made at the first check (in the triggerer)
 
     def args(self) -> dict[str, Any]:
         return dict(fence=positions_arg(self.fence), epoch=self.epoch, trail_records=self.trail_records,
                     correct=self.correct, writer=self.writer)
 
     def check(self) -> Check:
+        if self.gate is None:  # one gate for this trigger's life: it keeps the active's word once it came
+            self.gate = self.new_gate()
+        return self.gate.look()
+
+    def new_gate(self):
         from baton.apps import load_app
         from baton.control_plane import ControlPlane, KafkaControlStore
-        from baton.handoff import cut_over_at_fence
+        from baton.fence_gate import FenceGate
+        from baton.handoff import other
         from baton.kafka.markers import read_last_marker
         from baton.records import Slot
 
         commits_topic = load_app(self.app).commits_topic
-        return cut_over_at_fence(
-            ControlPlane(KafkaControlStore(self.bootstrap), writer=self.writer), self.app, Slot(self.slot), self.epoch,
+        to = Slot(self.slot)
+        return FenceGate(
+            ControlPlane(KafkaControlStore(self.bootstrap), writer=self.writer), self.app, to, self.epoch,
             self.fence, lambda: read_last_marker(self.bootstrap, commits_topic, self.app),
+            lambda: slot_history(self.bootstrap, self.app, other(to).value, last_n=500),
             lambda: slot_history(self.bootstrap, self.app, self.slot, last_n=500),
             trail_records=self.trail_records, correct=self.correct)

@@ -2,11 +2,10 @@
 
 import pytest
 
-from baton.conditions import WAIT
 from baton.control_plane import ControlPlane
 from baton.invariants import ask_invariants
 from baton.handoff import (
-    FAILOVER, TRAILING_STANDBY_FRESH_MS, HandoffError, ahead_s_for, cut_over, cut_over_at_fence, failover_fence,
+    FAILOVER, TRAILING_STANDBY_FRESH_MS, HandoffError, ahead_s_for, cut_over, failover_fence,
     fence_passed, fence_reached, finished, moved_fence, plan_ahead, plan_fence, saw_epoch, stale_fence, taken_over_at, with_fence, without_fence,
 )
 from baton.records import CommitMarker, Handoff, Role, Slot, SlotState, StatusRecord
@@ -90,94 +89,38 @@ def test_a_cutover_needs_a_fence(plane):
 
 
 def test_fence_reached_only_when_both_stand_exactly_at_it():
-    assert not fence_reached(marker({0: 100, 1: 150}), [standby({0: 100, 1: 150})], F, 1).met
-    assert not fence_reached(marker(F), [standby({0: 100, 1: 150})], F, 1).met
-    check = fence_reached(marker(F), [standby({0: 90, 1: 90}), standby(F)], F, 1)
+    assert not fence_reached(marker({0: 100, 1: 150}), [standby({0: 100, 1: 150})], F, 1, active_holds=True).met
+    assert not fence_reached(marker(F), [standby({0: 100, 1: 150})], F, 1, active_holds=True).met
+    check = fence_reached(marker(F), [standby({0: 90, 1: 90}), standby(F)], F, 1, active_holds=True)
     assert check.met and not check.failed
+
+
+def test_an_active_at_the_fence_without_its_word_that_it_holds_there_is_waited_for():
+    # Its marker says where it stands, not that it stays: idle at the input's end, it can stand at a
+    # fence it has not seen yet (baton.fence_gate).
+    check = fence_reached(marker(F), [standby(F)], F, 1, active_holds=False)
+    assert not check.met and not check.failed and "its word that it holds there" in check.message
+    assert fence_reached(marker({0: 101, 1: 200}), [standby(F)], F, 1, active_holds=False).failed  # past F
 
 
 def test_a_trailing_standby_may_be_handed_the_role_once_the_active_stands_at_the_fence():
     now = 1_000_000
     short = [standby({0: 60, 1: 200}, ts_ms=now - 500)]
-    assert not fence_reached(marker(F), short, F, 1, now_ms=now).met  # by default both must stand at F
-    check = fence_reached(marker(F), short, F, 1, trail_records=1000, now_ms=now)
+    assert not fence_reached(marker(F), short, F, 1, active_holds=True, now_ms=now).met  # by default both must stand at F
+    check = fence_reached(marker(F), short, F, 1, active_holds=True, trail_records=1000, now_ms=now)
     assert check.met and "40 records short" in check.message
-    assert not fence_reached(marker(F), short, F, 1, trail_records=39, now_ms=now).met  # beyond the lag bound
+    assert not fence_reached(marker(F), short, F, 1, active_holds=True, trail_records=39, now_ms=now).met  # beyond the lag bound
     # Never before the active stands at F, nor to a standby that is gone quiet, failed, or has no batch yet.
-    assert not fence_reached(marker({0: 90, 1: 200}), short, F, 1, trail_records=1000, now_ms=now).met
+    assert not fence_reached(marker({0: 90, 1: 200}), short, F, 1, active_holds=True, trail_records=1000, now_ms=now).met
     quiet = [standby({0: 60, 1: 200}, ts_ms=now - TRAILING_STANDBY_FRESH_MS - 1)]
-    assert not fence_reached(marker(F), quiet, F, 1, trail_records=1000, now_ms=now).met
+    assert not fence_reached(marker(F), quiet, F, 1, active_holds=True, trail_records=1000, now_ms=now).met
     failed = short + [standby({}, batch_id=-1, ts_ms=now, state=SlotState.FAILED)]
-    assert not fence_reached(marker(F), failed, F, 1, trail_records=1000, now_ms=now).met
-    assert not fence_reached(marker(F), [standby({}, batch_id=-1, ts_ms=now)], F, 1, trail_records=1000,
+    assert not fence_reached(marker(F), failed, F, 1, active_holds=True, trail_records=1000, now_ms=now).met
+    assert not fence_reached(marker(F), [standby({}, batch_id=-1, ts_ms=now)], F, 1, active_holds=True, trail_records=1000,
                              now_ms=now).met
     # A standby past F still fails the wait.
-    assert fence_reached(marker(F), [standby({0: 101, 1: 200}, ts_ms=now)], F, 1, trail_records=1000,
+    assert fence_reached(marker(F), [standby({0: 101, 1: 200}, ts_ms=now)], F, 1, active_holds=True, trail_records=1000,
                          now_ms=now).failed
-
-
-class CountingPlane:
-    """A ControlPlane whose reads of the current record are counted."""
-
-    def __init__(self, plane):
-        self.plane, self.reads = plane, 0
-
-    def current(self, app):
-        self.reads += 1
-        return self.plane.current(app)
-
-    def update(self, app, change):
-        return self.plane.update(app, change)
-
-
-def test_whoever_waits_at_the_fence_writes_the_cutover_the_moment_the_gate_is_met_and_once(plane):
-    plane.update("app", with_fence(F, epoch=1, by="run1"))
-    reads = []
-
-    def look(emitted, processed, epoch=1):
-        return cut_over_at_fence(plane, "app", Slot.GREEN, 1, F, lambda: reads.append("m") or marker(emitted, epoch),
-                                 lambda: reads.append("s") or [standby(processed, ts_ms=10**13)], trail_records=50,
-                                 correct=True)
-
-    waiting = look({0: 90, 1: 200}, {0: 80, 1: 200})
-    assert (waiting.met, waiting.failed) == (False, False)
-    assert plane.current("app").epoch == 1  # nothing written while the active is short of F
-    assert reads == ["m"]  # the marker alone: short of F, nothing else can have moved the gate
-    reads.clear()
-    done = look(F, {0: 70, 1: 190})  # the active at F, the standby 40 short: within 50
-    assert done.met and "cut over: green is active at epoch 2" in done.message
-    rec = plane.current("app")
-    assert (rec.active, rec.epoch, rec.fence, rec.correct_epoch) == (Slot.GREEN, 2, None, 2)
-    reads.clear()
-    again = look(F, F)  # a re-run (a trigger re-created after a triggerer restart): done, nothing written
-    assert again.met and reads == ["m"] and plane.current("app").revision == rec.revision
-    emitting = look({0: 120, 1: 200}, {0: 120, 1: 200}, epoch=2)  # ... also once the new active emitted
-    assert emitting.met and plane.current("app").revision == rec.revision
-
-
-def test_a_look_at_the_fence_reads_the_record_only_once_the_active_is_at_or_past_it(plane):
-    plane.update("app", with_fence(F, epoch=1, by="run1"))
-    counted = CountingPlane(plane)
-    at = lambda emitted, epoch=1: cut_over_at_fence(  # noqa: E731
-        counted, "app", Slot.GREEN, 1, F, lambda: marker(emitted, epoch), lambda: [standby({0: 90, 1: 200})])
-    assert at({0: 99, 1: 200}) == WAIT and counted.reads == 0
-    assert at({0: 99, 1: 180}) == WAIT and counted.reads == 0  # short of F in both partitions
-    assert at({}) == WAIT and counted.reads == 0  # a marker without a partition of F: short of it there
-    past = at({0: 99, 1: 201})  # short in one, past in the other: the gate fails, the record is looked at
-    assert past.failed and "emitted past the fence" in past.message and counted.reads == 1
-    older = at({0: 99, 1: 200}, epoch=0)  # a marker of another epoch is never taken as short of F
-    assert counted.reads == 2 and not older.met
-
-
-def test_a_cutover_at_the_fence_fails_when_the_gate_does_or_the_record_moved_on(plane):
-    plane.update("app", with_fence(F, epoch=1, by="run1"))
-    standby_at = lambda processed: lambda: [standby(processed, ts_ms=10**13)]  # noqa: E731
-    past = cut_over_at_fence(plane, "app", Slot.GREEN, 1, F, lambda: marker({0: 101, 1: 200}), standby_at(F))
-    assert past.failed and "emitted past the fence" in past.message
-    plane.update("app", without_fence(1, by="run1"))  # aborted meanwhile: no fence to cut over at
-    lifted = cut_over_at_fence(plane, "app", Slot.GREEN, 1, F, lambda: marker(F), standby_at(F))
-    assert lifted.failed and "no fence is set" in lifted.message
-    assert plane.current("app").epoch == 1
 
 
 def test_the_fence_a_slot_took_over_at_holds_for_that_slot_at_that_epoch_only(plane):
@@ -190,17 +133,17 @@ def test_the_fence_a_slot_took_over_at_holds_for_that_slot_at_that_epoch_only(pl
 
 
 def test_an_active_that_read_past_the_fence_aborts_the_handoff():
-    check = fence_reached(marker({0: 101, 1: 200}), [standby(F)], F, 1)
+    check = fence_reached(marker({0: 101, 1: 200}), [standby(F)], F, 1, active_holds=True)
     assert check.failed and "emitted past the fence" in check.message and "0: (101, 100)" in check.message
 
 
 def test_a_standby_past_the_fence_or_a_newer_writer_fails_the_wait():
-    assert fence_reached(marker(F), [standby({0: 100, 1: 201})], F, 1).failed
-    assert "newer handoff" in fence_reached(marker(F, epoch=2), [standby(F)], F, 1).message
+    assert fence_reached(marker(F), [standby({0: 100, 1: 201})], F, 1, active_holds=True).failed
+    assert "newer handoff" in fence_reached(marker(F, epoch=2), [standby(F)], F, 1, active_holds=True).message
 
 
 def test_an_active_that_died_short_of_the_fence_fails_the_wait():
-    check = fence_reached(marker({0: 50, 1: 200}), [standby({0: 50, 1: 200})], F, 1, active_alive=False)
+    check = fence_reached(marker({0: 50, 1: 200}), [standby({0: 50, 1: 200})], F, 1, active_holds=True, active_alive=False)
     assert check.failed and "died" in check.message
 
 

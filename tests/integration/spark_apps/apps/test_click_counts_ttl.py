@@ -13,7 +13,8 @@ from confluent_kafka import Producer
 
 from baton.apps import load_definition
 from baton.control_plane import ControlPlane, KafkaControlStore
-from baton.handoff import cut_over_at_fence, with_fence
+from baton.fence_gate import FenceGate
+from baton.handoff import with_fence
 from baton.kafka.admin import delete_topics
 from baton.kafka.control_log import write_control
 from baton.records import ControlRecord, Slot, SlotSpec, SlotState
@@ -174,10 +175,12 @@ def test_idle_users_start_afresh_exactly_through_a_kill_9_a_restart_and_a_reproc
         fence = read_last_marker(bootstrap, app.commits_topic, app.name).emitted
         epoch = plane.current(app.name).epoch
         plane.update(app.name, with_fence(fence, epoch=epoch, by="test"))
-        cut = wait_for("the cutover to the new generation", lambda: settled(cut_over_at_fence(
-            plane, app.name, Slot.BLUE, epoch, fence, lambda: read_last_marker(bootstrap, app.commits_topic, app.name),
-            lambda: read_status(bootstrap, app.name, "blue"), trail_records=app.max_lag_records, correct=True)),
-            timeout_s=300, procs=tuple(procs.values()))
+        gate = FenceGate(plane, app.name, Slot.BLUE, epoch, fence,
+                         lambda: read_last_marker(bootstrap, app.commits_topic, app.name),
+                         lambda: read_status(bootstrap, app.name, "green"), lambda: read_status(bootstrap, app.name, "blue"),
+                         trail_records=app.max_lag_records, correct=True)
+        cut = wait_for("the cutover to the new generation", lambda: settled(gate.look()),
+                       timeout_s=300, procs=tuple(procs.values()))
         assert cut.met, cut.message
         wait_for("the corrected output", lambda: read_last_marker(
             bootstrap, app.commits_topic, app.name).corrected_epoch == epoch + 1, timeout_s=120, procs=tuple(procs.values()))

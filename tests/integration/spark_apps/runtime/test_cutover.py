@@ -12,7 +12,9 @@ import time
 import pytest
 
 from baton.control_plane import ControlPlane, KafkaControlStore
-from baton.handoff import cut_over, cut_over_at_fence, fence_reached, plan_fence, saw_epoch, with_fence
+from baton.fence_gate import FenceGate, holds_fence
+from baton.handoff import cut_over, fence_reached, plan_fence, saw_epoch, with_fence, without_fence
+from baton.generations import slot_paths
 from baton.kafka.tail import end_offsets
 from baton.records import CommitMarker, Slot, covers
 from baton.tools.verify import read_output, verify
@@ -70,8 +72,9 @@ def test_cutover_under_load_is_exactly_once_and_moves_the_writer(bootstrap, both
         os.killpg(green.pid, signal.SIGSTOP)
         try:
             def blue_at_fence():
+                held = holds_fence(read_status(bootstrap, app.name, "blue"), fence, "")  # its word, then its marker
                 check = fence_reached(read_last_marker(bootstrap, app.commits_topic, app.name),
-                                      read_status(bootstrap, app.name, "green"), fence, epoch=1,
+                                      read_status(bootstrap, app.name, "green"), fence, epoch=1, active_holds=held,
                                       trail_records=app.max_lag_records)
                 assert not check.failed, check.message
                 return check.met
@@ -123,7 +126,7 @@ def test_cutover_under_load_is_exactly_once_and_moves_the_writer(bootstrap, both
 def test_a_corrected_output_cutover_to_a_trailing_standby_leaves_every_key_corrected(bootstrap, both_slots_app,
                                                                                      tmp_path):
     """Blue runs a buggy version (users ending in 7 counted twice), green the fix, following blue. The
-    cutover asks for corrected output and is written, by cut_over_at_fence, while green is held short
+    cutover asks for corrected output and is written, by the FenceGate, while green is held short
     of F: green reaches F as the new active, emits from there at once, and publishes its state at a
     batch at or past F, less the keys it emitted since, in a transaction of its own. From the fence on
     the load clicks for 40 of the 300 users only: most keys get their corrected value from the
@@ -158,11 +161,14 @@ def test_a_corrected_output_cutover_to_a_trailing_standby_leaves_every_key_corre
         load.users = 40
         os.killpg(green.pid, signal.SIGSTOP)
         try:
+            gate = FenceGate(plane, app.name, Slot.GREEN, 1, fence,
+                             lambda: read_last_marker(bootstrap, app.commits_topic, app.name),
+                             lambda: read_status(bootstrap, app.name, "blue"),
+                             lambda: read_status(bootstrap, app.name, "green"),
+                             trail_records=app.max_lag_records, correct=True)
+
             def cut():
-                check = cut_over_at_fence(plane, app.name, Slot.GREEN, 1, fence,
-                                          lambda: read_last_marker(bootstrap, app.commits_topic, app.name),
-                                          lambda: read_status(bootstrap, app.name, "green"),
-                                          trail_records=app.max_lag_records, correct=True)
+                check = gate.look()
                 assert not check.failed, check.message
                 return check.met
             wait_for("the cutover at the fence", cut, 120, procs)
@@ -191,5 +197,84 @@ def test_a_corrected_output_cutover_to_a_trailing_standby_leaves_every_key_corre
         assert all(m.corrected_epoch == 2 for m in marks[marks.index(correction):])
     finally:
         load.done.set()
+        for p in procs:
+            stop_slot(p)
+
+
+def settled(check):
+    """wait_for's answer for a baton Check: itself once met or failed, else None (look again)."""
+    return check if check.met or check.failed else None
+
+
+def test_an_idle_active_at_the_fence_is_handed_over_only_once_it_holds_there(bootstrap, both_slots_app, tmp_path):
+    """A fence planned in an input pause lies at the input's end, where the idle active's marker already
+    stands. Seen in CI (the rolled-back upgrade): the cutover was written on that marker alone, input
+    resumed before the fence reached the active, which emitted past F at the old epoch after the role
+    had moved. The gate (baton.fence_gate) waits for the active's word that it holds at F.
+    1. Blue never sees the fence (the test fault spark_apps.runtime.late_position): however long its
+       marker stands at F, no cutover; once input resumes blue emits past F, the gate fails, nothing moved.
+    2. Blue sees the next fence, at the input's end again: its word comes, the cutover is written in the
+       pause, and the input that follows is green's to emit, from F. The output equals the ground truth."""
+    app, path = both_slots_app
+    state = tmp_path / "state"
+    state.mkdir()
+    blue = start_slot(bootstrap, path, state, "blue")
+    green = start_slot(bootstrap, path, state, "green")
+    procs = (blue, green)
+    partitions = range(app.input.partitions)
+    plane = ControlPlane(KafkaControlStore(bootstrap), writer="test")
+
+    def gate(fence):
+        return FenceGate(plane, app.name, Slot.GREEN, 1, fence,
+                         lambda: read_last_marker(bootstrap, app.commits_topic, app.name),
+                         lambda: read_status(bootstrap, app.name, "blue"), lambda: read_status(bootstrap, app.name, "green"),
+                         trail_records=app.max_lag_records)
+
+    try:
+        truth, _ = produce_clicks(bootstrap, app.input.topic, 2000, users=300)
+        wait_until_emitted(bootstrap, app, 2000, timeout_s=240)
+        wait_until_following(bootstrap, app, "green", procs)
+
+        # 1. A fence blue does not see.
+        fault = slot_paths(state, app.name, Slot.BLUE, 0).late_position_fault
+        fault.write_text("fence\n")
+        unseen = end_offsets(bootstrap, app.input.topic, partitions)
+        plane.update(app.name, with_fence(unseen, epoch=1, by="unseen"))
+        assert read_last_marker(bootstrap, app.commits_topic, app.name).emitted == unseen  # blue stands at F
+        looking = gate(unseen)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            check = looking.look()
+            assert not check.met and not check.failed, check.message
+            time.sleep(0.2)
+        assert "its word that it holds there" in check.message and not fault.exists()
+        more, _ = produce_clicks(bootstrap, app.input.topic, 1000, users=300, start=2000)
+        truth.update(more)
+        passed = wait_for("blue past the fence it did not see", lambda: settled(looking.look()), 120, procs)
+        assert passed.failed and "emitted past the fence" in passed.message, passed.message
+        plane.update(app.name, without_fence(1, by="unseen"))
+        assert plane.current(app.name).active is Slot.BLUE
+        wait_until_emitted(bootstrap, app, 3000, timeout_s=240)
+
+        # 2. A fence blue sees, in a pause again: the cutover, then input.
+        fence = end_offsets(bootstrap, app.input.topic, partitions)
+        plane.update(app.name, with_fence(fence, epoch=1, by="seen"))
+        looking = gate(fence)
+        cut = wait_for("the cutover at the fence", lambda: settled(looking.look()), 120, procs)
+        assert cut.met, cut.message
+        assert holds_fence(read_status(bootstrap, app.name, "blue"), fence, "seen")
+        more, _ = produce_clicks(bootstrap, app.input.topic, 1000, users=300, start=3000)
+        truth.update(more)
+        wait_until_emitted(bootstrap, app, 4000, timeout_s=240)
+        verdict = verify(truth, read_output(bootstrap, app.output.topic, app.output.partitions))
+        assert verdict.ok, verdict.summary()
+        key = app.name.encode()
+        marks = read_topic(bootstrap, app.commits_topic,
+                           lambda m: CommitMarker.from_bytes(m.value()) if m.key() == key else None)
+        by_blue = [m for m in marks if m.slot is Slot.BLUE]
+        by_green = [m for m in marks if m.slot is Slot.GREEN]
+        assert by_blue[-1].emitted == fence and all(m.epoch == 1 for m in by_blue)
+        assert by_green and all(m.epoch == 2 for m in by_green) and marks.index(by_green[0]) > marks.index(by_blue[-1])
+    finally:
         for p in procs:
             stop_slot(p)
