@@ -1,7 +1,8 @@
 """Baton's plan rule (jvm/src/baton/plan/SinglePartitionStateRule.java) in a slot's own session, on real
 Spark: a streaming count whose one-partition read feeds a one-partition state runs without the shuffle
-between them and counts the same, also on a checkpoint a session without the rule started; a read of two
-partitions, or a state of two, keeps its shuffle."""
+between them and without the partial aggregation's merge that shuffle needed, and counts the same, also on
+a checkpoint a session without the rule started, and with an aggregate Spark runs in its object hash
+aggregation (collect_set); a read of two partitions, or a state of two, keeps both."""
 
 import json
 import subprocess
@@ -63,16 +64,18 @@ class Source(DataSource):
             raise PySparkNotImplementedError(errorClass="NOT_IMPLEMENTED", messageParameters={"feature": "streamReader"})
         return TwoPartitions()
 
-def run(checkpoint, upto, extra, options=None):
+def run(checkpoint, upto, extra, options=None, collected=False):
     (root / "available").write_text(str(upto))
     spark = session("baton-single-partition-test", load_app("click_counts"), extra)
     spark.dataSource.register(Source)
     counts = (spark.readStream.format("test-users").options(**(options or {})).load()
-              .groupBy("user_id").agg(F.count(F.lit(1)).alias("count")))
-    seen = {}  # user -> the last count a batch emitted
+              # avg: an aggregate of two buffer columns beside count's one
+              .groupBy("user_id").agg(F.count(F.lit(1)).alias("count"), F.avg(F.length("user_id")).alias("length"),
+                                      *([F.collect_set("user_id").alias("ids")] if collected else [])))
+    seen = {}  # user -> the last [count, length] a batch emitted
 
     def keep(batch, batch_id):
-        seen.update({r["user_id"]: r["count"] for r in batch.collect()})
+        seen.update({r["user_id"]: [r["count"], r["length"]] for r in batch.collect()})
 
     q = (counts.writeStream.outputMode("update").foreachBatch(keep)
          .option("checkpointLocation", str(root / checkpoint)).start())
@@ -80,7 +83,8 @@ def run(checkpoint, upto, extra, options=None):
     plan = q._jsq.explainInternal(False)
     q.stop()
     spark.stop()
-    return {"exchange": "Exchange" in plan, "counts": seen, "plan": plan}
+    # ObjectHashAggregate (collect_set's) counts too
+    return {"exchange": "Exchange" in plan, "aggregations": plan.count("HashAggregate("), "counts": seen, "plan": plan}
 
 out = {
     # A checkpoint started without the rule, then run on with it: its state carries on.
@@ -88,6 +92,7 @@ out = {
     "after": run("one", 4, {}),
     "two_reads": run("two_reads", 4, {}, {"partitions": "2"}),
     "two_states": run("two_states", 4, {"spark.sql.shuffle.partitions": "2"}),
+    "collected": run("collected", 4, {}, collected=True),
 }
 print("RESULT " + json.dumps(out))
 """
@@ -103,7 +108,7 @@ BATCHES = [
 def expected(batches):
     counts = {}
     for user in (u for batch in batches for u in batch):
-        counts[user] = counts.get(user, 0) + 1
+        counts[user] = [counts.get(user, [0])[0] + 1, float(len(user))]
     return counts
 
 
@@ -114,11 +119,18 @@ def test_a_one_partition_read_into_a_one_partition_state_runs_without_its_shuffl
     assert done.returncode == 0, done.stderr[-4000:]
     out = json.loads(next(x for x in done.stdout.splitlines() if x.startswith("RESULT "))[len("RESULT "):])
     before, after = out["before"], out["after"]
-    assert before["exchange"] and before["counts"] == expected(BATCHES[:2]), before["plan"]
-    # The same checkpoint with the rule: no shuffle, and the counts go on from the state the first session left.
-    assert not after["exchange"], after["plan"]
+    # Spark's plan: partial aggregation, shuffle, merge, restore, merge with the state, save, final.
+    assert before["exchange"] and before["aggregations"] == 4 and before["counts"] == expected(BATCHES[:2]), \
+        before["plan"]
+    # The same checkpoint with the rule: no shuffle, no merge in front of the restore, and the counts go on
+    # from the state the first session left.
+    assert not after["exchange"] and after["aggregations"] == 3, after["plan"]
     assert after["counts"] == {u: n for u, n in expected(BATCHES).items() if u in set(BATCHES[2] + BATCHES[3])}
-    # Two partitions read, or two state partitions: the shuffle stays, the counts are the same.
+    # Two partitions read, or two state partitions: the shuffle and the merge stay, the counts are the same.
     for case in ("two_reads", "two_states"):
-        assert out[case]["exchange"], out[case]["plan"]
+        assert out[case]["exchange"] and out[case]["aggregations"] == 4, out[case]["plan"]
         assert out[case]["counts"] == expected(BATCHES), case
+    # Spark's object hash aggregation (collect_set): its merge goes too.
+    collected = out["collected"]
+    assert not collected["exchange"] and collected["plan"].count("ObjectHashAggregate(") == 3, collected["plan"]
+    assert collected["counts"] == expected(BATCHES)
