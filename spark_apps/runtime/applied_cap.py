@@ -8,8 +8,8 @@ epoch after the cutover: the new active then met output past the fence it took o
 ReplayConflict, seen in CI in the rolled-back upgrade test). A marker says where the active stands,
 not that it stays there.
 
-What the word means: the source read this very cap file (each write carries its own number,
-follower.write_cap_file) when it last planned a batch. Spark plans a micro-batch only after the one
+What the word means: the source read this very cap file (each write carries a number, new whenever
+what the write says changes: follower.Follower._publish_cap) when it last planned a batch. Spark plans a micro-batch only after the one
 before it has committed, so when the source reads a cap nothing it planned under an older cap is still
 in flight, and every later plan reads this cap or a newer one. A slot whose follower wrote a fence's
 cap, and whose source answers with that same text, emits nothing past the fence at its epoch: the
@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Optional
 
 SUFFIX = ".applied"
-# The cap file's key that numbers the follower's write ("<pid>.<n>": unique across the slot's processes).
+# The cap file's key that numbers the follower's writes ("<pid>.<n>": unique across the slot's processes).
 CAP_WRITE_KEY = "write"
 _UNKNOWN = "\0"  # never a cap file's text: the first note always writes (a stale word is replaced)
 

@@ -95,9 +95,12 @@ class Follower:
         self.standby_pace_s, self._clock = standby_pace_s, clock
         self._written_at: float | None = None  # when the cap file was last written (None: never)
         # The cap file's text as last written and the desired state it was computed from (held_fence);
-        # _write_lock keeps the two with the file's content when two threads write at once.
+        # _write_lock keeps the two with the file's content when two threads write at once. A write is
+        # numbered anew only when what it says changes (the cap, or what held_fence reads of the state):
+        # the active rewrites its cap at each of its markers, and a new number each time would make the
+        # source's pacer (BatchPacer: a changed cap file starts a batch) plan a batch at every tick.
         self._written: tuple[str | None, ControlRecord | None] = (None, None)
-        self._writes = 0
+        self._writes, self._written_says = 0, None
         self._write_lock = threading.Lock()
         self._pending = False                  # a newer cap is held back by the pace
         self.control: ControlRecord | None = None
@@ -224,7 +227,9 @@ class Follower:
         if not pacing:
             write_pace_hint(self.cap_file, None)
         with self._write_lock:
-            self._writes += 1
+            says = (cap, self._hold_of(control))
+            if says != self._written_says:
+                self._writes, self._written_says = self._writes + 1, says
             text = write_cap_file(self.cap_file, cap, write=f"{os.getpid()}.{self._writes}")
             self._written = (text, control)
         self._written_at = now
@@ -270,9 +275,15 @@ class Follower:
         cap computed while that fence stands is within it, baton.caps). None otherwise."""
         with self._write_lock:
             text, control = self._written
-        if applied is None or applied != text or control is None or control.fence is None:
+        if applied is None or applied != text:
             return None
-        if control.role_of(self.slot) is not Role.ACTIVE or control.handoff is None:
+        return self._hold_of(control)
+
+    def _hold_of(self, control: ControlRecord | None) -> tuple[str, Positions] | None:
+        """(handoff id, fence) of the fence `control` has this slot, the active, stop at (None: none)."""
+        if control is None or control.fence is None or control.handoff is None:
+            return None
+        if control.role_of(self.slot) is not Role.ACTIVE:
             return None
         return control.handoff.id, dict(control.fence)
 

@@ -54,12 +54,18 @@ def test_the_active_holds_at_the_fence_once_its_source_planned_under_that_very_w
         applied = AppliedCap(str(cap_file))
         plan(tmp_path, applied)
         assert f.held_fence(read_applied(cap_file)) == ("run1", F)
-        # A newer write (any change of the desired state) is not held until the source plans under it.
+        # Rewritten for a record that changes neither the cap nor the fence (the active rewrites its cap at
+        # each of its markers): the same text, so the word stands and the source's pacer sees no change.
+        before = cap_file.read_text()
         f.control = dataclasses.replace(fenced(), revision=2)
+        f._publish_cap()
+        assert cap_file.read_text() == before and f.held_fence(read_applied(cap_file)) == ("run1", F)
+        # A fence planned again further ahead is not held until the source plans under its write.
+        f.control = fenced(fence={0: 30, 1: 40})
         f._publish_cap()
         assert f.held_fence(read_applied(cap_file)) is None
         plan(tmp_path, applied)
-        assert f.held_fence(read_applied(cap_file)) == ("run1", F)
+        assert f.held_fence(read_applied(cap_file)) == ("run1", {0: 30, 1: 40})
         # The fence lifted: no hold, whatever the source last said.
         f.control = ControlRecord(app="a", revision=3, epoch=1, active=Slot.BLUE)
         f._publish_cap()
@@ -73,10 +79,14 @@ def test_a_word_from_an_earlier_process_or_for_a_fence_not_seen_is_no_hold(tmp_p
     cap_file = tmp_path / "cap.json"
     f = follower(tmp_path)
     try:
-        f.control = fenced()
+        f.control = fenced(by="run0")
         f._publish_cap()
-        earlier = cap_file.read_text()
-        f._publish_cap()  # the same cap written again: another write
+        earlier = cap_file.read_text()  # an earlier handoff's fence at the same positions
+        f.control = ControlRecord(app="a", revision=2, epoch=1, active=Slot.BLUE)
+        f._publish_cap()
+        f.control = fenced(by="run1")
+        f._publish_cap()
+        assert json.loads(earlier) != json.loads(cap_file.read_text())  # numbered anew
         assert f.held_fence(earlier) is None
         # A fence this slot has not seen (the test fault late_position keeps the record's old fence).
         f.control = dataclasses.replace(fenced(), fence=None)
