@@ -4,24 +4,10 @@ at F, read before the marker that shows it at F, then one compare-and-set write.
 import pytest
 
 from baton.conditions import WAIT
-from baton.control_plane import ControlPlane
 from baton.fence_gate import FenceGate, holds_fence
 from baton.handoff import HandoffError, cut_over, moved_fence, with_fence, without_fence
-from baton.records import CommitMarker, Role, Slot, SlotState, StatusRecord
-from tests.support.fakes import MemoryControlStore
-
-F = {0: 100, 1: 200}
-
-
-@pytest.fixture
-def plane():
-    p = ControlPlane(MemoryControlStore(), writer="test")
-    p.move_slot("app", Slot.BLUE, SlotState.STARTING, version="v1")
-    return p
-
-
-def marker(emitted, epoch=1):
-    return CommitMarker(app="app", generation=0, epoch=epoch, slot=Slot.BLUE, batch_id=7, emitted=emitted)
+from baton.records import Role, Slot, SlotState, StatusRecord
+from tests.unit.baton.test_handoff import F, marker, plane  # noqa: F401 (plane: the fixture)
 
 
 def standby(processed, ts_ms=10**13):

@@ -47,6 +47,14 @@ class Load(threading.Thread):
             time.sleep(every_s)
 
 
+def markers_by_slot(bootstrap, app):
+    """The app's commit markers in order: all, blue's, green's."""
+    key = app.name.encode()
+    marks = read_topic(bootstrap, app.commits_topic,
+                       lambda m: CommitMarker.from_bytes(m.value()) if m.key() == key else None)
+    return marks, [m for m in marks if m.slot is Slot.BLUE], [m for m in marks if m.slot is Slot.GREEN]
+
+
 def test_cutover_under_load_is_exactly_once_and_moves_the_writer(bootstrap, both_slots_app, tmp_path):
     app, path = both_slots_app
     (tmp_path / "state").mkdir()
@@ -102,11 +110,7 @@ def test_cutover_under_load_is_exactly_once_and_moves_the_writer(bootstrap, both
         verdict = verify(load.truth, read_output(bootstrap, app.output.topic, app.output.partitions))
         assert verdict.ok, verdict.summary()
 
-        key = app.name.encode()
-        marks = read_topic(bootstrap, app.commits_topic,
-                           lambda m: CommitMarker.from_bytes(m.value()) if m.key() == key else None)
-        by_blue = [m for m in marks if m.slot is Slot.BLUE]
-        by_green = [m for m in marks if m.slot is Slot.GREEN]
+        marks, by_blue, by_green = markers_by_slot(bootstrap, app)
         assert by_blue and all(m.epoch == 1 for m in by_blue) and by_blue[-1].emitted == fence
         assert by_green and all(m.epoch == 2 for m in by_green)
         assert marks.index(by_green[0]) > marks.index(by_blue[-1])  # no interleaving: one writer at a time
@@ -268,11 +272,7 @@ def test_an_idle_active_at_the_fence_is_handed_over_only_once_it_holds_there(boo
         wait_until_emitted(bootstrap, app, 4000, timeout_s=240)
         verdict = verify(truth, read_output(bootstrap, app.output.topic, app.output.partitions))
         assert verdict.ok, verdict.summary()
-        key = app.name.encode()
-        marks = read_topic(bootstrap, app.commits_topic,
-                           lambda m: CommitMarker.from_bytes(m.value()) if m.key() == key else None)
-        by_blue = [m for m in marks if m.slot is Slot.BLUE]
-        by_green = [m for m in marks if m.slot is Slot.GREEN]
+        marks, by_blue, by_green = markers_by_slot(bootstrap, app)
         assert by_blue[-1].emitted == fence and all(m.epoch == 1 for m in by_blue)
         assert by_green and all(m.epoch == 2 for m in by_green) and marks.index(by_green[0]) > marks.index(by_blue[-1])
     finally:
