@@ -92,10 +92,11 @@ class FenceGate:
         return rec is not None and rec.active is self.to and rec.epoch == self.epoch + 1
 
     def _moved_on(self, rec: ControlRecord | None) -> str:
+        """Why no cutover can be written at this gate's fence any more (cut_over's own refusal)."""
         if rec is None:
             return f"{self.app}: no control record: nothing to cut over"
-        if rec.epoch != self.epoch:
-            return f"{self.app}: epoch is {rec.epoch}, the cutover was planned at epoch {self.epoch}"
-        if rec.fence is None:
-            return f"{self.app}: no fence is set; a cutover needs one"
-        return f"{self.app}: the fence is {dict(rec.fence)}, not {self.fence}: another handoff's, or moved"
+        try:
+            cut_over(self.to, self.epoch, fence=self.fence)(rec)
+        except HandoffError as exc:
+            return str(exc)
+        return f"{self.app}: the fence {self.fence} at epoch {self.epoch} names no handoff"

@@ -158,7 +158,7 @@ def cut_over(to: Slot, from_epoch: int, correct: bool = False, fence: Positions 
         if rec.fence is None:
             raise HandoffError(f"{rec.app}: no fence is set; a cutover needs one")
         if fence is not None and dict(rec.fence) != dict(fence):
-            raise HandoffError(f"{rec.app}: the fence is {dict(rec.fence)}, the gate was met at {dict(fence)}")
+            raise HandoffError(f"{rec.app}: the fence is {dict(rec.fence)}, the cutover was planned at {dict(fence)}")
         if rec.active is to:
             raise HandoffError(f"{rec.app}: {to.value} is already active at epoch {rec.epoch}")
         return dataclasses.replace(rec, active=to, epoch=from_epoch + 1, fence=None, fence_expires_ms=0,

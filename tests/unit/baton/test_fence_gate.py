@@ -112,7 +112,7 @@ def test_a_cutover_at_the_fence_fails_when_the_gate_does_or_the_record_moved_on(
     plane.update("app", moved_fence(F, {0: 300, 1: 300}, 1, "run1"))  # planned again further ahead
     reads.emitted = F
     moved = reads.gate().look()
-    assert moved.failed and "not {0: 100, 1: 200}" in moved.message
+    assert moved.failed and "the cutover was planned at {0: 100, 1: 200}" in moved.message
     plane.update("app", without_fence(1, by="run1"))  # aborted meanwhile: no fence to cut over at
     lifted = reads.gate().look()
     assert lifted.failed and "no fence is set" in lifted.message
@@ -122,6 +122,6 @@ def test_a_cutover_at_the_fence_fails_when_the_gate_does_or_the_record_moved_on(
 def test_a_cutover_write_refuses_a_fence_that_moved_since_the_gate_was_met(plane):
     plane.update("app", with_fence(F, epoch=1, by="run1"))
     plane.update("app", moved_fence(F, {0: 300, 1: 300}, 1, "run1"))
-    with pytest.raises(HandoffError, match="the gate was met at"):
+    with pytest.raises(HandoffError, match="the cutover was planned at"):
         plane.update("app", cut_over(Slot.GREEN, from_epoch=1, fence=F))
     assert plane.update("app", cut_over(Slot.GREEN, from_epoch=1, fence={0: 300, 1: 300})).epoch == 2
