@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from baton.airflow_api import AirflowAPIError
 from baton.kafka.admin import TopicSpec
 from baton.records import Slot, SlotState
 from baton.kafka.markers import read_last_marker
@@ -37,8 +38,13 @@ def test_a_start_after_the_input_lost_its_data_fails_with_the_reason(stack):
     took = time.monotonic() - began
     assert run["state"] == "failed", run
     start = next(t for t in client.task_instances(DAG, run["dag_run_id"]) if t["task_id"] == "start")
-    assert start["state"] == "failed" and start["try_number"] == 1  # failed for good: no retry can help
-    reason = client.xcom(DAG, run["dag_run_id"], "start", key="reason", map_index=start["map_index"])
+    # Failed for good, with retries left: no retry can help. (A second try is Airflow's, when it lost the
+    # first's deferral: apache/airflow#71580.)
+    assert start["state"] == "failed" and start["try_number"] <= start["max_tries"], start
+    try:
+        reason = client.xcom(DAG, run["dag_run_id"], "start", key="reason", map_index=start["map_index"])
+    except AirflowAPIError as exc:  # the start failed some other way: its log says which
+        pytest.fail(f"{exc}\n{run.get('why')}")
     assert f"slot failed: input data loss on topic {app.input.topic!r}, partitions 0, 1: " in reason, reason
     for p, o in stood.items():
         assert f"partition {p}: checkpoint at offset {o} " in reason, reason

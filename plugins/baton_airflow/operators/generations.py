@@ -35,9 +35,8 @@ class ConfirmRequestOperator(AppOperator):
 
     template_fields = ("app", "retention_days")
 
-    def __init__(self, *, retention_days: Any = 7, **kwargs: Any):
-        kwargs.setdefault("retries", 1)
-        super().__init__(**kwargs)
+    def __init__(self, *, retention_days: Any = 7, retries: int = 1, **kwargs: Any):
+        super().__init__(retries=retries, **kwargs)
         self.retention_days = retention_days
 
     def execute(self, context: Any) -> dict[str, Any]:

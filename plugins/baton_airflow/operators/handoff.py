@@ -43,10 +43,9 @@ def set_fence(control: BatonControlHook, app: AppDefinition, rec: ControlRecord,
 class _HandoffOperator(BaseOperator):
     template_fields = ("app",)
 
-    def __init__(self, *, app: str, kafka_conn_id: str = BatonKafkaHook.default_conn_name, **kwargs: Any):
-        kwargs.setdefault("retries", 2)
-        kwargs.setdefault("retry_delay", timedelta(seconds=5))
-        super().__init__(**kwargs)
+    def __init__(self, *, app: str, kafka_conn_id: str = BatonKafkaHook.default_conn_name, retries: int = 2,
+                 retry_delay: timedelta = timedelta(seconds=5), **kwargs: Any):
+        super().__init__(retries=retries, retry_delay=retry_delay, **kwargs)
         self.app, self.kafka_conn_id = app, kafka_conn_id
 
     def control(self) -> BatonControlHook:
@@ -119,9 +118,9 @@ class CutoverOperator(_HandoffOperator):
     template_fields = ("app", "plan", "correct", "wait_timeout_s", "ahead_s")
 
     def __init__(self, *, plan: Any, correct: bool | str = False, wait_timeout_s: float | str = 120.0,
-                 ahead_s: float | str = 2.0, **kwargs: Any):
-        kwargs.setdefault("retries", 3)  # apache/airflow#71580 (a deferred task), and a retry after a timeout
-        super().__init__(**kwargs)
+                 ahead_s: float | str = 2.0, retries: int = 3, **kwargs: Any):
+        # retries: apache/airflow#71580 (a deferred task), and a retry after a timeout
+        super().__init__(retries=retries, **kwargs)
         self.plan, self.correct, self.wait_timeout_s, self.ahead_s = plan, correct, wait_timeout_s, ahead_s
 
     def execute(self, context: Any) -> dict[str, Any]:
@@ -195,9 +194,8 @@ class AbortHandoffOperator(_HandoffOperator):
 
     template_fields = ("app", "plan")
 
-    def __init__(self, *, plan: Any, **kwargs: Any):
-        kwargs.setdefault("trigger_rule", "one_failed")
-        super().__init__(**kwargs)
+    def __init__(self, *, plan: Any, trigger_rule: str = "one_failed", **kwargs: Any):
+        super().__init__(trigger_rule=trigger_rule, **kwargs)
         self.plan = plan
 
     def execute(self, context: Any) -> None:

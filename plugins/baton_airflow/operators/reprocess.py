@@ -43,9 +43,8 @@ class ReprocessRequestOperator(AppOperator):
     template_fields = ("app", "version", "start", "start_timestamp_ms", "start_offsets", "end")
 
     def __init__(self, *, version: str, start: str = "earliest", start_timestamp_ms: Any = None,
-                 start_offsets: Any = None, end: str = "handover", **kwargs: Any):
-        kwargs.setdefault("retries", 1)
-        super().__init__(**kwargs)
+                 start_offsets: Any = None, end: str = "handover", retries: int = 1, **kwargs: Any):
+        super().__init__(retries=retries, **kwargs)
         self.version, self.start = version, start
         self.start_timestamp_ms, self.start_offsets, self.end = start_timestamp_ms, start_offsets, end
 
@@ -101,9 +100,9 @@ class NewGenerationOperator(AppOperator):
     slot_key = "standby"
     plan_type: type[ReprocessPlan | ConfirmPlan] = ReprocessPlan
 
-    def __init__(self, *, plan: Any, wait_timeout_s: float = 600.0, **kwargs: Any):
-        kwargs.setdefault("retries", 2)  # apache/airflow#71580
-        super().__init__(**kwargs)
+    def __init__(self, *, plan: Any, wait_timeout_s: float = 600.0, retries: int = 2,  # apache/airflow#71580
+                 **kwargs: Any):
+        super().__init__(retries=retries, **kwargs)
         self.plan, self.wait_timeout_s = plan, wait_timeout_s
 
     def run_plan(self) -> ReprocessPlan | ConfirmPlan:
@@ -183,9 +182,9 @@ class InvariantsOperator(AppOperator):
 
     template_fields = ("app", "plan")
 
-    def __init__(self, *, plan: Any, timeout_s: float = 600.0, poll_s: float = 2.0, **kwargs: Any):
-        kwargs.setdefault("retries", 2)  # an unreadable state or no answer is retried; apache/airflow#71580
-        super().__init__(**kwargs)
+    # An unreadable state or no answer is retried; apache/airflow#71580 (retries=2).
+    def __init__(self, *, plan: Any, timeout_s: float = 600.0, poll_s: float = 2.0, retries: int = 2, **kwargs: Any):
+        super().__init__(retries=retries, **kwargs)
         self.plan, self.timeout_s, self.poll_s = plan, timeout_s, poll_s
 
     def execute(self, context: Any) -> None:

@@ -33,12 +33,17 @@ def resolve(app: str, slot: str) -> tuple[AppDefinition, Slot]:
 
 
 class _SlotOperator(BaseOperator):
+    """Defaults of BaseOperator's arguments (retries, retry_delay, trigger_rule) are declared in the
+    signatures of Baton's operators, never set in `__init__`'s body: Airflow reads a mapped task's
+    (`.partial().expand()`) defaults from the signature, so a body's default never reached the scheduler
+    and baton_lifecycle's start ran without the retries apache/airflow#71580 needs."""
+
     template_fields = ("app", "slot")
 
     def __init__(self, *, app: str, slot: str, kafka_conn_id: str = BatonKafkaHook.default_conn_name,
-                 spark_conn_id: str = BatonSparkHook.default_conn_name, **kwargs: Any):
-        kwargs.setdefault("retry_delay", timedelta(seconds=10))
-        super().__init__(**kwargs)
+                 spark_conn_id: str = BatonSparkHook.default_conn_name,
+                 retry_delay: timedelta = timedelta(seconds=10), **kwargs: Any):
+        super().__init__(retry_delay=retry_delay, **kwargs)
         self.app, self.slot = app, slot
         self.kafka_conn_id, self.spark_conn_id = kafka_conn_id, spark_conn_id
 
@@ -49,9 +54,9 @@ class _SlotOperator(BaseOperator):
 class EnsureSlotRunningOperator(_SlotOperator):
     """Start the slot unless it runs; wait (deferred) until its process reports RUNNING."""
 
-    def __init__(self, *, wait_timeout_s: float = 600.0, **kwargs: Any):
-        kwargs.setdefault("retries", 2)  # apache/airflow#71580: a deferred task can end "success but queued"
-        super().__init__(**kwargs)
+    # apache/airflow#71580: a deferred task can end "success but queued" (retries=2)
+    def __init__(self, *, wait_timeout_s: float = 600.0, retries: int = 2, **kwargs: Any):
+        super().__init__(retries=retries, **kwargs)
         self.wait_timeout_s = wait_timeout_s
 
     def execute(self, context: Any) -> None:
@@ -99,9 +104,8 @@ class StopSlotOperator(_SlotOperator):
     """Stop the slot gracefully: the control-topic request (the slot ends by itself at a batch
     boundary within `self_stop_s`), then SIGTERM, then kill after `grace_s`."""
 
-    def __init__(self, *, grace_s: float = 60.0, self_stop_s: float = 60.0, **kwargs: Any):
-        kwargs.setdefault("retries", 1)
-        super().__init__(**kwargs)
+    def __init__(self, *, grace_s: float = 60.0, self_stop_s: float = 60.0, retries: int = 1, **kwargs: Any):
+        super().__init__(retries=retries, **kwargs)
         self.grace_s, self.self_stop_s = grace_s, self_stop_s
 
     def execute(self, context: Any) -> dict[str, Any]:

@@ -23,9 +23,9 @@ class AppOperator(BaseOperator):
     template_fields = ("app",)
 
     def __init__(self, *, app: str, kafka_conn_id: str = BatonKafkaHook.default_conn_name,
-                 spark_conn_id: str = BatonSparkHook.default_conn_name, **kwargs: Any):
-        kwargs.setdefault("retry_delay", timedelta(seconds=5))
-        super().__init__(**kwargs)
+                 spark_conn_id: str = BatonSparkHook.default_conn_name,
+                 retry_delay: timedelta = timedelta(seconds=5), **kwargs: Any):
+        super().__init__(retry_delay=retry_delay, **kwargs)
         self.app, self.kafka_conn_id, self.spark_conn_id = app, kafka_conn_id, spark_conn_id
 
     def hooks(self) -> tuple[BatonControlHook, BatonSparkHook]:
@@ -38,9 +38,8 @@ class PlanStepOperator(AppOperator):
 
     template_fields = ("app", "plan")
 
-    def __init__(self, *, plan: Any, **kwargs: Any):
-        kwargs.setdefault("retries", 2)
-        super().__init__(**kwargs)
+    def __init__(self, *, plan: Any, retries: int = 2, **kwargs: Any):
+        super().__init__(retries=retries, **kwargs)
         self.plan = plan
 
 
@@ -48,9 +47,8 @@ class AbortStepsOperator(PlanStepOperator):
     """Runs when one of `steps` failed (trigger rule one_failed): undoes what the run set up and fails
     the run with the failed step's reason (first_reason). `plan` is the run's first step's XCom."""
 
-    def __init__(self, *, plan: Any, steps: list[str], **kwargs: Any):
-        kwargs.setdefault("trigger_rule", "one_failed")
-        super().__init__(plan=plan, **kwargs)
+    def __init__(self, *, plan: Any, steps: list[str], trigger_rule: str = "one_failed", **kwargs: Any):
+        super().__init__(plan=plan, trigger_rule=trigger_rule, **kwargs)
         self.steps = steps
 
 

@@ -47,9 +47,8 @@ class PreflightOperator(AppOperator):
 
     template_fields = ("app", "version", "policy")
 
-    def __init__(self, *, version: str, policy: str = "exact", **kwargs: Any):
-        kwargs.setdefault("retries", 1)
-        super().__init__(**kwargs)
+    def __init__(self, *, version: str, policy: str = "exact", retries: int = 1, **kwargs: Any):
+        super().__init__(retries=retries, **kwargs)
         self.version, self.policy = version, policy
 
     def execute(self, context: Any) -> dict[str, Any]:
@@ -92,9 +91,9 @@ class UpgradeSlotOperator(AppOperator):
 
     template_fields = ("app", "plan")
 
-    def __init__(self, *, plan: Any, role: str, wait_timeout_s: float = 600.0, **kwargs: Any):
-        kwargs.setdefault("retries", 2)  # apache/airflow#71580: a deferred task can end "success but queued"
-        super().__init__(**kwargs)
+    # apache/airflow#71580: a deferred task can end "success but queued" (retries=2)
+    def __init__(self, *, plan: Any, role: str, wait_timeout_s: float = 600.0, retries: int = 2, **kwargs: Any):
+        super().__init__(retries=retries, **kwargs)
         if role not in ("standby", "active"):
             raise ValueError(f"role must be 'standby' or 'active', got {role!r}")
         self.plan, self.role, self.wait_timeout_s = plan, role, wait_timeout_s
@@ -203,10 +202,9 @@ class RollbackOperator(AppOperator):
     template_fields = ("app", "plan", "cutover", "ahead_s", "fence_timeout_s")
 
     def __init__(self, *, plan: Any, cutover: Any, settle_task_id: str = "settle", ahead_s: float = 2.0,
-                 fence_timeout_s: float = 120.0, correct: bool = False, **kwargs: Any):
-        kwargs.setdefault("trigger_rule", "one_failed")
-        kwargs.setdefault("retries", 2)
-        super().__init__(**kwargs)
+                 fence_timeout_s: float = 120.0, correct: bool = False, trigger_rule: str = "one_failed",
+                 retries: int = 2, **kwargs: Any):
+        super().__init__(trigger_rule=trigger_rule, retries=retries, **kwargs)
         self.plan, self.cutover, self.settle_task_id = plan, cutover, settle_task_id
         self.ahead_s, self.fence_timeout_s, self.correct = ahead_s, fence_timeout_s, correct
 

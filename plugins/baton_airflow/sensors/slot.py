@@ -30,10 +30,10 @@ class _SlotSensor(BaseSensorOperator):
     template_fields = ("app", "slot", "wait_timeout_s")
 
     def __init__(self, *, app: str, slot: str, wait_timeout_s: float | str | None = 600.0, deferrable: bool = True,
-                 kafka_conn_id: str = BatonKafkaHook.default_conn_name, **kwargs: Any):
-        kwargs.setdefault("retry_delay", timedelta(seconds=10))
-        kwargs.setdefault("retries", 2)  # apache/airflow#71580: a deferred task can end "success but queued"
-        super().__init__(**kwargs)
+                 kafka_conn_id: str = BatonKafkaHook.default_conn_name,
+                 retry_delay: timedelta = timedelta(seconds=10), retries: int = 2, **kwargs: Any):
+        # retries: apache/airflow#71580, a deferred task can end "success but queued"
+        super().__init__(retry_delay=retry_delay, retries=retries, **kwargs)
         self.app, self.slot, self.wait_timeout_s, self.kafka_conn_id = app, slot, wait_timeout_s, kafka_conn_id
         self.deferrable = deferrable
         self._poking: SlotWaitTrigger | None = None  # poke mode: one check across pokes (a moved state check)

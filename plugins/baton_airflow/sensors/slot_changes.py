@@ -18,10 +18,9 @@ class SlotChangeSensor(BaseOperator):
     `wait_s`."""
 
     def __init__(self, *, wait_s: float = 3600.0, kafka_conn_id: str = BatonKafkaHook.default_conn_name,
-                 **kwargs: Any):
-        kwargs.setdefault("retry_delay", timedelta(seconds=5))
-        kwargs.setdefault("retries", 2)  # apache/airflow#71580: a deferred task can end "success but queued"
-        super().__init__(**kwargs)
+                 retry_delay: timedelta = timedelta(seconds=5), retries: int = 2, **kwargs: Any):
+        # retries: apache/airflow#71580, a deferred task can end "success but queued"
+        super().__init__(retry_delay=retry_delay, retries=retries, **kwargs)
         self.wait_s, self.kafka_conn_id = float(wait_s), kafka_conn_id
 
     def execute(self, context: Any) -> Any:

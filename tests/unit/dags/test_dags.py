@@ -168,6 +168,39 @@ def test_every_jinja_argument_is_a_template_field(dagbag):
     assert untemplated == []
 
 
+def test_a_mapped_task_gets_the_retries_its_operator_gives_an_unmapped_one(dagbag):
+    """The scheduler reads a mapped task's (`.partial().expand()`) retries and retry delay
+    from its partial arguments, never from the operator's `__init__` body. A default set in the body
+    left baton_lifecycle's start and stop without retries, and a start whose deferral Airflow lost
+    (apache/airflow#71580: "finished with state success, but the task instance's state attribute is
+    queued") failed the run with no reason. Each mapped task must get what the same operator gets
+    unmapped."""
+    import inspect
+
+    from airflow.sdk import BaseOperator
+
+    checked, wrong = [], []
+    for dag_id, dag in dagbag.dags.items():
+        for task in dag.tasks:
+            if not hasattr(task, "partial_kwargs"):
+                continue
+            cls = task.operator_class
+            own = cls.mro()[:cls.mro().index(BaseOperator)]  # the operator's classes, BaseOperator's args apart
+            required = [n for c in own if "__init__" in vars(c)
+                        for n, p in inspect.signature(vars(c)["__init__"]).parameters.items()
+                        if p.kind is p.KEYWORD_ONLY and p.default is p.empty]
+            args = {n: task.partial_kwargs.get(n, "blue") for n in required}
+            unmapped = cls(task_id=f"{task.task_id}_unmapped", **args)
+            checked.append(f"{dag_id}.{task.task_id}")
+            for field in ("retries", "retry_delay"):
+                if task.partial_kwargs[field] != getattr(unmapped, field):
+                    wrong.append(f"{dag_id}.{task.task_id}.{field}: mapped {task.partial_kwargs[field]!r}, "
+                                 f"unmapped {getattr(unmapped, field)!r}")
+    assert {"baton_lifecycle.start", "baton_lifecycle.stop"} <= set(checked)
+    assert wrong == []
+    assert dagbag.dags["baton_lifecycle"].get_task("start").partial_kwargs["retries"] >= 1  # apache/airflow#71580
+
+
 def test_every_cutover_defers_to_the_trigger_that_writes_it_with_the_standby_allowed_to_trail(dagbag, monkeypatch):
     """The cutover task waits at the fence in the triggerer, which writes the cutover the moment the gate
     is met (no task start between the output stopping at F and the write); the standby may trail F by
