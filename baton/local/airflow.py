@@ -78,6 +78,12 @@ class Airflow:
             "AIRFLOW__API_AUTH__JWT_SECRET": secret_file.read_text().strip() if secret_file.exists() else "",
             "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "30",
             "AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK": "True",
+            # A task's supervisor can miss its process's exit when the log sockets close first, and then
+            # notices it only at its next wake-up, `min_heartbeat_interval` (5 s) later. Meanwhile the
+            # scheduler will not re-queue a deferred task whose trigger fired, and when it does in the
+            # same loop as the late "success" event, it fails the task (apache/airflow#71580). 1 s
+            # narrows both; it costs one heartbeat a second per running task.
+            "AIRFLOW__WORKERS__MIN_HEARTBEAT_INTERVAL": "1",
             "BATON_KAFKA_BOOTSTRAP": self.kafka_bootstrap,
             # Tasks launch slots under the platform's state dir (identity records, logs, checkpoints).
             "BATON_HOME": str(self.state_dir),
