@@ -14,7 +14,8 @@ sent, and (judged after the run, from the verifier) the p99 of the events sent i
 load stops after two steps in a row fell behind (the active's lag grew for two steps running) or at
 --max. `max_rate` is the highest step rate held; `max_rate_keeps_pace` the highest blue kept up with;
 `max_rate_standby_close` the highest step held with the standby never more than STANDBY_CLOSE_S of the
-step's input behind blue (a niced standby on a busy host falls back). Per step: input and processed rate, lag, p50/p99,
+step's input behind blue (a niced standby on a busy host falls back). Per step: input and processed
+rate, lag, p50/p99, the active's batch durations and look misses (where a step's tail comes from),
 standby lag, CPU by process (each slot's JVM with its JIT threads apart, its Python workers, the
 broker, the load generator, the verifier) and bytes per event: the input records' own (key and
 value), and per event sent what each process moved over its connections to the broker (the fetches
@@ -43,6 +44,7 @@ from common import (  # noqa: E402
 )
 from dag_handoff import CHUNK_S, load_sends  # noqa: E402
 from io_meter import IoMeter, mean_record_bytes, per_event  # noqa: E402
+from throughput import look_misses  # noqa: E402
 
 from baton.records import Slot, SlotState  # noqa: E402
 from baton.tools.loadgen import LoadSpec, SendLog, user_id  # noqa: E402
@@ -225,7 +227,8 @@ def analyse(args, prewarm, sent, obs, watch, steps, drained, warmup) -> dict:
     index = {user_id(i): i for i in range(sent.keys)}
     lat = event_latencies(all_users, all_times, align_users(obs, index), obs.counts, obs.times)[pre_users.size:]
     t0 = float(sent.meta["started"])
-    blue = [(r.ts_ms / 1000, total(r.processed)) for r in batch_records(watch, Slot.BLUE)]
+    blue_batches = batch_records(watch, Slot.BLUE)
+    blue = [(r.ts_ms / 1000, total(r.processed)) for r in blue_batches]
     green = [(r.ts_ms / 1000, total(r.processed)) for r in batch_records(watch, Slot.GREEN)]
     for step in steps:
         a, z = t0 + step["t_start_s"], t0 + step["t_start_s"] + args.step_s
@@ -234,7 +237,11 @@ def analyse(args, prewarm, sent, obs, watch, steps, drained, warmup) -> dict:
         step.update(p50_ms=round(report.p50_ms, 1), p99_ms=round(report.p99_ms, 1),
                     events=int(inside.sum()), rate_in=round(float(inside.sum()) / args.step_s, 1),
                     rate_processed=round(processed_rate(blue, a, z), 1),
-                    standby_behind_records=standby_behind(blue, green, a, z))
+                    standby_behind_records=standby_behind(blue, green, a, z),
+                    # where a step's tail comes from: slow batches, or events a batch's look missed (a late
+                    # fetch), each a trigger late
+                    batch_ms=step_batch_ms([r for r in blue_batches if a <= r.ts_ms / 1000 < z]),
+                    look_misses=look_misses(times[inside], lat[inside], blue_batches))
         # I/O over the step's wall-clock window, per event sent in it (rate x step: the same window)
         step["io_per_event"] = per_event(step["io"], int(round(step["rate"] * args.step_s)))
         step["held"] = bool(not step["behind"] and report.p99_ms <= P99_TARGET_MS)
@@ -263,6 +270,15 @@ def analyse(args, prewarm, sent, obs, watch, steps, drained, warmup) -> dict:
         "timeline": {"blue_processed": [(round(t - t0, 2), p) for t, p in blue],
                      "green_processed": [(round(t - t0, 2), p) for t, p in green]},
     }
+
+
+def step_batch_ms(batches) -> dict | None:
+    """The durations of the active's batches that ended in a step."""
+    if not batches:
+        return None
+    ms = np.array([r.batch_ms for r in batches])
+    return {"count": int(ms.size), "p50": float(np.percentile(ms, 50)), "p99": float(np.percentile(ms, 99)),
+            "max": float(ms.max())}
 
 
 def headline(steps: list[dict]) -> dict:
@@ -336,7 +352,8 @@ def plot(result: dict, path: Path) -> None:
     ax3.legend(loc="upper right")
     fig.suptitle(f"with the standby following: p99 <= 2 s up to {result['max_rate']:.0f} events/s "
                  f"(p99 {result['p99_ms_at_max']} ms); kept pace up to {result['max_rate_keeps_pace']:.0f} events/s "
-                 f"(p99 {result['p99_ms_at_keeps_pace']} ms)\nslots' cores at {result['start']:.0f}/s: "
+                 f"(p99 {result['p99_ms_at_keeps_pace']} ms)\nheld with the standby close: "
+                 f"{result.get('max_rate_standby_close') or 0:.0f} events/s; slots' cores at {result['start']:.0f}/s: "
                  f"{result['slot_cores_at_start']}; broker: {result.get('broker', 'not recorded')}")
     fig.tight_layout()
     fig.savefig(path, dpi=110)

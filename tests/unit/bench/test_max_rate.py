@@ -96,3 +96,13 @@ def test_the_warm_up_series_measures_each_minute_of_the_slots_own_processes(monk
     # not in it), and most of it
     counted = sum(w["slot_cores"] * (end - begin) for w, begin, end in zip(series, [0.0] + ends, ends))
     assert 0.5 * (own.user + own.system) - 0.2 < counted <= own.user + own.system + 0.1, (counted, own, series)
+
+
+def test_step_batch_ms_summarises_the_durations_of_the_batches_given_and_none_without_any():
+    from types import SimpleNamespace
+
+    batches = [SimpleNamespace(batch_ms=ms) for ms in (100, 200, 300, 400, 1000)]
+    summary = max_rate.step_batch_ms(batches)
+    assert summary["count"] == 5 and summary["p50"] == 300.0 and summary["max"] == 1000.0
+    assert 400.0 < summary["p99"] < 1000.0
+    assert max_rate.step_batch_ms([]) is None
