@@ -40,6 +40,9 @@ class Settings:
     # BATON_KAFKA_BOOTSTRAP names a cluster other than the embedded broker's port: `make up` starts no
     # broker and makes Baton's topics there.
     external_kafka: bool = False
+    # The embedded PostgreSQL server's port (Airflow's metadata); 0: a free port chosen at its first
+    # start and kept with its data.
+    postgres_port: int = 0
 
     @classmethod
     def load(cls) -> "Settings":
@@ -54,4 +57,5 @@ class Settings:
             kafka_bootstrap=bootstrap,
             spark_master=os.environ.get("BATON_SPARK_MASTER", "local[2]"),
             external_kafka=bootstrap not in (embedded, f"localhost:{kafka_port}"),
+            postgres_port=_env_int("BATON_POSTGRES_PORT", 25432),
         )

@@ -1,5 +1,6 @@
 """Airflow 3 standalone for the embedded platform: this repo's dags/ and plugins/, examples off,
-parallelism 4, loopback only, one admin user whose password is kept at <state>/airflow/passwords.json.
+parallelism 4, loopback only, one admin user whose password is kept at <state>/airflow/passwords.json,
+its metadata in the platform's PostgreSQL (baton.local.postgres) when given one.
 
 Standalone is stopped with SIGINT: on SIGTERM it exits without stopping its children.
 """
@@ -21,6 +22,7 @@ from baton.local.procs import Managed, process_stats, tree_threads
 from baton.settings import REPO_ROOT
 
 ADMIN_USER = "admin"
+DAGS_FOLDER = REPO_ROOT / "dags"
 # The nice value of the dag-processor and the parsers it forks. It parses every DAG file again every
 # 30 s (Airflow's min_file_process_interval; the forms' lists of apps come from the registry when a
 # file is parsed, so a new app shows within that): measured here, 1.6 CPU-seconds in 2-3 s, most of a
@@ -35,6 +37,8 @@ class Airflow:
     port: int
     kafka_bootstrap: str
     host: str = "127.0.0.1"
+    # SQLAlchemy URI of the metadata database; empty: Airflow's default, SQLite under its home.
+    database_uri: str = ""
 
     @property
     def home(self) -> Path:
@@ -59,11 +63,11 @@ class Airflow:
         """The environment every Airflow process of the platform runs with."""
         secret_file = self.home / "jwt_secret"
         venv_bin = str(Path(sys.executable).parent)
-        return {
+        env = {
             **os.environ,
             "PATH": f"{venv_bin}:{os.environ.get('PATH', '')}",
             "AIRFLOW_HOME": str(self.home),
-            "AIRFLOW__CORE__DAGS_FOLDER": str(REPO_ROOT / "dags"),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS_FOLDER),
             "AIRFLOW__CORE__PLUGINS_FOLDER": str(REPO_ROOT / "plugins"),
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
             "AIRFLOW__CORE__PARALLELISM": "4",
@@ -93,6 +97,9 @@ class Airflow:
             ),
             "PYTHONPATH": os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH", "")) if p),
         }
+        if self.database_uri:
+            env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = self.database_uri
+        return env
 
     def prepare(self) -> None:
         """Write the admin password and JWT secret once; later `up`s keep them."""
@@ -105,12 +112,43 @@ class Airflow:
             secret_file.write_text(secrets.token_urlsafe(32))
             secret_file.chmod(0o600)
 
-    def start(self, timeout_s: float = 180.0) -> None:
+    def start(self, timeout_s: float = 240.0) -> None:
+        """Start standalone and return once a DAG trigger will be accepted: every component healthy,
+        every DAG of dags/ parsed, and a write through the REST API done (see wait_accepting)."""
+        deadline = time.monotonic() + timeout_s
         self.prepare()
         airflow_bin = str(Path(sys.executable).parent / "airflow")
         self.proc.start([airflow_bin, "standalone"], env=self.env(), cwd=self.home)
         self.proc.wait_healthy(self.healthy, timeout_s, f"Airflow standalone on {self.url}")
         self.lower_parsing_priority()
+        self.proc.wait_healthy(self.accepting, max(deadline - time.monotonic(), 30.0),
+                               f"Airflow on {self.url}: DAGs of {DAGS_FOLDER} parsed and the API writable")
+
+    def expected_dags(self) -> set[str]:
+        """The DAG ids of the platform's dags/ folder: one DAG a file, named as the file."""
+        return {p.stem for p in DAGS_FOLDER.glob("*.py") if not p.name.startswith("_")}
+
+    def accepting(self) -> bool:
+        """A trigger now would be accepted: every expected DAG is listed by the API (parsed and
+        serialized), and a write through the API succeeded (one DAG's paused flag set to what it is:
+        a real write to the metadata database that changes nothing). Failures mean "not yet": the
+        caller's timeout names the log."""
+        from baton.airflow_api import AirflowClient
+
+        try:
+            client = AirflowClient(self.url, ADMIN_USER, self.password(), timeout_s=10)
+            try:
+                listed = {d["dag_id"]: d for d in client.dags()}
+                if self.expected_dags() - set(listed):
+                    return False
+                probe = listed[min(self.expected_dags())]
+                client.request("PATCH", f"/dags/{probe['dag_id']}", "write probe",
+                               json={"is_paused": bool(probe["is_paused"])})
+                return True
+            finally:
+                client.close()
+        except Exception:
+            return False
 
     def lower_parsing_priority(self) -> list[int]:
         """Set the dag-processor's threads (and any parser it runs now; later ones inherit it) to

@@ -1,4 +1,5 @@
-"""The embedded platform: broker, Baton's topics, Airflow standalone. up / down / status."""
+"""The embedded platform: broker, Baton's topics, PostgreSQL, Airflow standalone. up / down / status /
+reset."""
 
 from __future__ import annotations
 
@@ -8,9 +9,12 @@ from baton.apps import load_registry
 from baton.kafka.admin import TopicSpec, ensure_topics
 from baton.local.airflow import ADMIN_USER, Airflow
 from baton.local.broker import Broker
+from baton.local.postgres import Postgres
 from baton.local.procs import Managed
 from baton.settings import CONTROL_TOPIC, LEASES_TOPIC, LEASES_TOPIC_CONFIG, STATUS_TOPIC, Settings
 
+# Airflow's database in the platform's PostgreSQL server.
+AIRFLOW_DATABASE = "airflow"
 # The demo's load generator's pid file and log under the state dir (baton.local.demo): `down` stops a
 # generator whose demo was killed.
 DEMO_LOADGEN = "demo-loadgen"
@@ -53,8 +57,13 @@ class Platform:
         return Broker(self.settings.state_dir, self.settings.kafka_port)
 
     @property
+    def postgres(self) -> Postgres:
+        return Postgres(self.settings.state_dir, self.settings.postgres_port)
+
+    @property
     def airflow(self) -> Airflow:
-        return Airflow(self.settings.state_dir, self.settings.airflow_port, self.settings.kafka_bootstrap)
+        return Airflow(self.settings.state_dir, self.settings.airflow_port, self.settings.kafka_bootstrap,
+                       database_uri=self.postgres.uri(AIRFLOW_DATABASE, driver="postgresql+psycopg2"))
 
     def up(self, with_airflow: bool = True, say=print) -> None:
         # Validate app definitions before starting anything: a bad file must start nothing.
@@ -70,6 +79,9 @@ class Platform:
         created = ensure_topics(bootstrap, topics)
         say(f"topics: {len(topics)} ready on {bootstrap} ({len(created)} created)")
         if with_airflow:
+            say("postgres: starting Airflow's metadata database ...")
+            self.postgres.start()
+            self.postgres.ensure_database(AIRFLOW_DATABASE)
             say(f"airflow: starting standalone on {self.airflow.url} (about a minute) ...")
             self.airflow.start()
         say(self.status())
@@ -96,6 +108,8 @@ class Platform:
         self.stop_slots(say)
         if self.broker.stop():
             say("broker: stopped")
+        if self.postgres.stop():
+            say("postgres: stopped")
 
     def status(self) -> str:
         s = self.settings
@@ -107,6 +121,12 @@ class Platform:
             lines.append(f"broker:  running (pid {b.proc.pid()}), bootstrap {b.bootstrap}, healthy={b.healthy()}")
         else:
             lines.append("broker:  stopped")
+        pg = self.postgres
+        if pg.running():
+            lines.append(f"postgres: running (pid {pg.proc.pid()}) on 127.0.0.1:{pg.bound_port()}, "
+                         f"data in {pg.data_dir}, healthy={pg.healthy()}")
+        else:
+            lines.append("postgres: stopped")
         a = self.airflow
         if a.running():
             lines.append(f"airflow: running (pid {a.proc.pid()}), UI {a.url}, healthy={a.healthy(attempts=5)}")
