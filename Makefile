@@ -10,7 +10,7 @@ JAR    := $(VENV)/baton-jvm.jar
 JAVA_SRC := $(shell find jvm/src -name '*.java')
 SPARK_READY := $(VENV)/.spark-home
 
-.PHONY: install test unit demo up down status bench lock clean
+.PHONY: install test unit demo up down status reset bench lock clean
 
 # Re-runs only when the lock or the package metadata changed: a repeat `make` installs nothing.
 install: $(STAMP) $(JAR) $(SPARK_READY)
@@ -68,6 +68,10 @@ down:
 
 status:
 	$(BIN)/python -m baton.local status
+
+# Start over: stop the platform and delete its data under the state dir (it says what).
+reset:
+	$(BIN)/python -m baton.local reset
 
 # Benchmarks, each on its own broker, results as JSON + PNG in bench/results/: the Kafka source's
 # read rate, the click-count app's throughput and latency at the seed's 20,085 events/s with its

@@ -78,8 +78,8 @@ class AirflowClient:
 
     def trigger(self, dag_id: str, conf: dict[str, Any], run_id: str | None = None,
                 attempts: int = 4) -> dict[str, Any]:
-        """Create a run. A 5xx (the embedded Airflow's SQLite is briefly locked under load) is retried
-        with the same run id: a run the failed attempt did create is found (409) instead of doubled."""
+        """Create a run. A 5xx (an API server or database briefly unavailable) is retried with the same
+        run id: a run the failed attempt did create is found (409) instead of doubled."""
         run_id = run_id or f"manual__{uuid.uuid4().hex[:12]}"
         body: dict[str, Any] = {"conf": conf, "logical_date": None, "dag_run_id": run_id}
         for attempt in range(1, attempts + 1):
@@ -119,6 +119,26 @@ class AirflowClient:
                             f"log of {task_id} try {try_number}", params={"map_index": map_index, "full_content": True},
                             headers={"Accept": "application/json"})
         return [log_line(line) for line in (body or {}).get("content") or []]
+
+    def failure_reasons(self, dag_id: str, run_id: str) -> list[str]:
+        """Why each failed task of a run failed: the `reason` its operator left in XCom (Baton's operators
+        say it there), else the last error line of its log; one "<task>: <why>" line a task."""
+        reasons = []
+        for ti in self.task_instances(dag_id, run_id):
+            if ti.get("state") != "failed":
+                continue
+            task, index = ti["task_id"], ti.get("map_index", -1)
+            name = task if index in (-1, None) else f"{task}[{index}]"
+            try:
+                why = self.xcom(dag_id, run_id, task, key="reason", map_index=index)
+            except AirflowAPIError:
+                why = None
+            if not why:
+                lines = self.task_log(dag_id, run_id, task, ti.get("try_number") or 1, index)
+                errors = [line for line in lines if "Error" in line or "error" in line]
+                why = (errors or lines or ["(no log)"])[-1]
+            reasons.append(f"{name}: {why}")
+        return reasons
 
     def clear_tasks(self, dag_id: str, run_id: str, task_ids: list[str]) -> Any:
         """Clear (re-run) tasks of a run, as the UI's Clear does: the retry path of an operator."""

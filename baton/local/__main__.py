@@ -1,4 +1,4 @@
-"""`python -m baton.local up|down|status|demo` (also the `baton` console script)."""
+"""`python -m baton.local up|down|status|reset|demo` (also the `baton` console script)."""
 
 from __future__ import annotations
 
@@ -19,6 +19,8 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--no-airflow", action="store_true", help="broker and topics only")
     sub.add_parser("down", help="stop everything the platform started")
     sub.add_parser("status", help="what runs, on which ports, and how to log in")
+    sub.add_parser("reset", help="stop the platform and delete its data (checkpoints, Airflow's database, "
+                                 "logs) to start over")
     sub.add_parser("demo", help="up, start click_counts under load, show it live until Ctrl-C, then down")
     apps = sub.add_parser("apps", help="every app's slots: role, version, lag, rates, lease")
     apps.add_argument("--watch", type=float, nargs="?", const=2.0, metavar="SECONDS",
@@ -39,11 +41,21 @@ def main(argv: list[str] | None = None) -> int:
 
     platform = Platform(Settings.load())
     if args.command == "up":
-        platform.up(with_airflow=not args.no_airflow)
+        from baton.local.procs import StartError
+
+        try:
+            platform.up(with_airflow=not args.no_airflow)
+        except StartError as exc:  # it names the process and its log: no traceback needed
+            print(f"baton: {exc}", file=sys.stderr)
+            return 1
     elif args.command == "down":
         platform.down()
     elif args.command == "status":
         print(platform.status())
+    elif args.command == "reset":
+        from baton.local.reset import reset
+
+        reset(platform)
     elif args.command == "demo":
         return demo(platform)
     return 0
@@ -125,7 +137,8 @@ def serve_metrics(bootstrap: str, host: str, port: int) -> int:
 
 
 def demo(platform: Platform) -> int:
-    from baton.local.demo import Demo
+    from baton.local.demo import Demo, DemoFailed
+    from baton.local.procs import StartError
 
     stop = {"now": False}
 
@@ -136,17 +149,21 @@ def demo(platform: Platform) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, on_signal)
     shown = Demo(platform, say=say_if_heard)
+    failed = 0
     try:
         platform.up(say=say_if_heard)
         if not stop["now"]:
             shown.start(should_stop=lambda: stop["now"])
         if not stop["now"]:
             shown.watch(should_stop=lambda: stop["now"])
+    except (DemoFailed, StartError) as exc:  # known failures: the reason and the way out, no traceback
+        say_if_heard(f"\ndemo: {exc}")
+        failed = 1
     finally:
         say_if_heard("\nstopping ...")
         shown.stop()
         platform.down(say=say_if_heard)
-    return 0
+    return failed
 
 
 def say_if_heard(text: str) -> None:

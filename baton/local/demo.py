@@ -28,6 +28,21 @@ REFRESH_S = 3.0
 LOAD_CHUNK_S = 600
 
 
+class DemoFailed(RuntimeError):
+    """A failure the demo knows: its message says why and what to do (shown without a traceback)."""
+
+
+def what_to_do(reasons: list[str]) -> str:
+    """The way out of a failed start, for the reasons its tasks gave."""
+    if any("input data loss" in r for r in reasons):
+        return ("The slots' checkpoints stand on input offsets the broker no longer has. The embedded broker "
+                "keeps its topics in memory, so each restart of the platform empties them while the "
+                "checkpoints stay on disk. To start over: `make reset` (it stops the platform and deletes "
+                "the checkpoints and Airflow's database), then `make demo`.")
+    return ("Read the reasons above; `make up` keeps the platform running so that the task logs can be read "
+            "in Airflow, and `make reset` starts everything over.")
+
+
 class Demo:
     def __init__(self, platform: Platform, say: Callable[[str], None] = print):
         self.platform, self.say = platform, say
@@ -52,8 +67,12 @@ class Demo:
         if should_stop():
             return
         if done.get("state") != "success":
-            raise RuntimeError(f"baton_lifecycle start of {DEMO_APP} ended {done.get('state')}: see its task log at "
-                               f"{a.url}/dags/baton_lifecycle/runs/{run['dag_run_id']}")
+            try:
+                reasons = client.failure_reasons("baton_lifecycle", run["dag_run_id"])
+            except Exception as exc:  # the reasons are a courtesy: the state is the fact
+                reasons = [f"(the tasks' reasons could not be read: {exc})"]
+            raise DemoFailed("\n".join([f"baton_lifecycle's start of {DEMO_APP} ended {done.get('state')}:",
+                                        *(f"  {r}" for r in reasons), what_to_do(reasons)]))
         self.topic = load_app(DEMO_APP).input.topic
         self.say(f"feeding {self.topic} at {DEMO_RATE:,} events/s over {DEMO_USERS:,} users (baton.tools.loadgen) ...")
         self.start_load()
