@@ -71,7 +71,7 @@ from baton.apps import AppDefinition, definition_path, load_app
 from baton.driver_wrapper import HOLD_ARG, HOLD_TIMEOUT_ARG, JVM_TMPDIR_ENV, LAUNCH_ID_ENV
 from baton.kafka.client_config import CLIENT_CONFIG_ENV
 from baton.launch_tmp import launch_tmp_dir, remove_gone
-from baton.local.procs import tail
+from baton.procfs import tail
 from baton.records import Slot
 from baton.settings import REPO_ROOT
 

@@ -30,7 +30,7 @@ import resource
 import time
 from pathlib import Path
 
-from baton.local.procs import tree_threads
+from baton.procfs import tree_threads
 from baton.records import Role
 
 log = logging.getLogger(__name__)

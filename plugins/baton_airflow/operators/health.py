@@ -22,7 +22,7 @@ from baton.alerts import Alert, alerts_of, due
 from baton.apps import AppDefinition, load_registry, version_path
 from baton.control_plane import SlotMoved
 from baton.handoff import HandoffError, fail_over, other, stale_fence, without_fence
-from baton.local.procs import tail
+from baton.procfs import tail
 from baton.health import (Finding, HealthPolicy, RestartAction, Severity, SlotHealth, Verdict, assess, decide_restart,
                           failover_finding, lease_finding, prune_restarts, summarize)
 from baton.records import ControlRecord, Slot, SlotState
