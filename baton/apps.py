@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from baton.health_policy import HealthPolicy
 from baton.kafka.admin import TopicSpec
 from baton.settings import REPO_ROOT
 
@@ -150,7 +151,7 @@ class AppDefinition:
     lease_interval_ms: int = 1000
     lease_ttl_ms: int = 4000
     state: StateSettings = field(default_factory=StateSettings)
-    # Overrides of baton.health.HealthPolicy for this app (e.g. max_restarts, restart_window_s).
+    # Overrides of baton.health_policy.HealthPolicy for this app (e.g. max_restarts, restart_window_s).
     health: dict[str, float] = field(default_factory=dict)
     path: str = ""
 
@@ -249,12 +250,8 @@ def _standby_nice(data: dict[str, Any], path: Path) -> int:
 
 def _health(data: dict[str, Any], path: Path) -> dict[str, float]:
     """The `health` section: HealthPolicy overrides, checked by building the policy once."""
-    import dataclasses
-
-    from baton.health import HealthPolicy
-
     section = _get(data, "health", dict, path, default={})
-    known = {f.name for f in dataclasses.fields(HealthPolicy)}
+    known = {f.name for f in fields(HealthPolicy)}
     for key, value in section.items():
         if key not in known:
             raise AppDefinitionError(path, f"health.{key}", f"is not a known setting (known: {', '.join(sorted(known))})")
