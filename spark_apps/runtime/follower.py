@@ -48,14 +48,12 @@ from pathlib import Path
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from baton.caps import compute_cap
-from baton.generations import LATE_POSITION_FAULT
 from baton.handoff import taken_over_at
 from baton.kafka.control_log import apply_records, decode_for_app
 from baton.records import CommitMarker, ControlRecord, Positions, RecordError, Role, Slot, covers
 from baton.settings import CONTROL_TOPIC
 from baton.kafka.client_config import kafka_config
 from spark_apps.runtime.applied_cap import CAP_WRITE_KEY
-from spark_apps.runtime.late_position import LatePositionFault
 from spark_apps.runtime.pace_hint import write_pace_hint
 
 
@@ -116,7 +114,12 @@ class Follower:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._late_position = LatePositionFault(cap_file.with_name(LATE_POSITION_FAULT))
+
+    def seen_control(self, rec: ControlRecord) -> ControlRecord:
+        """A control record of this app as this slot takes it, `self.control` being what it holds now:
+        as written. A seam for tests, which replace it to make a slot take a record late (a host too busy
+        to deliver it in time: tests/support/late_position.py)."""
+        return rec
 
     def _new_consumer(self, fetch_wait_ms: int) -> Consumer:
         return Consumer(kafka_config(self._bootstrap, {
@@ -187,7 +190,7 @@ class Follower:
                 rec = decode_for_app(self.app, m.key(), m.value())
                 if rec is None:
                     return False
-                rec = self._late_position.seen(self.control, rec)  # a test's fault, if it wrote one
+                rec = self.seen_control(rec)
                 before = self.control
                 self.control = apply_records(self.control, [rec])
                 changed = self.control is not before

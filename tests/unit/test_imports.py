@@ -3,12 +3,15 @@
 - no import cycle among the modules of baton/, plugins/baton_airflow and spark_apps, counting imports
   inside functions too (they only postpone a cycle to the first call) but not those under
   `if TYPE_CHECKING:` (never run);
-- nothing shipped imports baton.local, the local dev platform (only baton.local itself does).
+- nothing shipped imports baton.local, the local dev platform (only baton.local itself does);
+- spark_apps holds no test fault hook: a fault a test injects lives under tests/ and reaches the
+  runtime through a seam (Follower.seen_control).
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -156,3 +159,39 @@ def test_nothing_shipped_imports_the_local_dev_platform():
             hits += [f"{path.relative_to(REPO)}:{node.lineno} imports {n}" for n in names
                      if n == "baton.local" or n.startswith("baton.local.")]
     assert hits == []
+
+
+FAULT = re.compile(r"fault", re.IGNORECASE)
+
+
+def _fault_names(path: Path) -> list[str]:
+    """Identifiers, and strings that are not docstrings, that name a fault ("default" is no fault)."""
+    tree = ast.parse(path.read_text(), str(path))
+    docstrings = {id(body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                  and (body := node.body) and isinstance(body[0], ast.Expr)
+                  and isinstance(body[0].value, ast.Constant)}
+    found = []
+    for node in ast.walk(tree):
+        words = []
+        if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            words = [node.name]
+        elif isinstance(node, ast.Name):
+            words = [node.id]
+        elif isinstance(node, ast.Attribute):
+            words = [node.attr]
+        elif isinstance(node, ast.arg):
+            words = [node.arg]
+        elif isinstance(node, ast.alias):
+            words = [node.name, node.asname or ""]
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+            words = [node.value]
+        found += [f"{path.relative_to(REPO)}:{getattr(node, 'lineno', '?')} {w!r}" for w in words
+                  if FAULT.search(re.sub("default", "", w, flags=re.IGNORECASE))]
+    return found
+
+
+def test_the_spark_runtime_ships_no_test_fault_hook():
+    files = sorted((REPO / "spark_apps").rglob("*.py"))
+    assert [p for p in files if FAULT.search(p.name)] == []
+    assert [hit for p in files for hit in _fault_names(p)] == []

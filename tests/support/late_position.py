@@ -6,13 +6,17 @@ deliver the record in time. The handoffs recover from that (baton_rolling_upgrad
 again further ahead, a cutover or rollback plans its fence again); the end-to-end tests show it through
 the REST API by making it happen on purpose, not by waiting for a busy host.
 
-The fault is a file `fault-late-position` in a slot's directory (baton.generations.SlotPaths), written
-by a test, never by Baton: it names `fence` or `check_at`, or both (a line each). The next control
+The fault is a file `fault-late-position` in a slot's directory (`fault_file`), written by a test: it
+names `fence` or `check_at`, or both (a line each). The next control
 record that sets a new one of those is taken by this slot as if that position had not reached it yet:
 the slot reads on past it, as the slot it stands for would. Each name is used once, and the file is
 removed once all are (or when it names anything else), and the position stays unseen
 only until a record sets another one (the handoff's next try). Without the file this costs one stat
 of it per control record that sets a new position.
+
+It reaches a slot through the follower's seam, Follower.seen_control (as written, in Baton): `install`
+replaces it in the process it runs in. A slot is a process of its own, so a test runs one whose app
+module installs it: tests.support.late_position_app (click_counts with the fault).
 """
 
 from __future__ import annotations
@@ -21,11 +25,33 @@ import dataclasses
 import logging
 from pathlib import Path
 
+from baton.generations import SlotPaths
 from baton.records import ControlRecord
+from spark_apps.runtime.follower import Follower
 
 log = logging.getLogger(__name__)
 
 KINDS = ("fence", "check_at")
+FAULT_FILE = "fault-late-position"
+
+
+def fault_file(paths: SlotPaths) -> Path:
+    """Where a test writes the fault for the slot whose directory is `paths`."""
+    return paths.root / FAULT_FILE
+
+
+def seen_control(follower: Follower, rec: ControlRecord) -> ControlRecord:
+    """Follower.seen_control with the fault: one LatePositionFault per follower, its file beside the
+    follower's cap file (both in the slot's directory)."""
+    fault = follower.__dict__.get("_late_position")
+    if fault is None:
+        fault = follower.__dict__["_late_position"] = LatePositionFault(follower.cap_file.with_name(FAULT_FILE))
+    return fault.seen(follower.control, rec)
+
+
+def install() -> None:
+    """Every follower of this process takes control records through the fault from now on."""
+    Follower.seen_control = seen_control
 
 
 class LatePositionFault:
