@@ -147,12 +147,12 @@ class SlotPaths:
 
     @property
     def batch_times(self) -> Path:
-        """Each batch's oldest and newest record times, from the reader (spark_apps.runtime.batch_times)."""
+        """Each batch's oldest and newest record times, from the reader (spark_apps.runtime.source.batch_times)."""
         return self.root / "batch-times.json"
 
     @property
     def spool(self) -> Path:
-        """Dead letters from the read tasks to the sink (spark_apps.runtime.dead_letters)."""
+        """Dead letters from the read tasks to the sink (spark_apps.runtime.sink.dead_letters)."""
         return self.root / "dead-letters"
 
 

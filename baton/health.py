@@ -284,7 +284,7 @@ def _recent(restarts: Sequence[int], now_ms: int, policy: HealthPolicy) -> list[
 
 
 # How the reason of a slot whose checkpoint cannot resume on its input begins (lost input data:
-# spark_apps.runtime.input_check.WAY_OUT): a restart fails the same way, so the guard gives up at once.
+# spark_apps.runtime.source.input_check.WAY_OUT): a restart fails the same way, so the guard gives up at once.
 CANNOT_RESUME = "The slot cannot resume from its checkpoint."
 
 

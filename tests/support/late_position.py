@@ -27,7 +27,7 @@ from pathlib import Path
 
 from baton.generations import SlotPaths
 from baton.records import ControlRecord
-from spark_apps.runtime.follower import Follower
+from spark_apps.runtime.coordination.follower import Follower
 
 log = logging.getLogger(__name__)
 

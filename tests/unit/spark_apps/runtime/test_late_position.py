@@ -3,7 +3,7 @@ follower's seam it reaches a slot through (Follower.seen_control)."""
 
 from baton.caps import compute_cap
 from baton.records import ControlRecord, Slot
-from spark_apps.runtime.follower import Follower
+from spark_apps.runtime.coordination.follower import Follower
 from tests.support import late_position
 from tests.support.late_position import FAULT_FILE, LatePositionFault
 

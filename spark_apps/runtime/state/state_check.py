@@ -20,7 +20,7 @@ from baton.records import StateDigest
 def digest_state(spark, checkpoint: Path, batch_id: int, at: str, live: Callable | None = None) -> StateDigest:
     """The digest of the state every operator held after `batch_id` (committed). A stateless query
     has the empty digest (0 rows). `live(state) -> state`: the rows alive at that position, for state
-    that slots drop at different positions (an event-time TTL: spark_apps.runtime.idle_counts)."""
+    that slots drop at different positions (an event-time TTL: spark_apps.runtime.state.idle_counts)."""
     from pyspark.sql import functions as F
 
     rows, digest, schemas = 0, 0, []

@@ -11,8 +11,8 @@ from typing import Any, Mapping, Optional, Sequence
 
 from pyspark.sql.datasource import InputPartition
 
-from spark_apps.runtime.applied_cap import CAP_WRITE_KEY, AppliedCap
-from spark_apps.runtime.source_options import EARLIEST, LATEST, parse_partition_json
+from spark_apps.runtime.coordination.applied_cap import CAP_WRITE_KEY, AppliedCap
+from spark_apps.runtime.source.source_options import EARLIEST, LATEST, parse_partition_json
 
 
 def offsets_to_json(offsets: Mapping[int, int]) -> dict[str, int]:

@@ -22,8 +22,8 @@ from typing import Any, Iterator
 
 from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType, TimestampType
 
-from spark_apps.runtime.decode import spark_type
-from spark_apps.runtime.source_options import SourceOptions
+from spark_apps.runtime.source.decode import spark_type
+from spark_apps.runtime.source.source_options import SourceOptions
 
 SCHEMA = StructType([
     StructField("key", BinaryType()),
@@ -39,7 +39,7 @@ def output_schema(opts: SourceOptions) -> StructType:
     if opts.value_fields is None:
         return SCHEMA
     if opts.packed:
-        from spark_apps.runtime.packed_rows import packed_schema
+        from spark_apps.runtime.source.packed_rows import packed_schema
 
         return packed_schema(opts.value_fields, opts.required)
     return decoded_schema(opts.value_fields)
@@ -96,7 +96,7 @@ def decoded_record_batch(opts: SourceOptions, columns: list[list]):
     schema = to_arrow_schema(decoded_schema(opts.value_fields), timezone="UTC")
     arrays = [pa.array(c, f.type) for c, f in zip(columns, schema)]
     if opts.packed:
-        from spark_apps.runtime.packed_rows import pack
+        from spark_apps.runtime.source.packed_rows import pack
 
         return pack(opts.value_fields, opts.required, arrays)
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
@@ -111,8 +111,8 @@ def raw_batches(chunks, topic: str, p: int) -> Iterator[Any]:
 def decoded_batches(chunks, opts: SourceOptions, p: int, start: int, end: int) -> Iterator[Any]:
     """Decoded events as Arrow record batches of the declared fields; the events that do not decode
     go to the dead-letter spool file of [start, end), written (even empty) once the range is read."""
-    from spark_apps.runtime.dead_letters import write_spool
-    from spark_apps.runtime.decode import EventDecoder
+    from spark_apps.runtime.sink.dead_letters import write_spool
+    from spark_apps.runtime.source.decode import EventDecoder
 
     decoder = EventDecoder(opts.value_fields, opts.required)
     dead_all: list[tuple] = []

@@ -130,7 +130,7 @@ class TransactionalEmitter:
 
     def emit_correction(self, output: Iterable[tuple[bytes | None, bytes | None]],
                         timeout_s: float = 60.0) -> Emitted:
-        """Publish corrected output for this epoch (spark_apps.runtime.correction): one transaction of
+        """Publish corrected output for this epoch (spark_apps.runtime.sink.correction): one transaction of
         `output` and a marker that moves no position (the last marker's) and says the correction is
         in. Done already if the last marker says so."""
         if self._producer is None or self.epoch is None:

@@ -78,7 +78,7 @@ from typing import Callable, Optional
 from confluent_kafka import KafkaError
 
 from baton.kafka.tail import is_fatal as _fatal
-from spark_apps.runtime.source_plan import split_limit
+from spark_apps.runtime.source.source_plan import split_limit
 
 log = logging.getLogger(__name__)
 

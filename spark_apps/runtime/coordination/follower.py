@@ -53,8 +53,8 @@ from baton.kafka.control_log import apply_records, decode_for_app
 from baton.records import CommitMarker, ControlRecord, Positions, RecordError, Role, Slot, covers
 from baton.settings import CONTROL_TOPIC
 from baton.kafka.client_config import kafka_config
-from spark_apps.runtime.applied_cap import CAP_WRITE_KEY
-from spark_apps.runtime.pace_hint import write_pace_hint
+from spark_apps.runtime.coordination.applied_cap import CAP_WRITE_KEY
+from spark_apps.runtime.source.pace_hint import write_pace_hint
 
 
 # fetch.wait.max.ms of the follower's consumer (module docstring).
@@ -265,7 +265,7 @@ class Follower:
             self._publish_cap()
 
     def apply_control(self, record: ControlRecord) -> None:
-        """A control record this slot wrote itself (a takeover, runtime.lease): applied and its cap
+        """A control record this slot wrote itself (a takeover, runtime.coordination.lease): applied and its cap
         written now, not once the consumer reads it back (the read-back repeats its revision: ignored)."""
         with self._lock:
             self.control = apply_records(self.control, [record])

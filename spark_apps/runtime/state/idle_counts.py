@@ -25,7 +25,7 @@ from pathlib import Path
 from baton.apps import StateTtl
 
 # Built by `make install` (Makefile: javac against the installed Spark's jars).
-JAR = Path(__file__).resolve().parents[2] / ".venv" / "baton-jvm.jar"
+JAR = Path(__file__).resolve().parents[3] / ".venv" / "baton-jvm.jar"
 
 
 def jar() -> Path:

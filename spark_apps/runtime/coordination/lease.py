@@ -42,8 +42,8 @@ from baton.leases import (LOOK_BACK_RECORDS, Lease, LeaseJudge, decode_lease, de
                           proc_start_ticks, process_gone, this_host)
 from baton.records import Role, Slot, SlotState
 from baton.settings import LEASES_TOPIC, LEASES_TOPIC_CONFIG
-from spark_apps.runtime.follower import Follower
-from spark_apps.runtime.kafka_sink import writer_transactional_id
+from spark_apps.runtime.coordination.follower import Follower
+from spark_apps.runtime.sink.kafka_sink import writer_transactional_id
 from baton.kafka.fetch_wait import StallWatch, fetch_wait_ms, reopen_longer
 from baton.kafka.markers import read_last_marker
 from baton.kafka.client_config import kafka_config

@@ -3,7 +3,7 @@
 Spark runs a streaming Python source's reads as tasks, each in a Python worker; on this project's
 2-core machine a read task cost ~100 ms of wall time whatever its size (the worker round trip), four
 a batch, one per partition. As a SimpleDataSourceStreamReader the source instead reads in Spark's
-driver-side source process: a thread fetches and decodes continuously (spark_apps.runtime.prefetch),
+driver-side source process: a thread fetches and decodes continuously (spark_apps.runtime.source.prefetch),
 and when Spark asks for the next batch's end the reader takes what is ready and hands it to the JVM
 with the batch's plan; the batch's scan is then a JVM task over those rows. One process reads every
 partition: right for the rates of a slot that fits one machine's state (a Python process decodes
@@ -14,7 +14,7 @@ A batch:
 2. takes every partition's records up to its limit: the cap file (fences, follow mode) and, under
    Trigger.AvailableNow, the ends at the query's start; maxRecordsPerTrigger bounds the whole batch;
 3. becomes Arrow batches (raw records, or the declared fields with each partition's dead letters
-   written to the spool for its range, spark_apps.runtime.dead_letters).
+   written to the spool for its range, spark_apps.runtime.sink.dead_letters).
 A batch Spark replays after a restart is re-read between its offsets (readBetweenOffsets, in a task,
 exactly as readOn=executors reads), so it holds the same records.
 """
@@ -29,18 +29,19 @@ from typing import Any, Iterator, Optional
 from pyspark.sql.datasource import SimpleDataSourceStreamReader
 from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 
-from spark_apps.runtime.applied_cap import AppliedCap
-from spark_apps.runtime.batch_times import BatchTimes, BatchTimesFile
-from spark_apps.runtime.input_check import WAY_OUT, InputDataLoss
-from spark_apps.runtime.kafka_stream_reader import KafkaStreamReader
-from spark_apps.runtime.pace_hint import read_pace_hint
-from spark_apps.runtime.prefetch import Prefetcher, Taken
-from spark_apps.runtime.source_columns import (
+from spark_apps.runtime.coordination.applied_cap import AppliedCap
+from spark_apps.runtime.source.batch_times import BatchTimes, BatchTimesFile
+from spark_apps.runtime.source.input_check import WAY_OUT, InputDataLoss
+from spark_apps.runtime.source.kafka_stream_reader import KafkaStreamReader
+from spark_apps.runtime.source.pace_hint import read_pace_hint
+from spark_apps.runtime.source.prefetch import Prefetcher, Taken
+from spark_apps.runtime.source.source_columns import (
     dead_columns, decode_records, decoded_record_batch, raw_columns, raw_record_batch,
 )
-from spark_apps.runtime.source_options import SourceOptions
-from spark_apps.runtime.source_plan import BatchPacer, KafkaInputPartition, offsets_from_json, offsets_to_json, read_cap
-from spark_apps.runtime.window_lead import WindowLead
+from spark_apps.runtime.source.source_options import SourceOptions
+from spark_apps.runtime.source.source_plan import (BatchPacer, KafkaInputPartition, offsets_from_json, offsets_to_json,
+                                                   read_cap)
+from spark_apps.runtime.source.window_lead import WindowLead
 
 # Rows a partition's buffer holds before its fetching pauses (memory: ~100 bytes a decoded row).
 MAX_BUFFERED = 1_000_000
@@ -237,7 +238,7 @@ class DriverStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableN
         if self._prefetch is None:
             from confluent_kafka import Consumer
 
-            from spark_apps.runtime.decode import EventDecoder
+            from spark_apps.runtime.source.decode import EventDecoder
 
             # Fetch continuously: a fetch is held up to 200 ms for data. Measured on Tansu at 20k events/s:
             # records ~90 ms old (p50) when a batch takes them, and the broker at ~5% of a core for this
@@ -301,7 +302,7 @@ class DriverStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableN
     def _batches(self, p: int, taken: Taken) -> list:
         if self.opts.value_fields is None:
             return [raw_record_batch(self.opts.topic, p, taken.columns)] if taken.offsets else []
-        from spark_apps.runtime.dead_letters import write_spool
+        from spark_apps.runtime.sink.dead_letters import write_spool
 
         write_spool(self.opts.dead_letter_dir, p, taken.start, taken.end, *dead_columns(taken.dead))
         return [decoded_record_batch(self.opts, taken.columns)] if taken.offsets else []

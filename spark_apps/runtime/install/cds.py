@@ -1,6 +1,6 @@
 """A class-data-sharing archive for the Spark driver's JVM: a slot (re)starts seconds sooner.
 
-    python -m spark_apps.runtime.cds build    # `make install` runs it; nothing to do when current
+    python -m spark_apps.runtime.install.cds build    # `make install` runs it; nothing to do when current
 
 Measured on the project's 2-core machine: a SparkSession took ~10 s to start and its first job ~3.5 s,
 much of it loading and verifying Spark's ~22k classes; with the archive, ~6 s and ~2.3 s. The archive
@@ -32,10 +32,10 @@ def java_options() -> str:
 
 def fingerprint() -> dict:
     """What the archive depends on: the java that runs Spark and the jars on its classpath (those of
-    the Spark home a local driver starts from, spark_apps.runtime.spark_home)."""
+    the Spark home a local driver starts from, spark_apps.runtime.install.spark_home)."""
     import pyspark
 
-    from spark_apps.runtime import spark_home
+    from spark_apps.runtime.install import spark_home
 
     java = os.path.join(os.environ["JAVA_HOME"], "bin", "java") if os.environ.get("JAVA_HOME") else "java"
     version = subprocess.run([java, "-version"], capture_output=True, text=True).stderr.strip()
@@ -57,7 +57,7 @@ def build(timeout_s: float = 600.0) -> Path:
     with tempfile.TemporaryDirectory(prefix="baton-cds-") as tmp:
         target = Path(tmp) / "archive.jsa"
         env = {**os.environ, "BATON_CDS_DUMP": str(target)}
-        proc = subprocess.run([sys.executable, "-m", "spark_apps.runtime.cds_workload", tmp], env=env,
+        proc = subprocess.run([sys.executable, "-m", "spark_apps.runtime.install.cds_workload", tmp], env=env,
                               capture_output=True, text=True, timeout=timeout_s)
         if proc.returncode != 0 or not target.is_file():
             raise RuntimeError(f"the CDS workload failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
@@ -68,7 +68,7 @@ def build(timeout_s: float = 600.0) -> Path:
 
 def main(argv: list[str]) -> int:
     if argv[:1] != ["build"]:
-        print("usage: python -m spark_apps.runtime.cds build", file=sys.stderr)
+        print("usage: python -m spark_apps.runtime.install.cds build", file=sys.stderr)
         return 2
     if current():
         print(f"CDS archive current: {ARCHIVE}")

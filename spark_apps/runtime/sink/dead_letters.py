@@ -1,6 +1,6 @@
 """Dead letters from the source's read tasks to the driver's sink, beside the checkpoint.
 
-When the source decodes events itself (spark_apps.runtime.decode), the events that do not decode are
+When the source decodes events itself (spark_apps.runtime.source.decode), the events that do not decode are
 not rows of the streaming query: each read task writes those of its range, with their reasons, to one
 spool file per Kafka partition and offset range, `<partition>-<start>-<end>.arrow`, even when there are
 none. The driver's foreachBatch reads the files of the batch's ranges once the batch's job is done

@@ -1,6 +1,6 @@
 """The Spark home a local slot's driver starts from: the installed pyspark's, without Spark ML.
 
-    python -m spark_apps.runtime.spark_home build    # `make install` runs it (before the CDS archive)
+    python -m spark_apps.runtime.install.spark_home build    # `make install` runs it (before the CDS archive)
 
 Every SparkSession applies the session extensions its classpath advertises (a ServiceLoader over
 every jar), and the only one in pyspark's jars is Spark ML's: it registers ML functions through
@@ -8,11 +8,11 @@ Scala reflection, ~1 s of a session's start on this project's 2-core machine, fo
 app uses. This home holds the same `bin` (a link) and links to every jar but Spark ML's and the
 libraries only ML and GraphX use; measured with a CDS archive built for each: a session started in
 2.7-3.0 s instead of 3.8-4.1 s; the restart benchmark's first batch came 2-2.8 s sooner. Baton's
-own jar (`make install` builds it, spark_apps.runtime.idle_counts.JAR) is linked among the jars, so
+own jar (`make install` builds it, spark_apps.runtime.state.idle_counts.JAR) is linked among the jars, so
 its classes are on the driver's classpath from the JVM's start (and in its CDS archive): the local
 file system that sets permissions without a process (spark_apps.runtime.spark). It has
 no `python/lib` either: Spark would put those zips first on every Python process's path, where
-they only slow imports down (spark_apps.runtime.worker_path); its Python processes import the
+they only slow imports down (spark_apps.runtime.install.worker_path); its Python processes import the
 installed pyspark.
 
 `spark_apps.runtime.spark.session` starts local drivers from it when it is current; a missing or
@@ -45,7 +45,7 @@ def wanted_jars(source: Path) -> list[Path]:
 
 def baton_jar() -> Path | None:
     """Baton's own jar, when `make install` has built it."""
-    from spark_apps.runtime.idle_counts import JAR
+    from spark_apps.runtime.state.idle_counts import JAR
 
     return JAR if JAR.is_file() else None
 
@@ -102,7 +102,7 @@ def local_home() -> Path | None:
 
 def main(argv: list[str]) -> int:
     if argv != ["build"]:
-        print("usage: python -m spark_apps.runtime.spark_home build", file=sys.stderr)
+        print("usage: python -m spark_apps.runtime.install.spark_home build", file=sys.stderr)
         return 2
     if current():
         print(f"Spark home current: {HOME}")

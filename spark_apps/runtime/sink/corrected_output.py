@@ -1,6 +1,6 @@
-"""Publishing the corrected output (spark_apps.runtime.correction explains what it is and why it is
+"""Publishing the corrected output (spark_apps.runtime.sink.correction explains what it is and why it is
 safe) beside the query's batches, under the sink's batch lock: from the slot's state image when it has
-one (runtime.state_image: no state read at the cutover), else from a read of its state."""
+one (runtime.state.state_image: no state read at the cutover), else from a read of its state."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ from typing import Any
 from baton.checkpoints import last_committed_batch, read_offset_log
 from baton.handoff import taken_over_at
 from baton.records import covers
-from spark_apps.runtime.batch_sink import RoleGatedSink, is_active
-from spark_apps.runtime.correction import correction_due, leave_out
-from spark_apps.runtime.kafka_sink import WriterFenced
+from spark_apps.runtime.sink.batch_sink import RoleGatedSink, is_active
+from spark_apps.runtime.sink.correction import correction_due, leave_out
+from spark_apps.runtime.sink.kafka_sink import WriterFenced
 from spark_apps.runtime.spark import background_jobs
-from spark_apps.runtime.state_check import state_output
+from spark_apps.runtime.state.state_check import state_output
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""The options of Baton's Kafka source (spark_apps.runtime.kafka_source), parsed and checked before
+"""The options of Baton's Kafka source (spark_apps.runtime.source.kafka_source), parsed and checked before
 anything reads the broker.
 
 Options (Spark lower-cases option keys; any case works):
@@ -23,14 +23,14 @@ Options (Spark lower-cases option keys; any case works):
                            following the active, a fence, a handoff) starts its batch on the next tick,
                            while new input alone waits for this interval. Default 0: every trigger.
   pollTimeoutMs            executor read: fail the task after this long without progress (120000).
-  valueFields              JSON [["name", "type"], ...] (types: spark_apps.runtime.decode.TYPES): the
+  valueFields              JSON [["name", "type"], ...] (types: spark_apps.runtime.source.decode.TYPES): the
                            source decodes each value as a JSON object with these fields (decode.py);
                            requires deadLetterDir. requiredFields: JSON ["name", ...], fields that must
                            be present (else the event is a dead letter).
   packRows                 with valueFields: "false" (default) | "true": hand Spark many decoded events to a
                            row (packed_rows.py; the reader unpacks them with packed_rows.unpack).
   deadLetterDir            with valueFields: where each read task leaves the events that did not decode,
-                           with their reasons (spark_apps.runtime.dead_letters).
+                           with their reasons (spark_apps.runtime.sink.dead_letters).
   readOn                   "executors" (default): one Spark task per partition with data reads it;
                            "driver": Spark's driver-side source process reads every partition with one
                            long-lived consumer (kafka_driver_reader.py: no task per read, for the
@@ -58,7 +58,7 @@ import json
 import logging
 from typing import Any, Mapping, Optional, Sequence
 
-from spark_apps.runtime.input_check import FAIL, check_policy
+from spark_apps.runtime.source.input_check import FAIL, check_policy
 
 log = logging.getLogger(__name__)
 
@@ -231,7 +231,7 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
 
 def _parse_decoding(opts: dict) -> tuple[Optional[list[tuple[str, str]]], list[str], Optional[str]]:
     """valueFields / requiredFields / deadLetterDir (popped from `opts`), checked together."""
-    from spark_apps.runtime.decode import DecodeSpecError, EventDecoder
+    from spark_apps.runtime.source.decode import DecodeSpecError, EventDecoder
 
     raw_fields, raw_required = opts.pop("valuefields", None), opts.pop("requiredfields", None)
     dead_letter_dir = opts.pop("deadletterdir", None) or None

@@ -38,7 +38,7 @@ def packed_schema(fields: Sequence[tuple[str, str]], required: Sequence[str]):
     """The StructType of packed rows of these fields (see the module's docstring)."""
     from pyspark.sql.types import ArrayType, BinaryType, BooleanType, IntegerType, StructField, StructType
 
-    from spark_apps.runtime.decode import spark_type
+    from spark_apps.runtime.source.decode import spark_type
 
     out = []
     for j, (name, typ) in enumerate(fields):

@@ -10,7 +10,7 @@ from datetime import datetime
 from pathlib import Path
 
 from baton.records import SlotState
-from spark_apps.runtime.batch_times import BatchTimes, latencies_ms, read_batch_times
+from spark_apps.runtime.source.batch_times import BatchTimes, latencies_ms, read_batch_times
 
 # An idle slot (no new input, or capped) publishes its status at least this often.
 IDLE_HEARTBEAT_S = 5.0
@@ -58,7 +58,7 @@ def _offsets(raw) -> dict[int, int] | None:
 
 
 def batch_times_of(p: dict, batch_times: Path) -> BatchTimes | None:
-    """What the reader left for the progress's batch (spark_apps.runtime.batch_times), found by its end
+    """What the reader left for the progress's batch (spark_apps.runtime.source.batch_times), found by its end
     offsets; None when unknown (no input, a replayed batch, a reader on executors)."""
     end = _offsets((p.get("sources") or [{}])[0].get("endOffset"))
     if not end or not p.get("numInputRows"):

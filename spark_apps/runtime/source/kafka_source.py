@@ -4,7 +4,7 @@ Built on confluent-kafka (librdkafka) and the Spark 4 Python data source API, be
 Kafka connector is not available and because owning the source is what makes fences possible
 (see `capfile`).
 
-    from spark_apps.runtime.kafka_source import KafkaSource
+    from spark_apps.runtime.source.kafka_source import KafkaSource
     spark.dataSource.register(KafkaSource)
     df = (spark.readStream.format("baton-kafka")
           .option("kafka.bootstrap.servers", "127.0.0.1:9092")
@@ -22,10 +22,10 @@ from __future__ import annotations
 from pyspark.sql.datasource import DataSource
 from pyspark.sql.types import StructType
 
-from spark_apps.runtime.kafka_driver_reader import DriverStreamReader
-from spark_apps.runtime.kafka_stream_reader import KafkaStreamReader
-from spark_apps.runtime.source_columns import output_schema
-from spark_apps.runtime.source_options import SourceOptions, parse_options
+from spark_apps.runtime.source.kafka_driver_reader import DriverStreamReader
+from spark_apps.runtime.source.kafka_stream_reader import KafkaStreamReader
+from spark_apps.runtime.source.source_columns import output_schema
+from spark_apps.runtime.source.source_options import SourceOptions, parse_options
 
 FORMAT = "baton-kafka"
 

@@ -14,8 +14,8 @@ from bisect import bisect_left
 from typing import Iterator
 
 from baton.kafka.tail import is_fatal as _fatal
-from spark_apps.runtime.input_check import FAIL, WAY_OUT, InputDataLoss
-from spark_apps.runtime.prefetch import OUT_OF_RANGE
+from spark_apps.runtime.source.input_check import FAIL, WAY_OUT, InputDataLoss
+from spark_apps.runtime.source.prefetch import OUT_OF_RANGE
 
 log = logging.getLogger(__name__)
 

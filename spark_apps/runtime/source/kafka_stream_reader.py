@@ -1,4 +1,4 @@
-"""The stream reader of Baton's Kafka source (spark_apps.runtime.kafka_source): plans each batch on
+"""The stream reader of Baton's Kafka source (spark_apps.runtime.source.kafka_source): plans each batch on
 the driver and reads it in executor tasks.
 
 End offsets ("latest"), on both Tansu and Apache Kafka:
@@ -37,17 +37,17 @@ from baton.kafka.client_config import kafka_config
 from baton.kafka.positions import first_record, search_timestamp
 from baton.kafka.fetch_wait import fetch_wait_ms
 from baton.kafka.tail import probe_ends
-from spark_apps.runtime.applied_cap import AppliedCap
-from spark_apps.runtime.input_check import (
+from spark_apps.runtime.coordination.applied_cap import AppliedCap
+from spark_apps.runtime.source.input_check import (
     BEFORE_START, FAIL, Decision, InputDataLoss, decide, observe, read_identity, skipped, topic_id, write_identity,
 )
-from spark_apps.runtime.source_columns import dead_columns, decoded_batches, raw_batches
-from spark_apps.runtime.source_options import SourceOptions
-from spark_apps.runtime.source_plan import (
+from spark_apps.runtime.source.source_columns import dead_columns, decoded_batches, raw_batches
+from spark_apps.runtime.source.source_options import SourceOptions
+from spark_apps.runtime.source.source_plan import (
     BatchPacer, KafkaInputPartition, cap_text, offsets_from_json, offsets_to_json, plan_end, plan_partitions,
     read_cap, resolve_starting,
 )
-from spark_apps.runtime.source_read import METADATA_TIMEOUT_S, read_range
+from spark_apps.runtime.source.source_read import METADATA_TIMEOUT_S, read_range
 
 log = logging.getLogger(__name__)
 
@@ -168,7 +168,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             else:
                 start = resolve_starting(o.starting, parts, lows, ends)
         if o.dead_letter_dir:
-            from spark_apps.runtime.dead_letters import write_initial
+            from spark_apps.runtime.sink.dead_letters import write_initial
 
             write_initial(o.dead_letter_dir, start)
         write_identity(o.identity_file, o.topic, self._topic_id())
@@ -279,7 +279,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             # own resume emitted): a standby never runs ahead of the active (invariant 2).
             self._stale_cap = cap_text(self.opts.cap_file)
         if self.opts.dead_letter_dir:  # forward moves hold no dead letters either (dead_letters.collect)
-            from spark_apps.runtime.dead_letters import write_spool
+            from spark_apps.runtime.sink.dead_letters import write_spool
 
             for p, o in jump.items():
                 if o > begin[p]:

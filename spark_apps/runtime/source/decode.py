@@ -3,7 +3,7 @@
 The app declares its events as a Spark DDL (VALUE_SCHEMA) and the fields they must have (REQUIRED).
 When every field has a primitive type (`TYPES`), the source decodes each value itself and hands
 Spark typed columns, and the events that do not decode never reach Spark: they are dead letters
-(spark_apps.runtime.dead_letters). That is one JSON parse per event and one scan of the input per
+(spark_apps.runtime.sink.dead_letters). That is one JSON parse per event and one scan of the input per
 batch; parsing in Spark instead (from_json) needs a second scan of the input for the dead-letter
 branch, and the two scans, the parse and the binary values crossing into the JVM were most of a
 slot's CPU. Other schemas (nested types, decimals, timestamps) keep Spark's from_json

@@ -1,7 +1,7 @@
-"""What a slot's driver does, in small, run by spark_apps.runtime.cds to build its class-data-sharing
+"""What a slot's driver does, in small, run by spark_apps.runtime.install.cds to build its class-data-sharing
 archive: the classes this loads go into the archive.
 
-    python -m spark_apps.runtime.cds_workload TMP_DIR    # with BATON_CDS_DUMP naming the archive to dump
+    python -m spark_apps.runtime.install.cds_workload TMP_DIR    # with BATON_CDS_DUMP naming the archive to dump
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ def workload(tmp: Path) -> None:
     from pyspark.sql.types import DataType
 
     from baton.apps import AppDefinition, TopicRef
-    from spark_apps.runtime.kafka_source import KafkaSource
+    from spark_apps.runtime.source.kafka_source import KafkaSource
     from spark_apps.runtime.spark import session
 
     app = AppDefinition(name="cds", module="spark_apps.apps.click_counts", version="v1",

@@ -24,12 +24,12 @@ from baton.apps import AppDefinition
 from baton.checkpoints import read_offset_log
 from baton.generations import SlotPaths
 from baton.records import Role, Slot
-from spark_apps.runtime.correction import EmittedKeys, correction_due
-from spark_apps.runtime.dead_letters import collect, purge, read_initial
-from spark_apps.runtime.follower import Follower
+from spark_apps.runtime.sink.correction import EmittedKeys, correction_due
+from spark_apps.runtime.sink.dead_letters import collect, purge, read_initial
+from spark_apps.runtime.coordination.follower import Follower
 from spark_apps.runtime.frame import KIND_DEAD, KIND_OUTPUT
-from spark_apps.runtime.kafka_sink import TransactionalEmitter, WriterFenced
-from spark_apps.runtime.state_image import StateImage
+from spark_apps.runtime.sink.kafka_sink import TransactionalEmitter, WriterFenced
+from spark_apps.runtime.state.state_image import StateImage
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +89,7 @@ class RoleGatedSink:
         self.stopping = False  # set under the lock: no batch runs after it
         self.refused_batch = False  # a batch was refused because the slot was stopping
         self.last_batch: int | None = None  # the last batch this launch's sink ran
-        self.image = StateImage()  # the state as output records, for a correction (runtime.state_image)
+        self.image = StateImage()  # the state as output records, for a correction (runtime.state.state_image)
 
     def arm_image(self, request: str, committed: int | None) -> int | None:
         """Start the state image after the last batch this launch ran (else `committed`, the last
@@ -170,7 +170,7 @@ class RoleGatedSink:
         WriterFenced, so the slot goes on as the standby (Harness.rejoin_as_standby) instead of failing.
 
         The new epoch may not be known here yet: a taker fences the writer before it writes the control
-        record (runtime.lease), and a slot waking from a stall has its follower read on from where it
+        record (runtime.coordination.lease), and a slot waking from a stall has its follower read on from where it
         stopped. So the follower gets `wait_s` to see it (as in rejoin_as_standby) before the error is
         left to fail the query: seen in CI as a woken active that exited instead of rejoining."""
         deadline = time.monotonic() + wait_s

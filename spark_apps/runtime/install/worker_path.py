@@ -12,7 +12,7 @@ batch, and its first batch came 10.8 s sooner (22.6 s -> 11.8 s, 100k keys) with
 `make install` writes a .pth file into the virtualenv that drops those two entries at interpreter
 start, and only those: a path into another Spark distribution (a cluster's SPARK_HOME) is left as is.
 
-    python -m spark_apps.runtime.worker_path install
+    python -m spark_apps.runtime.install.worker_path install
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ PTH_NAME = "baton_spark_worker_path.pth"
 
 def installed_zips_dir() -> Path:
     """Where the installed pyspark keeps the zips Spark puts on its workers' path."""
-    from spark_apps.runtime.spark_home import pyspark_dir
+    from spark_apps.runtime.install.spark_home import pyspark_dir
 
     return pyspark_dir() / "python" / "lib"
 
@@ -48,7 +48,7 @@ def install(site_dir: Path | None = None) -> Path:
 
 def main(argv: list[str]) -> int:
     if argv != ["install"]:
-        print("usage: python -m spark_apps.runtime.worker_path install", file=sys.stderr)
+        print("usage: python -m spark_apps.runtime.install.worker_path install", file=sys.stderr)
         return 2
     print(f"wrote {install()}")
     return 0

@@ -1,11 +1,11 @@
 """An image of a slot's state as output records, kept current from one state read and every batch's
 output since: what a reprocess's corrected output publishes, without reading the state again at the
-cutover (spark_apps.runtime.correction).
+cutover (spark_apps.runtime.sink.correction).
 
 Why: the new active's correction read its whole state at its first batches past the fence, one task
 beside them for 5-7.5 s of one core on this 2-core machine (100k keys), and the output's worst latency
 and longest gap of the product-path reprocess fell there. The new generation reads its state anyway
-before the cutover, for the invariant check (runtime.invariant_check), as the standby behind its
+before the cutover, for the invariant check (runtime.state.invariant_check), as the standby behind its
 batches: that read also gives the image's base, and from then on the slot collects each batch's output
 rows (its standby batches too, which otherwise go to the noop sink) and folds them in. At the cutover
 the image is the state at the slot's last batch, in the records the correction publishes.

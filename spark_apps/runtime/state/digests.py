@@ -1,4 +1,4 @@
-"""A slot's state digests (spark_apps.runtime.state_check), the evidence the rolling upgrade's gates
+"""A slot's state digests (spark_apps.runtime.state.state_check), the evidence the rolling upgrade's gates
 compare: what a restart restored, what a stop left, and both slots' state at a check position.
 
 A digest is a Spark job over committed checkpoint files, run behind the query's batches
@@ -18,9 +18,9 @@ from baton.apps import AppDefinition
 from baton.checkpoints import batch_ending_at, last_committed_batch, state_operators
 from baton.generations import SlotPaths, slot_paths
 from baton.records import Positions, Slot, StateDigest
-from spark_apps.runtime.follower import Follower
+from spark_apps.runtime.coordination.follower import Follower
 from spark_apps.runtime.spark import background_jobs
-from spark_apps.runtime.state_check import digest_state
+from spark_apps.runtime.state.state_check import digest_state
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ failed read is tried again, up to READ_ATTEMPTS times RETRY_AFTER_S apart, each 
 batch, without holding up the slot's loop meanwhile; after the last it answers "unchecked" (no verdict:
 the gate's retry asks again), never a violation.
 
-An app whose output is its state (runtime.state_image) gets its state image from the same read: the
+An app whose output is its state (runtime.state.state_image) gets its state image from the same read: the
 image is armed after the sink's last batch, under its lock, and the check reads the state of exactly
 that batch, once it is committed.
 """
@@ -26,10 +26,10 @@ from typing import Any, Callable
 from baton.apps import AppDefinition
 from baton.checkpoints import last_committed_batch
 from baton.records import InvariantsCheck, Slot
-from spark_apps.runtime.follower import Follower
+from spark_apps.runtime.coordination.follower import Follower
 from spark_apps.runtime.spark import background_jobs
-from spark_apps.runtime.state_check import output_records, state_frame
-from spark_apps.runtime.state_image import keeps_image
+from spark_apps.runtime.state.state_check import output_records, state_frame
+from spark_apps.runtime.state.state_image import keeps_image
 
 log = logging.getLogger(__name__)
 
