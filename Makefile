@@ -15,7 +15,7 @@ SPARK_READY := $(VENV)/.spark-home
 # Re-runs only when the lock or the package metadata changed: a repeat `make` installs nothing.
 install: $(STAMP) $(JAR) $(SPARK_READY)
 
-$(STAMP): requirements.txt pyproject.toml scripts/check_prereqs.py spark_apps/runtime/worker_path.py
+$(STAMP): requirements.txt pyproject.toml scripts/check_prereqs.py spark_apps/runtime/install/worker_path.py
 	@command -v $(PYTHON) >/dev/null || { echo "Python 3.11+ is required ($(PYTHON) not found; set PYTHON=...)" >&2; exit 2; }
 	@$(PYTHON) scripts/check_prereqs.py
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -27,8 +27,8 @@ $(STAMP): requirements.txt pyproject.toml scripts/check_prereqs.py spark_apps/ru
 	$(UV) pip sync -q --compile-bytecode --python $(BIN)/python requirements.txt
 	$(UV) pip install -q --compile-bytecode --python $(BIN)/python --no-deps -e .
 	$(BIN)/python -m compileall -q baton spark_apps plugins dags >/dev/null
-	@# Spark's Python processes import the installed pyspark, not the zip copy (spark_apps.runtime.worker_path).
-	$(BIN)/python -m spark_apps.runtime.worker_path install >/dev/null
+	@# Spark's Python processes import the installed pyspark, not the zip copy (spark_apps.runtime.install.worker_path).
+	$(BIN)/python -m spark_apps.runtime.install.worker_path install >/dev/null
 	@touch $(STAMP)
 
 $(JAR): $(JAVA_SRC) $(STAMP)
@@ -39,9 +39,9 @@ $(JAR): $(JAVA_SRC) $(STAMP)
 
 # The local drivers' Spark home (no Spark ML; Baton's jar linked in), then the driver's class-data-sharing
 # archive for its classpath (slots start seconds sooner; both optional, see the modules).
-$(SPARK_READY): $(STAMP) $(JAR) spark_apps/runtime/spark_home.py
-	$(BIN)/python -m spark_apps.runtime.spark_home build
-	$(BIN)/python -m spark_apps.runtime.cds build
+$(SPARK_READY): $(STAMP) $(JAR) spark_apps/runtime/install/spark_home.py
+	$(BIN)/python -m spark_apps.runtime.install.spark_home build
+	$(BIN)/python -m spark_apps.runtime.install.cds build
 	@touch $@
 
 # The browser tests' Chromium (Debian's package; scripts/ensure_chromium.sh), once.

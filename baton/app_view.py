@@ -172,7 +172,7 @@ class PlotPoints:
         latency = s.latency_ms
         if (earlier := self._by_step.get(key)) is not None:
             if lag is None:
-                lag = earlier.lag_records  # not every record carries the input's end (runtime.input_ends)
+                lag = earlier.lag_records  # not every record carries the input's end (runtime.source.input_ends)
             if earlier.latency_ms is not None:
                 latency = max(earlier.latency_ms, latency or 0)  # a plot of latency shows the step's worst
         self._by_step[key] = Point(ts_ms=s.ts_ms, slot=s.slot.value, lag_records=lag, batch_ms=s.batch_ms,

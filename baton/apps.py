@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from baton.health_policy import HealthPolicy
 from baton.kafka.admin import TopicSpec
 from baton.settings import REPO_ROOT
 
@@ -38,7 +39,7 @@ class TopicRef:
 @dataclass(frozen=True)
 class StateTtl:
     """`state.ttl`: a key not seen for `idle_ms` of event time leaves the state; its next event starts
-    afresh (spark_apps.runtime.idle_counts). Event time, never processing time: every slot, every
+    afresh (spark_apps.runtime.state.idle_counts). Event time, never processing time: every slot, every
     reprocess and every restart then count the same events, whenever each drops the key's state."""
 
     idle_ms: int
@@ -137,20 +138,20 @@ class AppDefinition:
     # running fewer, larger batches costs less of the machine the active runs on. A fence or a role
     # change reaches it at once. 0: after every batch of the active.
     standby_pace_ms: int = 2000
-    # Added to a slot's nice value while it is the standby (spark_apps.runtime.priority): the active's
+    # Added to a slot's nice value while it is the standby (spark_apps.runtime.coordination.priority): the active's
     # batches get the CPU first on a busy host, the standby catches up with what is left. 0: equal.
     standby_nice: int = 10
     # What a slot does when its checkpoint's positions are not in the input any more (a topic recreated,
     # a broker reset, retention): "fail" stops it with the reason (the way out: a reprocess into a new
     # generation); "earliest" resumes at the earliest available offsets, keeping the state and skipping
-    # what was lost (spark_apps.runtime.input_check).
+    # what was lost (spark_apps.runtime.source.input_check).
     on_data_loss: str = "fail"
     # Liveness (baton.leases): every running slot renews a lease this often; the standby takes over once
     # the active's has not been renewed for lease_ttl_ms (the same host: at once when its process is gone).
     lease_interval_ms: int = 1000
     lease_ttl_ms: int = 4000
     state: StateSettings = field(default_factory=StateSettings)
-    # Overrides of baton.health.HealthPolicy for this app (e.g. max_restarts, restart_window_s).
+    # Overrides of baton.health_policy.HealthPolicy for this app (e.g. max_restarts, restart_window_s).
     health: dict[str, float] = field(default_factory=dict)
     path: str = ""
 
@@ -249,12 +250,8 @@ def _standby_nice(data: dict[str, Any], path: Path) -> int:
 
 def _health(data: dict[str, Any], path: Path) -> dict[str, float]:
     """The `health` section: HealthPolicy overrides, checked by building the policy once."""
-    import dataclasses
-
-    from baton.health import HealthPolicy
-
     section = _get(data, "health", dict, path, default={})
-    known = {f.name for f in dataclasses.fields(HealthPolicy)}
+    known = {f.name for f in fields(HealthPolicy)}
     for key, value in section.items():
         if key not in known:
             raise AppDefinitionError(path, f"health.{key}", f"is not a known setting (known: {', '.join(sorted(known))})")

@@ -1,6 +1,6 @@
 """The cap: how far a slot's source may read (the follower writes it for its slot's next batch).
 
-A pure decision, shared by the runtime (spark_apps.runtime.follower, which writes it to the cap file)
+A pure decision, shared by the runtime (spark_apps.runtime.coordination.follower, which writes it to the cap file)
 and the Airflow side (the health DAG and triggers judge a standby's lag against it), so it lives
 here, importable without the Spark runtime.
 """

@@ -6,7 +6,7 @@ F (the output stops) and the write that lets the new active emit.
 
 What the gate needs of the active, in this order:
 1. its word that it holds at F (StatusRecord.held_fence, for this handoff): its source plans under the
-   fence's cap, and nothing it planned before is still in flight (spark_apps.runtime.applied_cap);
+   fence's cap, and nothing it planned before is still in flight (spark_apps.runtime.coordination.applied_cap);
 2. then a commit marker that shows it emitted exactly F.
 A marker alone says where the active stands, not that it stays there. Seen in CI: a fence planned in an
 input pause lies at the input's end, where the idle active's marker already stood; the cutover was
@@ -33,7 +33,7 @@ from baton.records import CommitMarker, ControlRecord, Positions, Slot, StatusRe
 
 def holds_fence(active: Sequence[StatusRecord], fence: Positions, by: str) -> bool:
     """The active said it holds at handoff `by`'s fence `fence`: from that word on it emits nothing past
-    it at the handoff's epoch (spark_apps.runtime.applied_cap)."""
+    it at the handoff's epoch (spark_apps.runtime.coordination.applied_cap)."""
     want = dict(fence)
     return any(s.held_for == by and s.held_fence is not None and dict(s.held_fence) == want for s in active)
 

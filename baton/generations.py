@@ -133,10 +133,6 @@ def _read_note(path: Path) -> dict | None:
     return note if isinstance(note, dict) else None
 
 
-# A test's fault file in a slot's directory (spark_apps.runtime.late_position); never written by Baton.
-LATE_POSITION_FAULT = "fault-late-position"
-
-
 @dataclass
 class SlotPaths:
     root: Path
@@ -151,16 +147,12 @@ class SlotPaths:
 
     @property
     def batch_times(self) -> Path:
-        """Each batch's oldest and newest record times, from the reader (spark_apps.runtime.batch_times)."""
+        """Each batch's oldest and newest record times, from the reader (spark_apps.runtime.source.batch_times)."""
         return self.root / "batch-times.json"
 
     @property
-    def late_position_fault(self) -> Path:
-        return self.root / LATE_POSITION_FAULT
-
-    @property
     def spool(self) -> Path:
-        """Dead letters from the read tasks to the sink (spark_apps.runtime.dead_letters)."""
+        """Dead letters from the read tasks to the sink (spark_apps.runtime.sink.dead_letters)."""
         return self.root / "dead-letters"
 
 

@@ -16,7 +16,7 @@ resumable (a retried step finds its own write and goes on):
    plans under F's cap, read before the marker): capped at F until it applies the new record and at
    the new writer's output after, it can never read past F as a writer; a late write of it would be
    fenced by Kafka anyway (shared transactional id, newer producer epoch). The new active first reads
-   up to exactly F (its cap: the handoff's fence, spark_apps.runtime.follower), a stretch whose output
+   up to exactly F (its cap: the handoff's fence, spark_apps.runtime.coordination.follower), a stretch whose output
    the old active has emitted already (the sink skips a batch the last marker covers), then emits from F.
 
 Why not wait until the standby stands at F as well: output stops when the active reaches F and
@@ -269,7 +269,7 @@ def fence_reached(marker: CommitMarker | None, standby: Sequence[StatusRecord], 
 
 def taken_over_at(control: ControlRecord | None, slot: Slot) -> Positions | None:
     """The fence `slot` took the active role at, while that handoff's epoch holds (None otherwise): a
-    new active that trailed F reads up to exactly F before anything else (spark_apps.runtime.follower)."""
+    new active that trailed F reads up to exactly F before anything else (spark_apps.runtime.coordination.follower)."""
     h = control.handoff if control is not None else None
     if h is None or h.to is not slot or control.active is not slot or control.epoch != h.epoch + 1:
         return None
@@ -305,7 +305,7 @@ def fail_over(plane, app: str, partitions: int, dead: Slot, epoch: int, emitted:
 
 def take_over(to: Slot, epoch: int, fence: Positions, reason: str, now_ms: int):
     """Change: the standby `to` takes the active role from the active that died at `epoch`, in one
-    write (spark_apps.runtime.lease, once it has fenced the writer): epoch + 1, any fence lifted, the
+    write (spark_apps.runtime.coordination.lease, once it has fenced the writer): epoch + 1, any fence lifted, the
     handoff names the failover fence F (what the dead active emitted: `to` reads up to exactly F first,
     taken_over_at), why and when. Done already (a retry) = no-op."""
     def change(rec: ControlRecord) -> ControlRecord:

@@ -3,7 +3,7 @@ state, run by the slot that holds it, the standby, when the gate asks through th
 
 The gate writes a request id (ControlRecord.invariants_asked, its run and try); the standby checks its
 state after its last committed batch, behind its own batches, and answers in its status records
-(StatusRecord.invariants, spark_apps.runtime.invariant_check). The check used to be a Spark
+(StatusRecord.invariants, spark_apps.runtime.state.invariant_check). The check used to be a Spark
 application of its own beside both slots: on a 2-core machine ~10 s of start-up at a core and a second
 JVM's memory, for a read the standby's session does in its background pool, at the standby's
 priority. The active, whose batches carry the output, is never asked.

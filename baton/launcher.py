@@ -34,7 +34,7 @@ Python driver as its child, and the SIGTERM would reach the JVM instead).
 Restarting without the JVM's start-up in the downtime (`stage`): the next launch of a running slot
 (a new version, the same checkpoint) can be spawned beside the current one. It starts its interpreter,
 JVM and Spark session, then holds: it touches neither the checkpoint nor any topic until
-`driver.json` names its launch (spark_apps.runtime.hold). Once the current launch is gone, the next
+`driver.json` names its launch (spark_apps.runtime.coordination.hold). Once the current launch is gone, the next
 `ensure_started` of the same launch promotes it instead of spawning: its lock file becomes
 `driver.lock` (an flock belongs to the file, so the rename keeps it held by the launch), then
 `driver.json` becomes its record, which releases the hold. A staged launch that is never promoted ends
@@ -71,7 +71,7 @@ from baton.apps import AppDefinition, definition_path, load_app
 from baton.driver_wrapper import HOLD_ARG, HOLD_TIMEOUT_ARG, JVM_TMPDIR_ENV, LAUNCH_ID_ENV
 from baton.kafka.client_config import CLIENT_CONFIG_ENV
 from baton.launch_tmp import launch_tmp_dir, remove_gone
-from baton.local.procs import tail
+from baton.procfs import tail
 from baton.records import Slot
 from baton.settings import REPO_ROOT
 

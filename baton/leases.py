@@ -2,7 +2,7 @@
 
 Every running slot renews a Lease on the leases topic (one partition for all apps, key "app/slot")
 every `lease_interval_ms`, idle or not, and stops renewing when its query hangs. Pure functions and
-records here; the renewing and watching process is spark_apps.runtime.lease, the health DAG reads the
+records here; the renewing and watching process is spark_apps.runtime.coordination.lease, the health DAG reads the
 newest lease per slot.
 
 Expiry is judged against the log, not against another host's clock (LeaseJudge): the standby's own
@@ -167,7 +167,7 @@ def decide_takeover(control: ControlRecord | None, me: Slot, my_state: SlotState
                     active_gone: bool, processed: Positions | None, emitted: Positions,
                     max_lag_records: int) -> Takeover:
     """Whether the standby `me` takes the active role now (the caller fences the writer, reads the
-    final emitted position and writes the control record: spark_apps.runtime.lease).
+    final emitted position and writes the control record: spark_apps.runtime.coordination.lease).
 
     Never while the control plane wants the active stopped or holds the app for a long operation (a
     reprocess: its own steps move the role), never between generations (different state), never from

@@ -336,7 +336,7 @@ class StatusRecord:
     state_memory_bytes: int = 0
     # End-to-end latency at this batch: from the timestamps of its oldest and newest input records (the
     # producer's send time) to the batch's end (its output committed). None: not known (a batch without
-    # input, records without timestamps, or a source read on executors). spark_apps.runtime.batch_times.
+    # input, records without timestamps, or a source read on executors). spark_apps.runtime.source.batch_times.
     latency_ms: int | None = None
     latency_newest_ms: int | None = None
     dead_letters: int = 0
@@ -353,7 +353,7 @@ class StatusRecord:
     # This slot's answer to the last invariant check asked of it (carried on every later record).
     invariants: InvariantsCheck | None = None
     # The active at a handoff's fence: its source plans under that fence's cap, so it emits nothing past
-    # it at this epoch (spark_apps.runtime.applied_cap); `held_for` is the handoff's id (Handoff.id).
+    # it at this epoch (spark_apps.runtime.coordination.applied_cap); `held_for` is the handoff's id (Handoff.id).
     held_fence: Positions | None = None
     held_for: str = ""
     error: str = ""

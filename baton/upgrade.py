@@ -70,7 +70,7 @@ def restore_check(left: StateDigest | None, history: Sequence[StatusRecord], sin
 def ask_state_check(position: Positions):
     """Change: every slot ends a batch at exactly `position` (ahead of the input when asked) and reads
     on; the standby digests its state and the active's there (ControlRecord.check_at;
-    baton.caps.compute_cap, spark_apps.runtime.digests.StateDigests.at_check)."""
+    baton.caps.compute_cap, spark_apps.runtime.state.digests.StateDigests.at_check)."""
     def change(rec: ControlRecord) -> ControlRecord:
         if rec.check_at == dict(position):
             return rec

@@ -266,7 +266,7 @@ def lease_worker(bootstrap: str) -> int:
     from types import SimpleNamespace
 
     from baton.apps import load_registry
-    from spark_apps.runtime.lease import LeaseKeeper
+    from spark_apps.runtime.coordination.lease import LeaseKeeper
 
     app = dataclasses.replace(load_registry()[APP], name="bench_lease_cost")  # its renewals are no slot's
     follower = SimpleNamespace(snapshot=lambda: (None, None), processed=None)

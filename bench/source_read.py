@@ -108,7 +108,7 @@ def main() -> None:
 
             from pyspark.sql import SparkSession
 
-            from spark_apps.runtime.kafka_source import KafkaSource
+            from spark_apps.runtime.source.kafka_source import KafkaSource
 
             spark = (SparkSession.builder.master(f"local[{args.cores}]").appName("bench-source-read")
                      .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")

@@ -45,8 +45,8 @@ RUN pip install --no-cache-dir --no-deps -r /opt/airflow/requirements.txt
 COPY --chown=airflow:0 baton /opt/airflow/baton
 COPY --chown=airflow:0 spark_apps /opt/airflow/spark_apps
 RUN pip install --no-cache-dir --no-deps -e /opt/airflow
-# Spark's Python processes import the installed pyspark, not its zip copy (spark_apps.runtime.worker_path).
-RUN python -m spark_apps.runtime.worker_path install
+# Spark's Python processes import the installed pyspark, not its zip copy (spark_apps.runtime.install.worker_path).
+RUN python -m spark_apps.runtime.install.worker_path install
 
 # Fail the build (not the first DAG run) if the install is off.
 RUN python -c "import airflow, pyspark; assert airflow.__version__ == '3.3.2', airflow.__version__; assert pyspark.__version__ == '4.3.0', pyspark.__version__" \

@@ -51,9 +51,9 @@ RUN pip install --no-deps -r /opt/baton/requirements.txt
 # /opt/baton/{baton,spark_apps} by docker-compose.yaml is what executors import.
 COPY baton /opt/baton/baton
 COPY spark_apps /opt/baton/spark_apps
-# Spark's Python processes import the installed pyspark, not its zip copy (spark_apps.runtime.worker_path).
+# Spark's Python processes import the installed pyspark, not its zip copy (spark_apps.runtime.install.worker_path).
 RUN pip install --no-deps -e /opt/baton \
-    && python -m spark_apps.runtime.worker_path install \
+    && python -m spark_apps.runtime.install.worker_path install \
     && chown -R 50000:0 /opt/baton
 
 # pyspark's install dir, for python:3.11 images. The check below fails the build if it moves,

@@ -18,7 +18,8 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from baton.local.procs import Managed, process_stats, tree_threads
+from baton.local.procs import Managed
+from baton.procfs import process_stats, tree_threads
 from baton.settings import REPO_ROOT
 
 ADMIN_USER = "admin"

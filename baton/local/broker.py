@@ -6,14 +6,14 @@ everything (the local platform recreates Baton's topics on `up`).
 Known Tansu 0.6.0 defects, and how Baton lives with them (the code stays correct on Apache Kafka):
 1. ListOffsets reports the high watermark as the last batch's base offset + 1. Fetch responses
    carry the right one, so end offsets are taken from a fetch (consume to partition EOF) rather
-   than from ListOffsets where exactness matters (see spark_apps.runtime.kafka_stream_reader), and the
+   than from ListOffsets where exactness matters (see spark_apps.runtime.source.kafka_stream_reader), and the
    positions the control plane reasons about are the ones the apps themselves report.
 2. OffsetsForTimes returns offset 0 for any timestamp: timestamp start positions are resolved by
    a scan of record timestamps where the broker's answer cannot be trusted.
 3. Records of an aborted transaction that reached the broker are NOT filtered for read_committed
    consumers (the Fetch response carries no aborted-transaction list). Records never flushed
    before the abort are safe, so the exactly-once sink keeps a transaction's records in the client
-   until commit (see spark_apps.runtime.kafka_sink); only a crash inside the commit's own flush
+   until commit (see spark_apps.runtime.sink.kafka_sink); only a crash inside the commit's own flush
    can leak. Fencing itself works: a newer producer with the same transactional.id fences the old.
 """
 

@@ -5,32 +5,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from baton.apps import load_registry
-from baton.kafka.admin import TopicSpec, ensure_topics
+from baton.kafka.admin import ensure_topics
 from baton.local.airflow import ADMIN_USER, Airflow
 from baton.local.broker import Broker
 from baton.local.postgres import Postgres
 from baton.local.procs import Managed
-from baton.settings import CONTROL_TOPIC, LEASES_TOPIC, LEASES_TOPIC_CONFIG, STATUS_TOPIC, Settings
+from baton.settings import Settings
+from baton.topics import platform_topics
 
 # Airflow's database in the platform's PostgreSQL server.
 AIRFLOW_DATABASE = "airflow"
 # The demo's load generator's pid file and log under the state dir (baton.local.demo): `down` stops a
 # generator whose demo was killed.
 DEMO_LOADGEN = "demo-loadgen"
-
-
-def platform_topics() -> list[TopicSpec]:
-    """The control plane's topics and every registered app's topics."""
-    specs = [
-        # Latest desired state per app; compaction keeps the newest record per key.
-        TopicSpec(CONTROL_TOPIC, 1, {"cleanup.policy": "compact"}),
-        TopicSpec(STATUS_TOPIC, 1),
-        TopicSpec(LEASES_TOPIC, 1, LEASES_TOPIC_CONFIG),
-    ]
-    for app in load_registry().values():
-        specs.extend(app.topics())
-    return specs
 
 
 def require_reachable(bootstrap: str, timeout_s: float = 15.0) -> None:

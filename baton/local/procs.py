@@ -15,7 +15,9 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, Mapping, Sequence
+from typing import Callable, Mapping, Sequence
+
+from baton.procfs import process_stats, tail
 
 
 class StartError(RuntimeError):
@@ -141,36 +143,6 @@ def _reap(pid: int) -> None:
         pass
 
 
-def process_stats(proc: Path = Path("/proc")) -> Iterator[tuple[int, list[str]]]:
-    """Every process's pid and the fields of /proc/<pid>/stat after its name (state, ppid, pgrp, ...:
-    the name may hold spaces and parentheses, so they start after its last ")"); a process gone
-    meanwhile is left out (Linux)."""
-    for entry in proc.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            yield int(entry.name), (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-
-
-def tree_threads(root: int, proc: Path = Path("/proc")) -> list[int]:
-    """Every thread id of `root`'s process and of its descendants (a process gone meanwhile is left out;
-    Linux keeps a nice value per thread, so a priority is set thread by thread)."""
-    children: dict[int, list[int]] = {}
-    for pid, fields in process_stats(proc):
-        children.setdefault(int(fields[1]), []).append(pid)
-    tids, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        try:
-            tids.extend(int(t.name) for t in (proc / str(pid) / "task").iterdir())
-        except OSError:
-            continue
-        todo.extend(children.get(pid, ()))
-    return tids
-
-
 def group_members(pgid: int) -> set[int]:
     """Pids whose process group is pgid (read from /proc, Linux)."""
     return {pid for pid, fields in process_stats() if int(fields[2]) == pgid}
@@ -195,10 +167,3 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def tail(path: Path, lines: int = 20) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except FileNotFoundError:
-        return "(no log)"

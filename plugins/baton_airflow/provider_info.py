@@ -55,17 +55,22 @@ def get_provider_info() -> dict[str, Any]:
         "name": "Baton",
         "description": "Keeps stateful PySpark Structured Streaming apps on Kafka available: hot standby, exact "
                        "cutover, rolling upgrades, failover and reprocessing, orchestrated by Airflow.",
-        "integrations": [{"integration-name": "Baton", "external-doc-url": "https://example.invalid/baton",
-                          "tags": ["software"]}],
+        # No external-doc-url (optional in the schema): Baton's documentation is its repository's
+        # README.md and docs/, not a published site, and a relative path is not a URL.
+        "integrations": [{"integration-name": "Baton", "tags": ["software"]}],
+        # Every module of each package (tests/unit/plugins/test_provider_info.py checks it).
         "operators": [{"integration-name": "Baton", "python-modules": [
             "baton_airflow.operators.generations", "baton_airflow.operators.handoff",
             "baton_airflow.operators.health", "baton_airflow.operators.reprocess", "baton_airflow.operators.slots",
-            "baton_airflow.operators.topics", "baton_airflow.operators.upgrade"]}],
-        "sensors": [{"integration-name": "Baton", "python-modules": ["baton_airflow.sensors.slot"]}],
+            "baton_airflow.operators.steps", "baton_airflow.operators.topics", "baton_airflow.operators.upgrade"]}],
+        "sensors": [{"integration-name": "Baton", "python-modules": [
+            "baton_airflow.sensors.slot", "baton_airflow.sensors.slot_changes"]}],
         "hooks": [{"integration-name": "Baton", "python-modules": [
-            "baton_airflow.hooks.kafka", "baton_airflow.hooks.spark", "baton_airflow.hooks.control"]}],
+            "baton_airflow.hooks.control", "baton_airflow.hooks.kafka", "baton_airflow.hooks.slot_state",
+            "baton_airflow.hooks.spark"]}],
         "triggers": [{"integration-name": "Baton", "python-modules": [
-            "baton_airflow.triggers.status", "baton_airflow.triggers.upgrade", "baton_airflow.triggers.cutover"]}],
+            "baton_airflow.triggers.base", "baton_airflow.triggers.cutover", "baton_airflow.triggers.slot_changes",
+            "baton_airflow.triggers.status", "baton_airflow.triggers.upgrade"]}],
         "connection-types": [
             {"connection-type": KAFKA_CONN_TYPE, "hook-class-name": "baton_airflow.hooks.kafka.BatonKafkaHook",
              "hook-name": "Baton Kafka", "ui-field-behaviour": _KAFKA_BEHAVIOUR, "conn-fields": _KAFKA_FIELDS},

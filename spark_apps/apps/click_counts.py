@@ -15,7 +15,7 @@ from pyspark.sql import functions as F
 VALUE_SCHEMA = "user_id STRING, timestamp LONG"
 REQUIRED = ("user_id", "timestamp")
 # Each batch emits, for every user it counted, state_output's record of the new count, and no user leaves
-# the state: a reprocess's correction can keep its state image (spark_apps.runtime.state_image).
+# the state: a reprocess's correction can keep its state image (spark_apps.runtime.state.state_image).
 OUTPUT_IS_STATE = True
 
 

@@ -6,7 +6,7 @@ Out: `user_counts_ttl`, key = user_id, value = {"user_id": "alice", "count": 42,
 
 A user not seen for the definition's `state.ttl.idle` of event time leaves the state; their next event
 starts a new life with count 1. Nothing is emitted when a user's life ends: the last count stays on the
-compacted output until the user comes back. spark_apps.runtime.idle_counts says how this stays the same
+compacted output until the user comes back. spark_apps.runtime.state.idle_counts says how this stays the same
 on every slot.
 
 State: one row per user alive, key (the user id), value (count, lastMs: the user's newest event time).
@@ -20,7 +20,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from baton.apps import StateTtl
-from spark_apps.runtime.idle_counts import idle_counts, live_state
+from spark_apps.runtime.state.idle_counts import idle_counts, live_state
 
 VALUE_SCHEMA = "user_id STRING, timestamp LONG"
 REQUIRED = ("user_id", "timestamp")
@@ -38,7 +38,7 @@ def transform(events: DataFrame, ttl: StateTtl) -> DataFrame:
 
 
 def users(state: DataFrame) -> DataFrame:
-    """The state's key and value columns (spark_apps.runtime.state_check.state_frame: `value`, the user,
+    """The state's key and value columns (spark_apps.runtime.state.state_check.state_frame: `value`, the user,
     and `groupState`: count, lastMs) -> `user_id`, `count`, `last_ms`."""
     return state.select(F.col("value").alias("user_id"), F.col("groupState.count").alias("count"),
                         F.col("groupState.lastMs").alias("last_ms"))

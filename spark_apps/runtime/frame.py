@@ -10,9 +10,9 @@ from pathlib import Path
 from types import ModuleType
 
 from baton.apps import AppDefinition
-from spark_apps.runtime.decode import INVALID_PREFIX, NOT_AN_OBJECT, supported
-from spark_apps.runtime.packed_rows import unpack
-from spark_apps.runtime.source_plan import TRIGGER_TICK_MS
+from spark_apps.runtime.source.decode import INVALID_PREFIX, NOT_AN_OBJECT, supported
+from spark_apps.runtime.source.packed_rows import unpack
+from spark_apps.runtime.source.source_plan import TRIGGER_TICK_MS
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +31,7 @@ def build_frame(spark, app: AppDefinition, bootstrap: str, starting_offsets: str
                 min_batch_interval_ms: int = 0, identity_file: Path | None = None,
                 batch_times_file: Path | None = None):
     """The streaming frame the sink sees. `cap_file` bounds how far the source reads
-    (spark_apps.runtime.follower); `min_batch_interval_ms`, when above the tick, paces the batches in
+    (spark_apps.runtime.coordination.follower); `min_batch_interval_ms`, when above the tick, paces the batches in
     the source (the query then runs on TRIGGER_TICK_MS). The app's on_data_loss says what a restart does
     when its checkpoint's positions are not in the input any more (input_check.py); `identity_file`
     (inside the checkpoint) records which topic they belong to.
@@ -43,7 +43,7 @@ def build_frame(spark, app: AppDefinition, bootstrap: str, starting_offsets: str
     from pyspark.sql import functions as F
     from pyspark.sql.types import DataType
 
-    from spark_apps.runtime.kafka_source import KafkaSource
+    from spark_apps.runtime.source.kafka_source import KafkaSource
 
     # Imported here, inside run()'s error handling: an app module that fails to import is reported
     # as FAILED with the error in the status topic like any other bad app code.

@@ -2,7 +2,7 @@
 
 It builds the slot's streaming query (spark_apps.runtime.frame: Baton source -> the app's stateful
 transform), whose sink emits the output exactly once while this slot holds the active role and nothing
-while it is the standby (spark_apps.runtime.batch_sink). It follows the control topic without a restart
+while it is the standby (spark_apps.runtime.sink.batch_sink). It follows the control topic without a restart
 (follower), renews its lease (lease), publishes a status record per batch and at least every
 IDLE_HEARTBEAT_S (progress), digests its state for the upgrade's gates (digests), publishes corrected
 output when asked (correction), and stops at a batch boundary on request (control record or SIGTERM:
@@ -34,20 +34,20 @@ from baton.health import HealthPolicy
 from baton.kafka.client_config import kafka_config
 from baton.records import Role, Slot, SlotState, StatusRecord
 from baton.settings import STATUS_TOPIC
-from spark_apps.runtime.applied_cap import read_applied
-from spark_apps.runtime.batch_sink import RoleGatedSink
-from spark_apps.runtime.corrected_output import CorrectedOutput
-from spark_apps.runtime.correction import EmittedKeys
-from spark_apps.runtime.digests import StateDigests
-from spark_apps.runtime.follower import Follower
+from spark_apps.runtime.coordination.applied_cap import read_applied
+from spark_apps.runtime.sink.batch_sink import RoleGatedSink
+from spark_apps.runtime.sink.corrected_output import CorrectedOutput
+from spark_apps.runtime.sink.correction import EmittedKeys
+from spark_apps.runtime.state.digests import StateDigests
+from spark_apps.runtime.coordination.follower import Follower
 from spark_apps.runtime.frame import IDENTITY_FILE, TRIGGER_TICK_MS, build_frame, packs_rows
-from spark_apps.runtime.hold import Hold
-from spark_apps.runtime.input_ends import InputEnds
-from spark_apps.runtime.invariant_check import InvariantsOnRequest
-from spark_apps.runtime.kafka_sink import TransactionalEmitter, WriterFenced
-from spark_apps.runtime.lease import LeaseKeeper
-from spark_apps.runtime.priority import SlotPriority
-from spark_apps.runtime.progress import add_progress_listener, failure_reason, status_from_progress
+from spark_apps.runtime.coordination.hold import Hold
+from spark_apps.runtime.source.input_ends import InputEnds
+from spark_apps.runtime.state.invariant_check import InvariantsOnRequest
+from spark_apps.runtime.sink.kafka_sink import TransactionalEmitter, WriterFenced
+from spark_apps.runtime.coordination.lease import LeaseKeeper
+from spark_apps.runtime.coordination.priority import SlotPriority
+from spark_apps.runtime.coordination.progress import add_progress_listener, failure_reason, status_from_progress
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +66,7 @@ class Harness:
                  spark_conf: dict[str, str] | None = None, starting_offsets: str = "earliest",
                  hold: Hold | None = None):
         self.app, self.slot, self.bootstrap, self.generation = app, slot, bootstrap, generation
-        self.hold = hold  # a staged launch: start up, then wait to be the slot's launch (runtime.hold)
+        self.hold = hold  # a staged launch: start up, then wait to be the slot's launch (runtime.coordination.hold)
         self.paths = slot_paths(state_dir, app.name, slot, generation)
         self.spark_conf = spark_conf or {}
         self.starting_offsets = starting_offsets
@@ -96,7 +96,8 @@ class Harness:
         # The last batch's end-to-end latencies (oldest, newest record), set with last_progress (ProgressBridge).
         self.latencies: tuple[int | None, int | None] = (None, None)
         self.packs_rows = False  # the source packs events many to a row: Spark's row counts are not events
-        self.lease: LeaseKeeper | None = None  # renews this slot's lease; the standby's failover (runtime.lease)
+        # Renews this slot's lease; the standby's failover (runtime.coordination.lease).
+        self.lease: LeaseKeeper | None = None
         self.last_event = time.monotonic()  # the query's last progress or idle event
         # A query silent this long (no batch, no idle event) is hung: the lease is no longer renewed.
         self.stall_s = HealthPolicy.from_app(app).heartbeat_max_age_s
@@ -294,7 +295,7 @@ class Harness:
 
     def rejoin_as_standby(self, writer, wait_s: float = 10.0) -> bool:
         """The query failed because another slot fenced this one's writer: it took the active role while
-        this slot was stalled (runtime.lease). Restart the query from the checkpoint as the standby, in
+        this slot was stalled (runtime.coordination.lease). Restart the query from the checkpoint as the standby, in
         this process: the failed batch was not committed, so it runs again, capped as a standby batch."""
         exc = self.query.exception()
         if exc is None or WriterFenced.__name__ not in str(exc):

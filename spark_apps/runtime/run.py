@@ -2,7 +2,7 @@
 
 Runs under plain `python` (local mode) or spark-submit (a cluster master). Exit code 0 after a
 requested stop, 1 when the query failed, 2 for bad arguments or a bad app definition, 3 for a
-staged launch never promoted (spark_apps.runtime.hold).
+staged launch never promoted (spark_apps.runtime.coordination.hold).
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         conf[key] = value
     from spark_apps.runtime.harness import Harness
-    from spark_apps.runtime.hold import Hold
+    from spark_apps.runtime.coordination.hold import Hold
 
     hold = Hold(args.hold_until_recorded, args.hold_timeout_s) if args.hold_until_recorded is not None else None
     code = Harness(app, Slot(args.slot), args.bootstrap, args.state_dir, args.generation, conf,

@@ -75,9 +75,9 @@ def session_conf(app: AppDefinition) -> dict[str, str]:
     jar_built = conf["spark.sql.streaming.stateStore.providerClass"] == CACHED_STORE
     if jar_built:
         conf["spark.sql.extensions"] = SINGLE_PARTITION_STATE_RULE
-    # Baton's JVM classes on every executor: a TTL's operator (spark_apps.runtime.idle_counts), Baton's store.
+    # Baton's JVM classes on every executor: a TTL's operator (spark_apps.runtime.state.idle_counts), Baton's store.
     if app.state.ttl is not None or jar_built:
-        from spark_apps.runtime.idle_counts import jar
+        from spark_apps.runtime.state.idle_counts import jar
 
         conf["spark.jars"] = str(jar())
     return conf
@@ -97,7 +97,7 @@ def state_store_provider() -> str:
     """Baton's store where its jar is built (`make install`), else RocksDB's own. A new checkpoint keeps
     the provider it started with (Spark restores it from the checkpoint): a checkpoint of Baton's store
     needs the jar wherever it runs or is read; one of RocksDB's keeps RocksDB's (no cache)."""
-    from spark_apps.runtime.spark_home import baton_jar
+    from spark_apps.runtime.install.spark_home import baton_jar
 
     return CACHED_STORE if baton_jar() is not None else ROCKSDB_STORE
 
@@ -133,14 +133,14 @@ def background_jobs(spark):
 
 
 def driver_java_options(given: str) -> str:
-    """The driver JVM's options: the class-data-sharing archive (spark_apps.runtime.cds), the launch's own
+    """The driver JVM's options: the class-data-sharing archive (spark_apps.runtime.install.cds), the launch's own
     temporary directory (baton.launch_tmp: removed when the launch ends, however it ends) and where a crash
     of it logs (its slot's directory, not the checkout it runs in), then any given (a -Djava.io.tmpdir
     in the launch's conf comes after ours, and wins).
     The collector stays G1, the JVM's default: the throughput collector (-XX:+UseParallelGC) used ~5 %
     less CPU at the seed's rate, but its full collections of the 1 GB heap, every few minutes as the
     old generation filled (~10 % of it a minute), stopped a slot for up to 1.0 s (README, the hot path)."""
-    from spark_apps.runtime import cds
+    from spark_apps.runtime.install import cds
 
     if "ArchiveClassesAtExit" in given:  # building the archive
         return given
@@ -155,7 +155,7 @@ def driver_java_options(given: str) -> str:
 def session(name: str, app: AppDefinition, extra: dict[str, str] | None = None):
     from pyspark.sql import SparkSession
 
-    from spark_apps.runtime import spark_home
+    from spark_apps.runtime.install import spark_home
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)

@@ -28,7 +28,8 @@ APPS = {
               "batch_ms_budget: 15000\n",
     "cc_cut": "module: spark_apps.apps.click_counts\ntrigger_ms: 500\nmax_records_per_trigger: 5000\n",
     "cc_resume": "module: spark_apps.apps.click_counts\ntrigger_ms: 500\nmax_records_per_trigger: 5000\n",
-    "cc_up": "module: spark_apps.apps.click_counts\ntrigger_ms: 500\nmax_records_per_trigger: 5000\n"
+    # click_counts with the test fault tests.support.late_position (test_rolling_upgrade.py writes it).
+    "cc_up": "module: tests.support.late_position_app\ntrigger_ms: 500\nmax_records_per_trigger: 5000\n"
              "batch_ms_budget: 15000\n",
     "cc_fix": "module: tests.support.buggy_counts\ntrigger_ms: 500\nmax_records_per_trigger: 5000\n"
               "batch_ms_budget: 15000\n",
@@ -45,7 +46,7 @@ APPS = {
 VERSIONS = {
     "cc_up": {"v2": "spark_apps.apps.click_counts_v2",   # same state as v1: an exact upgrade
               "v3": "spark_apps.apps.click_counts_v3",   # another state schema: refused at preflight
-              "v4": "spark_apps.apps.click_counts"},     # v1's code again: the rollback test's target
+              "v4": "tests.support.late_position_app"},  # v1's code again: the rollback test's target
     "cc_fix": {"v2": "spark_apps.apps.click_counts"},    # the fix of v1's injected bug (tests.support.buggy_counts)
 }
 

@@ -92,7 +92,7 @@ def test_a_reprocess_corrects_every_key_without_stopping_the_output_and_has_a_wa
         summary = client.xcom("baton_reprocess", first["dag_run_id"], "finish")
         assert summary["way_back"]["conf"] == {"app": app.name, "correct": True}
         # Its correction came from the state image its invariant check's read began (the app's output is
-        # its state: spark_apps.runtime.state_image), with no state read at the cutover.
+        # its state: spark_apps.runtime.state.state_image), with no state read at the cutover.
         driver_log = (Launcher(platform.settings.state_dir).slot_dir(app.name, standby) / "driver.log").read_text()
         assert re.search(rf"published the state image through batch \d+ as corrected output at epoch {record.epoch}:",
                          driver_log), "the new generation's correction did not come from its state image"

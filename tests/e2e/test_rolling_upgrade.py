@@ -32,6 +32,7 @@ from baton.records import CommitMarker, Slot, SlotState
 from baton.settings import CONTROL_TOPIC
 from baton.tools.verify import read_output, verify
 from tests.support.e2e import LiveLoad, both_slots_running, run_dag
+from tests.support.late_position import fault_file
 from tests.support.slots import produce_clicks, read_status, read_topic, wait_until_emitted
 
 pytestmark = pytest.mark.e2e
@@ -91,11 +92,11 @@ def test_a_version_with_another_state_schema_is_refused_and_the_standby_put_back
 
 
 def fault_path(platform, app, slot: Slot) -> Path:
-    """Where the test fault spark_apps.runtime.late_position goes for `slot`: the next of each kind the
+    """Where the test fault tests.support.late_position goes for `slot`: the next of each kind the
     file names ("fence", "check_at") that a control record sets is passed by that slot before it sees
     it, as on a host too busy to deliver the record in time (the file is gone once all are used)."""
     rec = read_control(platform.settings.kafka_bootstrap, app.name)
-    return slot_paths(platform.settings.state_dir, app.name, slot, rec.slots[slot].generation).late_position_fault
+    return fault_file(slot_paths(platform.settings.state_dir, app.name, slot, rec.slots[slot].generation))
 
 
 def late_positions(platform, app, slot: Slot, *kinds: str) -> Path:
@@ -214,7 +215,7 @@ def test_a_version_that_breaks_the_sla_after_the_cutover_is_rolled_back(running)
 def test_a_rollback_whose_first_fence_the_new_active_passes_still_hands_back_at_a_fence(running):
     """The rollback plans its fence again, twice as far ahead, while the new active passes it: blue, active
     on v4 after the cutover, passes the rollback's first fence before it sees it (the test fault
-    spark_apps.runtime.late_position, written the moment blue takes over) and stops at the second. Steady
+    tests.support.late_position, written the moment blue takes over) and stops at the second. Steady
     input: a fence planned in a pause lies at the input's end, which blue would pass only once input
     resumes (the gate waits for blue's word that it holds at a fence: baton.fence_gate)."""
     platform, client, app, truth = running

@@ -57,12 +57,12 @@ def test_installed_packages_carry_compiled_bytecode():
 
 
 def test_the_local_drivers_spark_home_is_built_for_the_installed_pyspark():
-    from spark_apps.runtime import spark_home
+    from spark_apps.runtime.install import spark_home
 
     assert spark_home.current(), f"{spark_home.HOME} is missing or stale: `make install` builds it"
 
 
 def test_the_spark_drivers_class_data_sharing_archive_is_built_for_this_java_and_pyspark():
-    from spark_apps.runtime import cds
+    from spark_apps.runtime.install import cds
 
     assert cds.current(), f"{cds.ARCHIVE} is missing or stale: `make install` builds it"

@@ -135,6 +135,18 @@ class BatonKafkaHook(BaseHook):
         """The end of each partition now (read committed; see baton.kafka.tail.end_offsets)."""
         return end_offsets(self.bootstrap, topic, partitions)
 
+    def bounds(self, topic: str, partitions: Iterable[int]) -> tuple[dict[int, int], dict[int, int]]:
+        """(low, end) of each partition now (baton.kafka.positions.bounds)."""
+        from baton.kafka.positions import bounds
+
+        return bounds(self.bootstrap, topic, partitions)
+
+    def offsets_for_timestamp(self, topic: str, partitions: Iterable[int], ts_ms: int) -> dict[int, int]:
+        """Each partition's first offset at or after `ts_ms` (baton.kafka.positions.offsets_for_timestamp)."""
+        from baton.kafka.positions import offsets_for_timestamp
+
+        return offsets_for_timestamp(self.bootstrap, topic, partitions, ts_ms)
+
     def group_offsets(self, group: str, topic: str, partitions: Sequence[int], timeout_s: float = 15.0) -> dict[int, int]:
         """The consumer group's committed offset per partition (absent: nothing committed there)."""
         from confluent_kafka import Consumer, TopicPartition

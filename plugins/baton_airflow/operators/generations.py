@@ -14,7 +14,7 @@ from typing import Any
 from airflow.sdk.exceptions import AirflowFailException
 
 from baton.apps import AppDefinitionError, version_path
-from baton.generations import archive_generation, archive_unused, plan_confirmation, purge_expired
+from baton.generations import plan_confirmation
 from baton.plans import ConfirmPlan
 from baton.records import Slot, SlotSpec
 from baton.reprocess import RequestRefused, begin_operation, end_operation
@@ -22,7 +22,7 @@ from baton_airflow.hooks.spark import BatonSparkHook
 from baton_airflow.operators.reprocess import NewGenerationOperator
 from baton_airflow.operators.slots import resolve
 from baton_airflow.operators.steps import (
-    AbortStepsOperator, AppOperator, PlanStepOperator, fail_with_reason, first_reason, slot_checkpoint,
+    AbortStepsOperator, AppOperator, PlanStepOperator, fail_with_reason, first_reason,
 )
 
 HOLD_S = 3600  # a confirmation may hold the app this long; past it, another operation may start
@@ -80,19 +80,14 @@ class RebuildStandbyOperator(NewGenerationOperator):
         return f"confirmation of generation {self.run_plan().generation} ({context['run_id']})"
 
     def prepare(self, spark: BatonSparkHook, app: str, slot: Slot, left: SlotSpec, why: str) -> None:
-        from baton.checkpoints import copy_checkpoint, truncate_after
-
-        plan = ConfirmPlan.of(self.plan)
+        plan, state = ConfirmPlan.of(self.plan), self.slot_state(spark)
         generation, now_ms = plan.generation, int(time.time() * 1000)
         for gen, version in ((left.generation, left.version), (generation, "")):
             # Its own generation; and whatever an earlier reprocess left at the path the copy goes to.
-            archive_generation(spark.state_dir, app, slot, gen, why, plan.keep_until_ms, now_ms,
-                               version=version)
-        target = slot_checkpoint(spark, app, slot, generation)
-        source = slot_checkpoint(spark, app, plan.keep, generation)
-        batch = copy_checkpoint(source, target)
-        if batch is not None:
-            truncate_after(target, batch)  # never ahead of what the active emitted
+            state.archive_generation(app, slot, gen, why, plan.keep_until_ms, now_ms, version=version)
+        target = state.checkpoint(app, slot, generation)
+        source = state.checkpoint(app, plan.keep, generation)
+        batch = state.copy_checkpoint(source, target)  # cut after its last batch: never ahead of the active
         self.log.info("%s/%s: copied %s at batch %s", app, slot.value, source, batch)
 
     def starting_offsets(self) -> str:
@@ -109,9 +104,9 @@ class FinishConfirmOperator(PlanStepOperator):
         plane = control.plane()
         now_ms = plane.now_ms()
         rec, plan = plane.current(app.name), ConfirmPlan.of(self.plan)
-        archived = archive_unused(spark.state_dir, rec, f"unused after {context['run_id']}", plan.keep_until_ms,
-                                  now_ms)
-        purged = purge_expired(spark.state_dir, app.name, now_ms)
+        state = self.slot_state(spark)
+        archived = state.archive_unused(rec, f"unused after {context['run_id']}", plan.keep_until_ms, now_ms)
+        purged = state.purge_expired(app.name, now_ms)
         rec = plane.update(app.name, end_operation(plan.operation))
         summary = {"active": rec.active.value, "generation": plan.generation, "version": plan.version,
                    "standby": {"slot": plan.rebuild.value, "generation": rec.slots[plan.rebuild].generation},

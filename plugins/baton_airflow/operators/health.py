@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import time
-from pathlib import Path
 from typing import Any
 
 from airflow.sdk import BaseOperator
@@ -22,31 +20,18 @@ from baton.alerts import Alert, alerts_of, due
 from baton.apps import AppDefinition, load_registry, version_path
 from baton.control_plane import SlotMoved
 from baton.handoff import HandoffError, fail_over, other, stale_fence, without_fence
-from baton.local.procs import tail
 from baton.health import (Finding, HealthPolicy, RestartAction, Severity, SlotHealth, Verdict, assess, decide_restart,
                           failover_finding, lease_finding, prune_restarts, summarize)
 from baton.records import ControlRecord, Slot, SlotState
 from baton_airflow.alerts import SENT_VARIABLE, configured_notifiers, send
 from baton_airflow.hooks.control import BatonControlHook
 from baton_airflow.hooks.kafka import BatonKafkaHook
+from baton_airflow.hooks.slot_state import BatonSlotStateHook
 from baton_airflow.hooks.spark import BatonSparkHook
 from baton.caps import compute_cap
 
 FAILED_PREFIX = "FAILED: "  # an action marking a slot FAILED (an alert)
 LAG_VARIABLE = "baton_health_lag"  # (ts_ms, lag) samples per slot between runs: lag growth, input waiting
-
-
-def disk_bytes(root: Path) -> int | None:
-    if not root.exists():
-        return None
-    total = 0
-    for dirpath, _dirs, files in os.walk(root):
-        for f in files:
-            try:
-                total += os.lstat(os.path.join(dirpath, f)).st_size
-            except FileNotFoundError:
-                pass  # a checkpoint file removed by Spark's maintenance while we walk
-    return total
 
 
 def alive(health: SlotHealth | None) -> bool:
@@ -146,14 +131,15 @@ class HealthCheckOperator(BaseOperator):
         marker = control.last_commit(app)
         end = control.input_end(app)
         leases = control.leases(app.name)
+        state = BatonSlotStateHook.of(spark)
         out = []
         for slot in Slot:
             spec = record.slots.get(slot)
             key = f"{app.name}/{slot.value}"
             history = [s for s in statuses if s.slot is slot][-200:]
             samples = [tuple(s) for s in lag_samples.get(key, []) if s[0] > now_ms - policy.lag_window_s * 1000]
-            health = assess(app, slot, spec, history, end, disk_bytes(spark.state_dir / "slots" / app.name / slot.value),
-                            now_ms, policy, cap=compute_cap(record, slot, marker, app.input.partitions),
+            health = assess(app, slot, spec, history, end, state.disk_bytes(app.name, slot), now_ms, policy,
+                            cap=compute_cap(record, slot, marker, app.input.partitions),
                             started_ms=spec.started_ms if spec and spec.started_ms else None, lag_history=samples)
             health = self.with_newer_launch(app, slot, spec, health, spark, now_ms, policy)
             health = self.with_process_check(app, slot, spec, health, spark)
@@ -223,7 +209,8 @@ class HealthCheckOperator(BaseOperator):
         if launch is None:
             return ""
         ended = launcher.exit_info(launch)
-        lines = [ln for ln in tail(Path(launch.log_path), 40).splitlines() if ln.strip() and not ln.startswith("[baton]")]
+        lines = [ln for ln in BatonSlotStateHook.log_tail(launch.log_path, 40).splitlines()
+                 if ln.strip() and not ln.startswith("[baton]")]
         code = ended.code if ended is not None else "unknown"
         return f"driver exited with code {code}" + (f": {lines[-1].strip()}" if lines else "") + f" (log {launch.log_path})"
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import importlib
 import json
-import time
 from typing import Any
 
 from airflow.sdk.exceptions import AirflowException, AirflowSkipException
@@ -16,7 +15,6 @@ from airflow.sdk.exceptions import AirflowException, AirflowSkipException
 from baton.apps import AppDefinitionError, load_version, version_path
 from baton.handoff import other
 from baton.invariants import answer_to, answered, ask_invariants, violations_text
-from baton.kafka.positions import bounds, offsets_for_timestamp
 from baton.lifecycle import IllegalTransition
 from baton.plans import ConfirmPlan, ReprocessPlan, SlotRestart
 from baton.records import Slot, SlotSpec, SlotState
@@ -26,7 +24,7 @@ from baton.reprocess import (
 from baton_airflow.hooks.spark import BatonSparkHook
 from baton_airflow.operators.slots import resolve
 from baton_airflow.operators.steps import (
-    AbortStepsOperator, AppOperator, PlanStepOperator, fail_with_reason, first_reason, lift_own_fence, slot_checkpoint,
+    AbortStepsOperator, AppOperator, PlanStepOperator, fail_with_reason, first_reason, lift_own_fence,
 )
 from baton_airflow.triggers.base import met_or_raise
 from baton_airflow.triggers.status import InvariantsAnswerTrigger, SlotRunningTrigger
@@ -65,10 +63,10 @@ class ReprocessRequestOperator(AppOperator):
             end = parse_end(self.end)
             if rec is None or rec.operation != operation:  # a retry of this run skips the checks it passed
                 check_app_state(rec, now_ms)
-            lows, ends = bounds(control.bootstrap, app.input.topic, range(app.input.partitions))
+            lows, ends = control.kafka.bounds(app.input.topic, range(app.input.partitions))
             offsets = resolve_start(start, app.input.partitions, lows, ends, now_ms,
-                                    lambda ts: offsets_for_timestamp(control.bootstrap, app.input.topic,
-                                                                     range(app.input.partitions), ts))
+                                    lambda ts: control.kafka.offsets_for_timestamp(app.input.topic,
+                                                                                   range(app.input.partitions), ts))
             rec = plane.update(app.name, begin_operation(operation, now_ms + HOLD_S * 1000, now_ms))
         except (AppDefinitionError, RequestRefused, ImportError) as exc:
             raise fail_with_reason(context, f"reprocess of {app.name} refused: {exc}; nothing was changed") from None
@@ -113,7 +111,7 @@ class NewGenerationOperator(AppOperator):
 
     def prepare(self, spark: BatonSparkHook, app: str, slot: Slot, left: SlotSpec, why: str) -> None:
         """The slot is stopped, its previous generation `left` behind: keep that checkpoint."""
-        archive(spark, app, slot, left.generation, left.version, why)
+        self.slot_state(spark).archive_note(app, slot, left.generation, left.version, why)
 
     def starting_offsets(self) -> str:
         return json.dumps({str(p): int(o) for p, o in self.run_plan().start_offsets.items()})
@@ -163,15 +161,6 @@ class NewGenerationOperator(AppOperator):
         control.plane().move_slot(app.name, slot, SlotState.RUNNING, reason="")
         return SlotRestart(slot=slot, since_ms=since_ms, launch=launch, version=plan.version,
                            generation=plan.generation).to_xcom()
-
-
-def archive(spark: BatonSparkHook, app: str, slot: Slot, generation: int, version: str, why: str) -> None:
-    """Keep a generation's checkpoint (nothing is deleted) with a note saying what it holds."""
-    root = slot_checkpoint(spark, app, slot, generation).parent
-    if root.is_dir():
-        (root / "ARCHIVED.json").write_text(json.dumps({
-            "app": app, "slot": slot.value, "generation": generation, "version": version, "why": why,
-            "archived_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}, indent=1))
 
 
 class InvariantsOperator(AppOperator):
@@ -272,7 +261,8 @@ class FinishReprocessOperator(PlanStepOperator):
         summary = {"active": rec.active.value, "epoch": rec.epoch, "generation": plan.generation,
                    "version": plan.version, "previous": {"slot": old.value, "version": rec.slots[old].version,
                                                                    "generation": rec.slots[old].generation},
-                   "archived": str(slot_checkpoint(spark, app.name, plan.standby, plan.from_generation).parent),
+                   "archived": str(self.slot_state(spark).checkpoint(app.name, plan.standby,
+                                                                     plan.from_generation).parent),
                    "way_back": {"dag": "baton_cutover", "conf": {"app": app.name, "correct": True}},
                    "confirm": {"dag": "baton_reprocess_confirm", "conf": {"app": app.name}}}
         self.log.info("reprocess done: %s", summary)

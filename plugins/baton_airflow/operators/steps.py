@@ -1,21 +1,20 @@
 """What the multi-step DAGs' operators share (rolling upgrade, reprocess): hooks for one app, a failed
-step's reason kept for the abort step's report, lifting only this run's fence, and the paths of a
-slot's checkpoint and of its copies."""
+step's reason kept for the abort step's report, lifting only this run's fence. A slot's checkpoint and
+its copies are the slot-state hook's (baton_airflow.hooks.slot_state)."""
 
 from __future__ import annotations
 
-import shutil
 from datetime import timedelta
-from pathlib import Path
 from typing import Any, Sequence
 
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
 from baton.handoff import HandoffError, without_fence
-from baton.records import ControlRecord, Slot
+from baton.records import ControlRecord
 from baton_airflow.hooks.control import BatonControlHook
 from baton_airflow.hooks.kafka import BatonKafkaHook
+from baton_airflow.hooks.slot_state import BatonSlotStateHook
 from baton_airflow.hooks.spark import BatonSparkHook
 
 
@@ -30,6 +29,11 @@ class AppOperator(BaseOperator):
 
     def hooks(self) -> tuple[BatonControlHook, BatonSparkHook]:
         return BatonControlHook(self.kafka_conn_id), BatonSparkHook(conn_id=self.spark_conn_id)
+
+    @staticmethod
+    def slot_state(spark: BatonSparkHook) -> BatonSlotStateHook:
+        """The files of the slots `spark` launches (checkpoints and their copies)."""
+        return BatonSlotStateHook.of(spark)
 
 
 class PlanStepOperator(AppOperator):
@@ -76,41 +80,3 @@ def lift_own_fence(plane, rec: ControlRecord, epoch: int, run_id: str, log) -> C
     except HandoffError as exc:  # another handoff's fence (e.g. a failover's): not ours to lift
         log.info("%s: %s", rec.app, exc)
     return rec
-
-
-def slot_checkpoint(spark: BatonSparkHook, app: str, slot: Slot, generation: int) -> Path:
-    from baton.generations import slot_paths
-
-    return slot_paths(spark.state_dir, app, slot, generation).checkpoint
-
-
-# Beside a slot's checkpoint: a copy of it as the slot's previous version left it, taken while the slot
-# was stopped for an upgrade (the way back if the new version is refused before it took the role).
-WAY_BACK = "way-back"
-
-
-def keep_way_back(checkpoint: Path) -> Path | None:
-    """Copy the stopped slot's checkpoint beside it (replacing an older copy); None: no checkpoint yet."""
-    if not checkpoint.is_dir():
-        return None
-    copy = checkpoint.parent / WAY_BACK
-    if copy.exists():
-        shutil.rmtree(copy)
-    shutil.copytree(checkpoint, copy)
-    return copy
-
-
-def drop_way_back(checkpoint: Path) -> None:
-    """The copy keep_way_back made is of no more use (the new version took the role and settled)."""
-    shutil.rmtree(checkpoint.parent / WAY_BACK, ignore_errors=True)
-
-
-def take_way_back(checkpoint: Path) -> bool:
-    """Put the copy keep_way_back made in the checkpoint's place (the slot is stopped); False: there
-    is none. A retry after the move finds the checkpoint in place and no copy: done already."""
-    copy = checkpoint.parent / WAY_BACK
-    if not copy.is_dir():
-        return False
-    shutil.rmtree(checkpoint, ignore_errors=True)
-    copy.rename(checkpoint)
-    return True

@@ -15,7 +15,7 @@ class EnsureTopicsOperator(BaseOperator):
         self.kafka_conn_id = kafka_conn_id
 
     def execute(self, context: Any) -> dict[str, Any]:
-        from baton.local.platform import platform_topics
+        from baton.topics import platform_topics
 
         specs = platform_topics()  # raises AppDefinitionError naming file and field
         created = BatonKafkaHook(self.kafka_conn_id).ensure_topics(specs)

@@ -26,8 +26,7 @@ from baton_airflow.hooks.spark import BatonSparkHook
 from baton_airflow.operators.handoff import plan_ahead, set_fence
 from baton_airflow.operators.slots import resolve
 from baton_airflow.operators.steps import (
-    WAY_BACK, AbortStepsOperator, AppOperator, drop_way_back, fail_with_reason, first_reason, keep_way_back,
-    lift_own_fence, slot_checkpoint, take_way_back,
+    AbortStepsOperator, AppOperator, fail_with_reason, first_reason, lift_own_fence,
 )
 from baton_airflow.triggers.base import met_or_raise
 from baton_airflow.triggers.status import SlotRunningTrigger
@@ -120,12 +119,14 @@ class UpgradeSlotOperator(AppOperator):
                     self.log.info("%s/%s stopped (graceful: %s)", app.name, slot.value, result.graceful)
                     plane.move_slot(app.name, slot, SlotState.STOPPED, reason=why)
                 if self.role == "standby":  # the way back, should the new version be refused before the cutover
-                    kept = keep_way_back(slot_checkpoint(spark, app.name, slot, spec.generation))
+                    state = self.slot_state(spark)
+                    kept = state.keep_way_back(state.checkpoint(app.name, slot, spec.generation))
                     self.log.info("%s/%s: the state it left is kept for the way back: %s", app.name, slot.value, kept)
                 else:  # after the cutover settled: the new active's way back is of no more use
                     new_active = other(slot)
-                    drop_way_back(slot_checkpoint(spark, app.name, new_active, plane.current(app.name)
-                                                  .slots[new_active].generation))
+                    state = self.slot_state(spark)
+                    state.drop_way_back(state.checkpoint(app.name, new_active,
+                                                         plane.current(app.name).slots[new_active].generation))
                 spec = plane.move_slot(app.name, slot, SlotState.STARTING, version=version, reason=why,
                                        started_ms=plane.now_ms()).slots[slot]
             elif spec.desired is not SlotState.RUNNING:
@@ -341,8 +342,9 @@ class AbortUpgradeOperator(AbortStepsOperator):
                  reason: str) -> str:
         """The standby on the old version again, from the copy of the state it left (UpgradeSlotOperator)."""
         old, new = plan.from_version, plan.version
-        checkpoint = slot_checkpoint(spark, app.name, slot, spec.generation)
-        if not (checkpoint.parent / WAY_BACK).is_dir():
+        state = self.slot_state(spark)
+        checkpoint = state.checkpoint(app.name, slot, spec.generation)
+        if not state.has_way_back(checkpoint):
             return (f"; the standby {slot.value} already runs {new} and no copy of the state it left is kept "
                     f"(run the upgrade with version {old} to put it back)")
         plane, why = control.plane(), f"put back on {old}: {reason}"[:500]
@@ -350,7 +352,7 @@ class AbortUpgradeOperator(AbortStepsOperator):
             plane.move_slot(app.name, slot, SlotState.STOPPING, reason=why)
             spark.stop(app.name, slot, grace_s=30, self_stop_s=30)
             plane.move_slot(app.name, slot, SlotState.STOPPED, reason=why)
-        take_way_back(checkpoint)
+        state.take_way_back(checkpoint)
         spec = plane.move_slot(app.name, slot, SlotState.STARTING, version=old, reason=why,
                                started_ms=plane.now_ms()).slots[slot]
         proc = spark.ensure_started(str(version_path(app.name, old)), slot, control.bootstrap, generation=spec.generation)

@@ -9,9 +9,10 @@ from confluent_kafka.admin import AdminClient
 
 from baton.kafka.admin import delete_topics
 from baton.kafka.client_config import kafka_config
-from baton.local.platform import Platform, platform_topics
+from baton.local.platform import Platform
 from baton.local.procs import free_port
 from baton.settings import Settings
+from baton.topics import platform_topics
 
 pytestmark = pytest.mark.integration
 

@@ -15,11 +15,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from baton.apps import load_registry
 from baton.kafka.admin import ensure_topics
 from baton.leases import Lease
-from baton.local.platform import platform_topics
 from baton.local.procs import free_port
 from baton.records import ControlRecord, Handoff, Role, Slot, SlotSpec, SlotState, StatusRecord
 from baton.settings import CONTROL_TOPIC, LEASES_TOPIC, STATUS_TOPIC
 from baton.status_feed import StatusFeed
+from baton.topics import platform_topics
 
 pytestmark = pytest.mark.integration
 

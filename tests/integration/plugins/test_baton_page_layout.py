@@ -12,7 +12,7 @@ from pathlib import Path
 
 from baton_airflow.ui import baton_page
 
-from spark_apps.runtime.input_check import decide
+from spark_apps.runtime.source.input_check import decide
 from tests.support.browser import chromium_path
 
 BASE = "http://baton.test/baton/"

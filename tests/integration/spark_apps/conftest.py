@@ -15,7 +15,7 @@ def spark(tmp_path_factory):
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
 
-    from spark_apps.runtime.idle_counts import jar
+    from spark_apps.runtime.state.idle_counts import jar
     from spark_apps.runtime.spark import driver_java_options
 
     root = tmp_path_factory.mktemp("spark")

@@ -148,7 +148,7 @@ def test_an_app_never_started_has_an_empty_view_and_the_tables_say_so():
 
 def test_the_detail_shows_a_slot_s_error_s_first_line_whole():
     """A data-loss error is long and ends with the way out (it was cut at 200 characters)."""
-    from spark_apps.runtime.input_check import decide
+    from spark_apps.runtime.source.input_check import decide
 
     error = decide("clicks", {0: 25_818, 1: 26_006}, {0: 0, 1: 0}, {0: 0, 1: 0}, "fail").reason
     failed = dataclasses.replace(status(), state=SlotState.FAILED, error=f"{error}\nTraceback (most recent call last): ...")

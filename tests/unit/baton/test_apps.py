@@ -108,7 +108,7 @@ def test_the_state_row_count_is_on_unless_the_app_turns_it_off_and_reaches_the_s
 
 
 def test_a_state_ttl_is_read_in_event_time_and_brings_its_jvm_operator_to_the_slot(tmp_path):
-    from spark_apps.runtime.idle_counts import JAR
+    from spark_apps.runtime.state.idle_counts import JAR
     from spark_apps.runtime.spark import session_conf
 
     assert load_definition(write(tmp_path, GOOD)).state.ttl is None
@@ -119,7 +119,7 @@ def test_a_state_ttl_is_read_in_event_time_and_brings_its_jvm_operator_to_the_sl
 
 
 def test_the_state_store_is_baton_s_cached_one_where_its_jar_is_built_and_cache_keys_sizes_it(tmp_path, monkeypatch):
-    from spark_apps.runtime import idle_counts
+    from spark_apps.runtime.state import idle_counts
     from spark_apps.runtime.spark import (CACHE_KEYS_CONF, CACHED_STORE, ROCKSDB_STORE, SINGLE_PARTITION_STATE_RULE,
                                           session_conf)
 

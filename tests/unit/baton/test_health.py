@@ -424,7 +424,7 @@ def test_the_healthy_gate_needs_a_fresh_record_and_fails_on_death(verdict, age_m
 def test_a_slot_whose_input_lost_its_data_is_not_restarted():
     """Its restart fails the same way (in ~20-35 s): the guard gives up at once, with the slot's reason and
     its way out, instead of restarting it up to its limit."""
-    from spark_apps.runtime.input_check import WAY_OUT
+    from spark_apps.runtime.source.input_check import WAY_OUT
 
     assert WAY_OUT.startswith(CANNOT_RESUME)
     reason = f"clicks partitions [0, 1]: the checkpoint stands at {{0: 900}} but the topic ends at {{0: 0}}. {WAY_OUT}."

@@ -1,4 +1,4 @@
-"""A staged next launch (baton.launcher.stage, spark_apps.runtime.hold): spawned beside the running
+"""A staged next launch (baton.launcher.stage, spark_apps.runtime.coordination.hold): spawned beside the running
 launch, it holds until promoted, and is promoted by the ensure_started of the same launch once the
 running one is gone; anything else (a stop, a different launch, no promotion in time) ends it. The
 driver is a small Python process that holds with the real Hold, as the harness does."""
@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 from baton.launcher import STAGED_LOCK, STAGED_RECORD, Launcher, SlotBusy
-from spark_apps.runtime.hold import Hold
+from spark_apps.runtime.coordination.hold import Hold
 from tests.unit.baton.test_launcher import launch_processes, python_argv, spec, wait_for
 
 # Holds when staged (the real Hold), then says RUNNING with its launch id; ends cleanly on SIGTERM.
@@ -28,7 +28,7 @@ signal.signal(signal.SIGTERM, lambda *a: stop.set())
 args = sys.argv[1:]
 me = os.environ['BATON_LAUNCH_ID']
 if '--hold-until-recorded' in args:
-    from spark_apps.runtime.hold import Hold
+    from spark_apps.runtime.coordination.hold import Hold
     print('HELD ' + me, flush=True)
     hold = Hold(Path(args[args.index('--hold-until-recorded') + 1]), float(args[args.index('--hold-timeout-s') + 1]))
     if not hold.wait(stop):

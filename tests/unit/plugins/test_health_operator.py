@@ -159,7 +159,7 @@ def test_a_standby_short_of_the_fence_takes_over_at_once_and_reaches_it_first():
     control, message, _ = fail_over_with_green_at({0: 10, 1: 50})
     rec = control.plane().current("crashy")
     assert (rec.active, rec.epoch, rec.fence) == (Slot.GREEN, 2, None) and "30 records short" in message
-    # What the new active reads up to before it emits (spark_apps.runtime.follower): what blue emitted.
+    # What the new active reads up to before it emits (spark_apps.runtime.coordination.follower): what blue emitted.
     assert (rec.handoff.to, rec.handoff.fence) == (Slot.GREEN, {0: 40, 1: 50})
 
 

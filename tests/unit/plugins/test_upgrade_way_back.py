@@ -8,14 +8,16 @@ from baton.apps import load_app
 from baton.control_plane import ControlPlane
 from baton.plans import UpgradePlan
 from baton.records import Role, Slot, SlotState, StatusRecord
-from baton_airflow.operators import upgrade
-from baton_airflow.operators.steps import WAY_BACK, drop_way_back, keep_way_back, take_way_back
+from baton_airflow.hooks.slot_state import WAY_BACK, BatonSlotStateHook
 from baton_airflow.operators.upgrade import AbortUpgradeOperator
 from tests.support.fakes import MemoryControlStore
 
 APP = load_app("click_counts")
 PLAN = UpgradePlan(app=APP.name, version="v2", definition="v2.yaml", active=Slot.BLUE, standby=Slot.GREEN, epoch=1,
                    from_version="v1", policy="exact")
+
+
+keep_way_back, take_way_back = BatonSlotStateHook.keep_way_back, BatonSlotStateHook.take_way_back
 
 
 def test_the_way_back_is_a_copy_of_the_stopped_checkpoint_put_back_in_its_place(tmp_path):
@@ -30,7 +32,7 @@ def test_the_way_back_is_a_copy_of_the_stopped_checkpoint_put_back_in_its_place(
     assert sorted(p.name for p in (checkpoint / "commits").iterdir()) == ["7"] and not copy.exists()
     assert not take_way_back(checkpoint)  # a retry: done already
     keep_way_back(checkpoint)
-    drop_way_back(checkpoint)
+    BatonSlotStateHook.drop_way_back(checkpoint)
     assert not (tmp_path / WAY_BACK).exists() and (checkpoint / "commits" / "7").exists()
 
 
@@ -63,7 +65,7 @@ class Spark:
 def test_an_upgraded_standby_is_put_back_on_the_old_version_from_the_state_it_left(tmp_path, monkeypatch):
     control, spark = Control(), Spark(tmp_path)
     checkpoint = tmp_path / "green" / "checkpoint"
-    monkeypatch.setattr(upgrade, "slot_checkpoint", lambda spark, app, slot, generation: checkpoint)
+    monkeypatch.setattr(BatonSlotStateHook, "checkpoint", lambda self, app, slot, generation: checkpoint)
     (checkpoint / "commits").mkdir(parents=True)
     keep_way_back(checkpoint)
     plane = control.plane()
@@ -80,7 +82,7 @@ def test_an_upgraded_standby_is_put_back_on_the_old_version_from_the_state_it_le
 
 def test_without_a_copy_the_run_says_how_to_put_the_standby_back(tmp_path, monkeypatch):
     control, spark = Control(), Spark(tmp_path)
-    monkeypatch.setattr(upgrade, "slot_checkpoint", lambda spark, app, slot, generation: tmp_path / "checkpoint")
+    monkeypatch.setattr(BatonSlotStateHook, "checkpoint", lambda self, app, slot, generation: tmp_path / "checkpoint")
     op = AbortUpgradeOperator(task_id="abort", app=APP.name, steps=["warm_up"], plan=PLAN.to_xcom())
     said = op.put_back(control, spark, APP, PLAN, Slot.GREEN, SimpleNamespace(generation=0), "warm-up timed out")
     assert "run the upgrade with version v1" in said and spark.calls == []

@@ -28,9 +28,9 @@ from baton.local.procs import free_port
 from baton.records import ControlRecord, Slot, SlotState
 from baton.settings import LEASES_TOPIC, LEASES_TOPIC_CONFIG
 from baton.status_feed import StatusFeed
-from spark_apps.runtime import lease as lease_module
-from spark_apps.runtime.input_ends import InputEnds
-from spark_apps.runtime.lease import LeaseKeeper
+from spark_apps.runtime.coordination import lease as lease_module
+from spark_apps.runtime.source.input_ends import InputEnds
+from spark_apps.runtime.coordination.lease import LeaseKeeper
 
 pytestmark = pytest.mark.integration
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from spark_apps.runtime.batch_sink import CALL_SITE_SHORT, batch_table
+from spark_apps.runtime.sink.batch_sink import CALL_SITE_SHORT, batch_table
 
 pytestmark = pytest.mark.integration
 

@@ -19,6 +19,7 @@ from baton.kafka.tail import end_offsets
 from baton.records import CommitMarker, Slot, covers
 from baton.tools.verify import read_output, verify
 from baton.kafka.markers import read_last_marker
+from tests.support.late_position import fault_file
 from tests.support.slots import (produce_clicks, read_status, read_topic, start_slot, stop_slot, wait_for,
                                  wait_until_emitted, wait_until_following)
 
@@ -210,16 +211,16 @@ def settled(check):
     return check if check.met or check.failed else None
 
 
-def test_an_idle_active_at_the_fence_is_handed_over_only_once_it_holds_there(bootstrap, both_slots_app, tmp_path):
+def test_an_idle_active_at_the_fence_is_handed_over_only_once_it_holds_there(bootstrap, late_position_app, tmp_path):
     """A fence planned in an input pause lies at the input's end, where the idle active's marker already
     stands. Seen in CI (the rolled-back upgrade): the cutover was written on that marker alone, input
     resumed before the fence reached the active, which emitted past F at the old epoch after the role
     had moved. The gate (baton.fence_gate) waits for the active's word that it holds at F.
-    1. Blue never sees the fence (the test fault spark_apps.runtime.late_position): however long its
+    1. Blue never sees the fence (the test fault tests.support.late_position): however long its
        marker stands at F, no cutover; once input resumes blue emits past F, the gate fails, nothing moved.
     2. Blue sees the next fence, at the input's end again: its word comes, the cutover is written in the
        pause, and the input that follows is green's to emit, from F. The output equals the ground truth."""
-    app, path = both_slots_app
+    app, path = late_position_app
     state = tmp_path / "state"
     state.mkdir()
     blue = start_slot(bootstrap, path, state, "blue")
@@ -240,7 +241,7 @@ def test_an_idle_active_at_the_fence_is_handed_over_only_once_it_holds_there(boo
         wait_until_following(bootstrap, app, "green", procs)
 
         # 1. A fence blue does not see.
-        fault = slot_paths(state, app.name, Slot.BLUE, 0).late_position_fault
+        fault = fault_file(slot_paths(state, app.name, Slot.BLUE, 0))
         fault.write_text("fence\n")
         unseen = end_offsets(bootstrap, app.input.topic, partitions)
         plane.update(app.name, with_fence(unseen, epoch=1, by="unseen"))

@@ -16,7 +16,7 @@ from baton.records import CommitMarker, Role, Slot
 from baton.leases import RECOVERY_GRACE_MS
 from baton.tools.verify import read_output, verify
 from baton.kafka.markers import read_last_marker
-from spark_apps.runtime.lease import fence_writer
+from spark_apps.runtime.coordination.lease import fence_writer
 from tests.integration.spark_apps.runtime.test_cutover import Load
 from tests.support.slots import (log_tail, read_status, read_topic, start_slot, stop_slot, wait_for, wait_until_emitted,
                                  wait_until_following)

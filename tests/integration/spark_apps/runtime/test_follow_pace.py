@@ -10,8 +10,8 @@ import time
 import pytest
 from confluent_kafka import Producer
 
-from spark_apps.runtime.kafka_driver_reader import DriverStreamReader
-from spark_apps.runtime.source_options import parse_options
+from spark_apps.runtime.source.kafka_driver_reader import DriverStreamReader
+from spark_apps.runtime.source.source_options import parse_options
 
 pytestmark = pytest.mark.integration
 

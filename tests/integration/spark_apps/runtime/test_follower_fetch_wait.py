@@ -8,7 +8,7 @@ import pytest
 from confluent_kafka import Producer
 
 from baton.records import CommitMarker, ControlRecord, Slot
-from spark_apps.runtime.follower import HANDOFF_FETCH_WAIT_MS, IDLE_FETCH_WAIT_MS, Follower
+from spark_apps.runtime.coordination.follower import HANDOFF_FETCH_WAIT_MS, IDLE_FETCH_WAIT_MS, Follower
 
 pytestmark = pytest.mark.integration
 APP = "fw_app"

@@ -10,12 +10,12 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from baton.kafka.admin import TopicSpec
-from spark_apps.runtime.input_check import (
+from spark_apps.runtime.source.input_check import (
     BEYOND_END, RECREATED, InputDataLoss, observe, read_identity, write_identity,
 )
-from spark_apps.runtime.kafka_driver_reader import DriverStreamReader
-from spark_apps.runtime.kafka_stream_reader import KafkaStreamReader
-from spark_apps.runtime.source_options import parse_options
+from spark_apps.runtime.source.kafka_driver_reader import DriverStreamReader
+from spark_apps.runtime.source.kafka_stream_reader import KafkaStreamReader
+from spark_apps.runtime.source.source_options import parse_options
 from tests.support.topics import recreate_topic
 
 pytestmark = pytest.mark.integration

@@ -6,7 +6,7 @@ import time
 import pytest
 from confluent_kafka import Producer
 
-from spark_apps.runtime.input_ends import InputEnds
+from spark_apps.runtime.source.input_ends import InputEnds
 
 pytestmark = pytest.mark.integration
 

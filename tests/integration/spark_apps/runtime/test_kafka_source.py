@@ -3,7 +3,7 @@
 Every stream runs with Trigger.AvailableNow into foreachBatch, which collects the rows on the
 driver; assertions are on exact (partition, offset) sets, so a lost, duplicated or extra record
 fails the test. The streaming reads run twice: read by tasks on the executors, and on the driver
-(readOn=driver, spark_apps.runtime.kafka_driver_reader).
+(readOn=driver, spark_apps.runtime.source.kafka_driver_reader).
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from datetime import datetime, timezone
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from spark_apps.runtime.kafka_source import KafkaSource
-from spark_apps.runtime.source_columns import SCHEMA
-from spark_apps.runtime.source_plan import KafkaInputPartition
+from spark_apps.runtime.source.kafka_source import KafkaSource
+from spark_apps.runtime.source.source_columns import SCHEMA
+from spark_apps.runtime.source.source_plan import KafkaInputPartition
 
 pytestmark = pytest.mark.integration
 

@@ -9,8 +9,8 @@ import math
 import pyarrow as pa
 import pytest
 
-from spark_apps.runtime.packed_rows import pack, packed_schema, unpack
-from spark_apps.runtime.decode import spark_type
+from spark_apps.runtime.source.packed_rows import pack, packed_schema, unpack
+from spark_apps.runtime.source.decode import spark_type
 
 pytestmark = pytest.mark.integration
 

@@ -130,7 +130,7 @@ def test_a_slot_driver_starts_from_batons_spark_home_without_spark_ml(tmp_path):
     """A slot's session starts from spark_home.HOME (no Spark ML on the classpath, so no ML session
     extension to apply), skips the lookup of installed Python data sources, and Python data sources
     registered by name still work."""
-    from spark_apps.runtime import spark_home
+    from spark_apps.runtime.install import spark_home
 
     env = {k: v for k, v in os.environ.items() if k != "SPARK_HOME"}
     out = subprocess.run([sys.executable, "-c", HOME_SCRIPT], cwd=REPO_ROOT, capture_output=True, text=True,

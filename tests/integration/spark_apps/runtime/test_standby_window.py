@@ -11,10 +11,10 @@ import time
 
 import pytest
 
-from spark_apps.runtime.follower import write_cap_file
-from spark_apps.runtime.kafka_driver_reader import DriverStreamReader
-from spark_apps.runtime.pace_hint import write_pace_hint
-from spark_apps.runtime.source_options import parse_options
+from spark_apps.runtime.coordination.follower import write_cap_file
+from spark_apps.runtime.source.kafka_driver_reader import DriverStreamReader
+from spark_apps.runtime.source.pace_hint import write_pace_hint
+from spark_apps.runtime.source.source_options import parse_options
 from tests.support.steady_writer import produce_steadily
 
 pytestmark = pytest.mark.integration

@@ -22,7 +22,7 @@ def state_only(progress: dict) -> dict:
 
 
 def test_without_the_row_count_the_state_is_the_same_and_a_later_start_counts_it_again(spark, tmp_path):
-    from spark_apps.runtime.progress import status_from_progress
+    from spark_apps.runtime.coordination.progress import status_from_progress
 
     before = {k: spark.conf.get(k, None) for k in (*RUN_CONF, TRACK)}
     try:

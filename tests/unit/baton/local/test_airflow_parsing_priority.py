@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from baton.local.airflow import PARSING_NICE, Airflow
-from baton.local.procs import process_stats, tree_threads
+from baton.procfs import process_stats, tree_threads
 
 # A stand-in for `airflow standalone`: children named like its components; the dag-processor has a
 # child of its own (a parser it forked) and a second thread.

@@ -5,7 +5,7 @@ from types import SimpleNamespace
 import pytest
 
 from baton.apps import StateSettings, StateTtl
-from spark_apps.runtime.digests import live_rows
+from spark_apps.runtime.state.digests import live_rows
 from spark_apps.runtime.frame import app_transform
 
 

@@ -1,13 +1,13 @@
-"""The active's word that it holds at a handoff's fence (spark_apps.runtime.applied_cap): the source says
+"""The active's word that it holds at a handoff's fence (spark_apps.runtime.coordination.applied_cap): the source says
 which cap write it plans under, the follower turns that into (handoff, fence) only for this very write."""
 
 import dataclasses
 import json
 
 from baton.records import ControlRecord, Handoff, Role, Slot, SlotState, StatusRecord
-from spark_apps.runtime.applied_cap import CAP_WRITE_KEY, AppliedCap, applied_path, read_applied
-from spark_apps.runtime.follower import Follower
-from spark_apps.runtime.source_plan import read_cap
+from spark_apps.runtime.coordination.applied_cap import CAP_WRITE_KEY, AppliedCap, applied_path, read_applied
+from spark_apps.runtime.coordination.follower import Follower
+from spark_apps.runtime.source.source_plan import read_cap
 
 F = {0: 10, 1: 20}
 

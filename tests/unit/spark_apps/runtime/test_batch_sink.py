@@ -7,8 +7,8 @@ from types import SimpleNamespace
 import pytest
 
 from baton.records import ControlRecord, Slot
-from spark_apps.runtime import batch_sink
-from spark_apps.runtime.batch_sink import RoleGatedSink
+from spark_apps.runtime.sink import batch_sink
+from spark_apps.runtime.sink.batch_sink import RoleGatedSink
 
 END = {0: 120, 1: 80}
 START = {0: 100, 1: 60}
@@ -181,7 +181,7 @@ def test_an_app_whose_dead_letters_travel_in_the_frame_collects_them_on_the_stan
 
 
 def test_a_standby_keeping_a_state_image_runs_its_batches_with_their_output_and_folds_them_in(make):
-    """While a state image collects (spark_apps.runtime.state_image), no batch goes to the noop sink:
+    """While a state image collects (spark_apps.runtime.state.state_image), no batch goes to the noop sink:
     the standby's output is taken into the image, and nothing is emitted."""
     follower, emitter = FakeFollower(control(Slot.BLUE)), FakeEmitter()
     sink = make(follower, emitter)

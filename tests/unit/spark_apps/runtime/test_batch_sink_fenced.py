@@ -6,8 +6,8 @@ from types import SimpleNamespace
 import pytest
 
 from baton.records import ControlRecord, Slot
-from spark_apps.runtime.batch_sink import RoleGatedSink
-from spark_apps.runtime.kafka_sink import WriterFenced
+from spark_apps.runtime.sink.batch_sink import RoleGatedSink
+from spark_apps.runtime.sink.kafka_sink import WriterFenced
 
 
 def sink_seeing(*epochs: int):

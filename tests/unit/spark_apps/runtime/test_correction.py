@@ -1,4 +1,4 @@
-"""Corrected output goes out beside the new active's batches (spark_apps.runtime.correction): the state
+"""Corrected output goes out beside the new active's batches (spark_apps.runtime.sink.correction): the state
 read at batch K is published less the keys a batch after K emitted while it was read, never before the
 slot stands at the fence it took over at, and once."""
 
@@ -10,10 +10,10 @@ import pytest
 from baton.apps import AppDefinition, TopicRef
 from baton.generations import SlotPaths
 from baton.records import CommitMarker, ControlRecord, Handoff, Slot
-from spark_apps.runtime import corrected_output
-from spark_apps.runtime.batch_sink import RoleGatedSink
-from spark_apps.runtime.corrected_output import CorrectedOutput
-from spark_apps.runtime.correction import EmittedKeys, leave_out
+from spark_apps.runtime.sink import corrected_output
+from spark_apps.runtime.sink.batch_sink import RoleGatedSink
+from spark_apps.runtime.sink.corrected_output import CorrectedOutput
+from spark_apps.runtime.sink.correction import EmittedKeys, leave_out
 
 F = {0: 100, 1: 100}
 
@@ -123,7 +123,7 @@ def test_a_marker_carries_the_correction_on_and_reads_back():
 
 
 def test_a_state_image_is_published_as_it_stands_without_reading_the_state(slot, monkeypatch):
-    """The image (spark_apps.runtime.state_image) holds every key's newest record through the last batch
+    """The image (spark_apps.runtime.state.state_image) holds every key's newest record through the last batch
     the sink ran: once that batch stands at or past F, it goes out under the batch lock at once, less
     the keys emitted since the cutover (their records are downstream already)."""
     monkeypatch.setattr(corrected_output, "state_output", lambda *a: pytest.fail("read the state"))

@@ -3,7 +3,7 @@ every range a batch read, replaced atomically, purged once handled."""
 
 import pytest
 
-from spark_apps.runtime.dead_letters import (SpoolIncomplete, collect, purge, read_initial, write_initial,
+from spark_apps.runtime.sink.dead_letters import (SpoolIncomplete, collect, purge, read_initial, write_initial,
                                              write_spool)
 
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from spark_apps.runtime.decode import INVALID_PREFIX, NOT_AN_OBJECT, DecodeSpecError, EventDecoder, supported
+from spark_apps.runtime.source.decode import INVALID_PREFIX, NOT_AN_OBJECT, DecodeSpecError, EventDecoder, supported
 
 CLICKS = [("user_id", "string"), ("timestamp", "bigint")]
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from baton.apps import AppDefinition, StateSettings, TopicRef
 from baton.generations import SlotPaths
 from baton.records import Slot
-from spark_apps.runtime.digests import StateDigests
+from spark_apps.runtime.state.digests import StateDigests
 
 
 def stopped_slot(tmp_path: Path, count_rows: bool) -> tuple[StateDigests, list]:

@@ -3,8 +3,8 @@
 import json
 
 from baton.records import CommitMarker, ControlRecord, Slot
-from spark_apps.runtime.applied_cap import CAP_WRITE_KEY
-from spark_apps.runtime.follower import write_cap_file
+from spark_apps.runtime.coordination.applied_cap import CAP_WRITE_KEY
+from spark_apps.runtime.coordination.follower import write_cap_file
 from baton.caps import compute_cap
 
 
@@ -58,7 +58,7 @@ class Clock:
 
 
 def follower(tmp_path, clock, pace_s=2.0, slot=Slot.GREEN):
-    from spark_apps.runtime.follower import Follower
+    from spark_apps.runtime.coordination.follower import Follower
 
     f = Follower("127.0.0.1:1", "a", slot, "commits", 2, tmp_path / "cap.json", standby_pace_s=pace_s, clock=clock)
     f.control = control()
@@ -137,8 +137,8 @@ def test_a_paced_standby_tells_its_reader_when_the_cap_moves_next_and_a_fence_ta
         tmp_path, monkeypatch):
     """pace_hint.py: the reader fetches shortly before the hinted time; under a fence (the cutover waits for the
     standby at F) or as the active there is no hint, and the hint is gone before such a cap is written."""
-    from spark_apps.runtime import follower as follower_module
-    from spark_apps.runtime.pace_hint import hint_path, read_pace_hint
+    from spark_apps.runtime.coordination import follower as follower_module
+    from spark_apps.runtime.source.pace_hint import hint_path, read_pace_hint
 
     monkeypatch.setattr(follower_module.time, "time", lambda: 5000.0)
     clock = Clock()
@@ -169,7 +169,7 @@ def test_a_paced_standby_tells_its_reader_when_the_cap_moves_next_and_a_fence_ta
 
 
 def test_an_unpaced_standby_gives_no_hint(tmp_path):
-    from spark_apps.runtime.pace_hint import hint_path
+    from spark_apps.runtime.source.pace_hint import hint_path
 
     f = follower(tmp_path, Clock(), pace_s=0.0)
     try:
@@ -303,7 +303,7 @@ def test_reaching_the_handoffs_fence_lifts_that_cap(tmp_path):
 
 
 def test_the_follower_waits_long_on_idle_fetches_and_short_while_a_handoff_is_under_way():
-    from spark_apps.runtime.follower import HANDOFF_FETCH_WAIT_MS, IDLE_FETCH_WAIT_MS, fetch_wait_for
+    from spark_apps.runtime.coordination.follower import HANDOFF_FETCH_WAIT_MS, IDLE_FETCH_WAIT_MS, fetch_wait_for
 
     assert HANDOFF_FETCH_WAIT_MS < IDLE_FETCH_WAIT_MS
     assert fetch_wait_for(None) == IDLE_FETCH_WAIT_MS

@@ -7,7 +7,7 @@ import pytest
 
 from types import SimpleNamespace
 
-from spark_apps.runtime.batch_sink import RoleGatedSink, SlotStopping
+from spark_apps.runtime.sink.batch_sink import RoleGatedSink, SlotStopping
 from spark_apps.runtime.harness import Harness
 
 

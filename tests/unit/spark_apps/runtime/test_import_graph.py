@@ -9,17 +9,26 @@ RUNTIME = Path(__file__).resolve().parents[4] / "spark_apps" / "runtime"
 PACKAGE = "spark_apps.runtime"
 
 
-def runtime_imports(source: str) -> set[str]:
-    """The spark_apps.runtime modules `source` imports, anywhere in it."""
+def runtime_imports(source: str, modules: frozenset[str] = frozenset()) -> set[str]:
+    """The spark_apps.runtime modules `source` imports, anywhere in it, by their names under the package
+    ("follower" for a top-level module, "coordination.follower" in a subpackage). `from P import n` imports
+    P.n if that is one of `modules` or P is the package itself, else P."""
     found = set()
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.ImportFrom) and node.module == PACKAGE:
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith(PACKAGE + "."):
-            found.add(node.module[len(PACKAGE) + 1:])
+            base = node.module[len(PACKAGE) + 1:]
+            found.update(f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names)
         elif isinstance(node, ast.Import):
             found.update(a.name[len(PACKAGE) + 1:] for a in node.names if a.name.startswith(PACKAGE + "."))
-    return {name.split(".")[0] for name in found}
+    return found
+
+
+def runtime_modules() -> dict[str, str]:
+    """Each module under spark_apps/runtime (subpackages' too) by its name under the package: its source."""
+    return {".".join(p.relative_to(RUNTIME).with_suffix("").parts): p.read_text() for p in RUNTIME.rglob("*.py")
+            if p.stem != "__init__"}
 
 
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -46,8 +55,10 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 
 def test_the_runtime_modules_import_each_other_without_a_cycle():
-    graph = {p.stem: runtime_imports(p.read_text()) for p in RUNTIME.glob("*.py") if p.stem != "__init__"}
-    assert {"kafka_driver_reader", "source_plan"} <= graph["kafka_source"] | graph["kafka_stream_reader"]
+    sources = runtime_modules()
+    graph = {name: runtime_imports(text, frozenset(sources)) for name, text in sources.items()}
+    assert {"source.kafka_driver_reader", "source.source_plan"} <= (graph["source.kafka_source"]
+                                                                   | graph["source.kafka_stream_reader"])
     cycle = find_cycle(graph)
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
 

@@ -8,14 +8,14 @@ import pytest
 
 from baton.apps import ON_DATA_LOSS, AppDefinitionError, parse_definition
 from baton.records import CommitMarker, Slot
-from spark_apps.runtime.progress import failure_reason
-from spark_apps.runtime.input_check import (
+from spark_apps.runtime.coordination.progress import failure_reason
+from spark_apps.runtime.source.input_check import (
     BEFORE_START, BEYOND_END, GONE, POLICIES, RECREATED, InputDataLoss, Loss, check_policy, decide, observe,
     read_identity, skipped, write_identity,
 )
-from spark_apps.runtime.kafka_sink import TransactionalEmitter, rewound
-from spark_apps.runtime.kafka_stream_reader import KafkaStreamReader
-from spark_apps.runtime.source_options import parse_options
+from spark_apps.runtime.sink.kafka_sink import TransactionalEmitter, rewound
+from spark_apps.runtime.source.kafka_stream_reader import KafkaStreamReader
+from spark_apps.runtime.source.source_options import parse_options
 
 
 # -- the decision
@@ -261,7 +261,7 @@ def test_the_topic_id_is_kept_beside_the_positions_and_a_new_one_is_a_loss(tmp_p
 
 
 def test_a_read_the_broker_answers_out_of_range_checks_again_where_the_query_stands(tmp_path):
-    from spark_apps.runtime.kafka_driver_reader import DriverStreamReader
+    from spark_apps.runtime.source.kafka_driver_reader import DriverStreamReader
 
     class Prefetch:
         closed = False
@@ -305,13 +305,14 @@ def test_the_failure_reason_is_the_sources_line():
     text = ("[STREAM_FAILED] Query [id = 1] terminated with exception: [PYTHON_STREAMING_DATA_SOURCE_RUNTIME_ERROR]"
             " Failed when Python streaming data source perform latestOffset: Traceback (most recent call last):\n"
             '  File "x.py", line 1, in read\n'
-            "spark_apps.runtime.input_check.InputDataLoss: input data loss on topic 'in', partition 0: ... Way out.\n"
+            "spark_apps.runtime.source.input_check.InputDataLoss: input data loss on topic 'in', partition 0: ..."
+            " Way out.\n"
             "\tat org.apache.spark.Foo(Foo.scala:1)\n")
     assert failure_reason(text) == "input data loss on topic 'in', partition 0: ... Way out."
     assert failure_reason("boom\nat x") == "boom\nat x"
     # Another Python error (a topic the broker lost altogether): its own line first, not cut off at the end.
-    other = text.replace("spark_apps.runtime.input_check.InputDataLoss: input data loss on topic 'in', partition 0:"
-                         " ... Way out.", "ValueError: option 'topic': topic 'in' does not exist")
+    other = text.replace("spark_apps.runtime.source.input_check.InputDataLoss: input data loss on topic 'in',"
+                         " partition 0: ... Way out.", "ValueError: option 'topic': topic 'in' does not exist")
     assert failure_reason(other) == (
         "ValueError: option 'topic': topic 'in' does not exist ([STREAM_FAILED] Query [id = 1] terminated with "
         "exception: [PYTHON_STREAMING_DATA_SOURCE_RUNTIME_ERROR] Failed when Python streaming data source perform "
@@ -329,7 +330,7 @@ def test_a_loss_of_many_partitions_keeps_its_cause_and_way_out_within_a_status()
 def test_a_broker_that_does_not_answer_makes_an_empty_batch_and_an_answer_still_fails():
     from confluent_kafka import KafkaError, KafkaException
 
-    from spark_apps.runtime.kafka_driver_reader import DriverStreamReader
+    from spark_apps.runtime.source.kafka_driver_reader import DriverStreamReader
 
     d = DriverStreamReader(parse_options({"kafka.bootstrap.servers": "h:1", "topic": "t", "readOn": "driver"}))
     d.planner.verified = True

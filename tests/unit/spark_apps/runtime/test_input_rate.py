@@ -1,7 +1,7 @@
 """A slot's reported input rate is over the time between batches, not between triggers (a trigger
 may find nothing to run)."""
 
-from spark_apps.runtime.progress import status_from_progress, trigger_started_ms, with_input_rate
+from spark_apps.runtime.coordination.progress import status_from_progress, trigger_started_ms, with_input_rate
 
 
 def progress(ts, rows, spark_rate):

@@ -1,4 +1,4 @@
-"""The standby's side of the invariant gate (spark_apps.runtime.invariant_check): it answers each request
+"""The standby's side of the invariant gate (spark_apps.runtime.state.invariant_check): it answers each request
 once, only as the standby; a read that fails is tried again later without holding the slot's loop, and
 after the last attempt the answer is "unchecked", never a violation. The read itself (check_state_at)
 runs on a real checkpoint in tests/integration/spark_apps/apps/test_click_counts_ttl.py and through
@@ -13,9 +13,9 @@ import pytest
 from baton.apps import load_app
 from baton.generations import SlotPaths
 from baton.records import ControlRecord, Slot
-from spark_apps.runtime.batch_sink import RoleGatedSink
-from spark_apps.runtime import invariant_check
-from spark_apps.runtime.invariant_check import READ_ATTEMPTS, InvariantsOnRequest
+from spark_apps.runtime.sink.batch_sink import RoleGatedSink
+from spark_apps.runtime.state import invariant_check
+from spark_apps.runtime.state.invariant_check import READ_ATTEMPTS, InvariantsOnRequest
 
 APP = load_app("click_counts")
 
@@ -100,7 +100,7 @@ def image_sink(slot, tmp_path, last_batch):
 
 
 def test_an_app_whose_output_is_its_state_gets_its_state_image_from_the_same_read(slot, monkeypatch, tmp_path):
-    """click_counts keeps a state image (spark_apps.runtime.state_image): the check reads the state of
+    """click_counts keeps a state image (spark_apps.runtime.state.state_image): the check reads the state of
     the last batch the sink ran, once Spark committed it, and the image takes its records as its base,
     newer records of the batches after it on top."""
     committed = [9]

@@ -6,11 +6,11 @@ import json
 import confluent_kafka
 import pytest
 
-from spark_apps.runtime import kafka_driver_reader
-from spark_apps.runtime.kafka_driver_reader import (
+from spark_apps.runtime.source import kafka_driver_reader
+from spark_apps.runtime.source.kafka_driver_reader import (
     FOLLOW_FETCH_PACE_MS, FOLLOW_WINDOW_LEAD_S, TAIL_FETCH_LEAD_S, DriverStreamReader,
 )
-from spark_apps.runtime.source_options import parse_options
+from spark_apps.runtime.source.source_options import parse_options
 
 
 class RecordedPrefetcher:
@@ -67,7 +67,7 @@ def test_an_active_on_a_trigger_interval_fetches_nothing_at_its_ends_until_the_w
 
 def test_a_standby_whose_cap_is_paced_fetches_in_a_window_before_the_cap_moves_next(tmp_path, monkeypatch):
     """pace_hint.py: the follower's hint, in wall-clock time, becomes the reader's quiet time (monotonic)."""
-    from spark_apps.runtime.pace_hint import write_pace_hint
+    from spark_apps.runtime.source.pace_hint import write_pace_hint
 
     r = reader(tmp_path, monkeypatch, minBatchIntervalMs="1000")
     r._pacer.hold(now=100.0)

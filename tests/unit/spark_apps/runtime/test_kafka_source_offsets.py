@@ -8,11 +8,11 @@ import random
 import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
-from spark_apps.runtime.kafka_source import KafkaSource
-from spark_apps.runtime.kafka_stream_reader import KafkaStreamReader
-from spark_apps.runtime.source_columns import SCHEMA
-from spark_apps.runtime.source_options import EARLIEST, LATEST, parse_options
-from spark_apps.runtime.source_plan import (
+from spark_apps.runtime.source.kafka_source import KafkaSource
+from spark_apps.runtime.source.kafka_stream_reader import KafkaStreamReader
+from spark_apps.runtime.source.source_columns import SCHEMA
+from spark_apps.runtime.source.source_options import EARLIEST, LATEST, parse_options
+from spark_apps.runtime.source.source_plan import (
     BatchPacer, offsets_from_json, offsets_to_json, parse_cap, plan_end, plan_partitions, read_cap, resolve_starting,
     split_limit,
 )
@@ -85,7 +85,7 @@ def test_bad_options_name_the_option(bad, option):
 
 
 def test_packed_rows_change_the_schema_spark_is_told():
-    from spark_apps.runtime.packed_rows import packed_schema
+    from spark_apps.runtime.source.packed_rows import packed_schema
 
     decoded = {"valueFields": '[["user_id", "string"], ["n", "int"]]', "requiredFields": '["user_id"]',
                "deadLetterDir": "/tmp/dead"}
@@ -341,7 +341,7 @@ def test_reader_pickles_without_clients_and_stop_closes():
 
 
 def test_driver_reader_holds_a_trigger_without_touching_the_broker(tmp_path):
-    from spark_apps.runtime.kafka_driver_reader import DriverStreamReader
+    from spark_apps.runtime.source.kafka_driver_reader import DriverStreamReader
 
     cap = tmp_path / "cap.json"
     r = DriverStreamReader(opts(readon="driver", capfile=str(cap), minbatchintervalms="60000"))

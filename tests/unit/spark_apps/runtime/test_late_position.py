@@ -1,8 +1,11 @@
-"""The test fault that makes a slot pass a handoff's position (spark_apps.runtime.late_position)."""
+"""The test fault that makes a slot pass a handoff's position (tests.support.late_position), and the
+follower's seam it reaches a slot through (Follower.seen_control)."""
 
 from baton.caps import compute_cap
 from baton.records import ControlRecord, Slot
-from spark_apps.runtime.late_position import LatePositionFault
+from spark_apps.runtime.coordination.follower import Follower
+from tests.support import late_position
+from tests.support.late_position import FAULT_FILE, LatePositionFault
 
 F1, F2 = {0: 10, 1: 20}, {0: 40, 1: 50}
 
@@ -52,3 +55,49 @@ def test_a_file_naming_both_is_used_once_for_each(tmp_path):
     assert path.read_text().split() == ["fence"]
     assert fault.seen(control(3), control(4, check_at=F2)).check_at == F2  # check_at used already
     assert fault.seen(control(4, check_at=F2), control(5, fence=F2)).fence is None and not path.exists()
+
+
+class Msg:
+    def __init__(self, rec):
+        self.rec = rec
+
+    def topic(self):
+        return "control"
+
+    def key(self):
+        return self.rec.key()
+
+    def value(self):
+        return self.rec.to_bytes()
+
+
+def follower(tmp_path):
+    f = Follower("127.0.0.1:1", "a", Slot.BLUE, "commits", 2, tmp_path / "cap.json", control_topic="control")
+    f.control = control(1)
+    return f
+
+
+def test_a_follower_takes_control_records_as_written(tmp_path):
+    (tmp_path / FAULT_FILE).write_text("fence\n")  # no effect: the fault is not installed
+    f = follower(tmp_path)
+    try:
+        rec = control(2, fence=F1)
+        assert f.seen_control(rec) is rec
+        f._apply(Msg(rec))
+        assert f.control.fence == F1 and (tmp_path / FAULT_FILE).exists()
+    finally:
+        f.stop()
+
+
+def test_installed_the_fault_reaches_a_follower_through_its_seam(tmp_path, monkeypatch):
+    monkeypatch.setattr(Follower, "seen_control", late_position.seen_control)  # what install() does
+    (tmp_path / FAULT_FILE).write_text("fence\n")
+    f = follower(tmp_path)
+    try:
+        f._apply(Msg(control(2, fence=F1)))
+        assert f.control.revision == 2 and f.control.fence is None and not (tmp_path / FAULT_FILE).exists()
+        f._apply(Msg(control(3)))
+        f._apply(Msg(control(4, fence=F2)))
+        assert f.control.fence == F2
+    finally:
+        f.stop()

@@ -5,8 +5,8 @@ from types import SimpleNamespace
 import pytest
 
 from baton.kafka import fetch_wait
-from spark_apps.runtime import lease as lease_module
-from spark_apps.runtime.lease import LeaseKeeper
+from spark_apps.runtime.coordination import lease as lease_module
+from spark_apps.runtime.coordination.lease import LeaseKeeper
 
 
 class FakeConsumer:

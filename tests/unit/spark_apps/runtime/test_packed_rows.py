@@ -6,7 +6,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from spark_apps.runtime.packed_rows import PACKED_ROW_RECORDS, pack, packed_schema
+from spark_apps.runtime.source.packed_rows import PACKED_ROW_RECORDS, pack, packed_schema
 
 FIELDS = [("user_id", "string"), ("ts", "bigint"), ("score", "double"), ("note", "string")]
 REQUIRED = ["user_id", "ts"]

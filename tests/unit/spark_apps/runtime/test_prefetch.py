@@ -5,8 +5,8 @@ batch that starts elsewhere has its partition sought."""
 import threading
 import time
 
-from spark_apps.runtime import prefetch
-from spark_apps.runtime.prefetch import PartitionBuffer, Prefetcher, Stamp, aligned_limits
+from spark_apps.runtime.source import prefetch
+from spark_apps.runtime.source.prefetch import PartitionBuffer, Prefetcher, Stamp, aligned_limits
 
 
 def buffer_with(good, dead=(), start=0, next_offset=None):

@@ -1,4 +1,4 @@
-"""The standby yields the CPU to the active (spark_apps.runtime.priority): every thread of the slot's
+"""The standby yields the CPU to the active (spark_apps.runtime.coordination.priority): every thread of the slot's
 process tree gets the standby's nice value while it is the standby and its start value back as the
 active; a host where it could not get that back changes nothing."""
 
@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from baton.records import Role
-from spark_apps.runtime import priority
-from spark_apps.runtime.priority import SlotPriority, can_raise_priority, tree_threads
+from spark_apps.runtime.coordination import priority
+from spark_apps.runtime.coordination.priority import SlotPriority, can_raise_priority, tree_threads
 
 BASE = os.getpriority(os.PRIO_PROCESS, 0)
 

@@ -1,6 +1,6 @@
 """The local drivers' Spark home: the installed pyspark's bin and jars, without Spark ML's."""
 
-from spark_apps.runtime import spark_home
+from spark_apps.runtime.install import spark_home
 
 
 def test_the_home_links_every_jar_but_spark_mls_and_the_installed_bin(tmp_path):

@@ -1,7 +1,7 @@
 """The driver JVM's options: the class-data-sharing archive when there is one, never instead of the
 options a caller gives, and not while the archive itself is being built."""
 
-from spark_apps.runtime import cds
+from spark_apps.runtime.install import cds
 from spark_apps.runtime.spark import driver_java_options
 
 

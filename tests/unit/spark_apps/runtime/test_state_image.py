@@ -1,11 +1,11 @@
 """The state image a reprocess's correction publishes instead of reading the state at the cutover
-(spark_apps.runtime.state_image): a base read at batch J and every later batch's output, each key's
+(spark_apps.runtime.state.state_image): a base read at batch J and every later batch's output, each key's
 newest record; anything that breaks the chain drops it (the correction reads the state then)."""
 
 from types import SimpleNamespace
 
 from spark_apps.apps import click_counts, click_counts_ttl, click_counts_v2
-from spark_apps.runtime.state_image import StateImage, keeps_image
+from spark_apps.runtime.state.state_image import StateImage, keeps_image
 from tests.support import buggy_counts
 
 

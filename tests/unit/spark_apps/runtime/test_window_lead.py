@@ -3,7 +3,7 @@
 
 import pytest
 
-from spark_apps.runtime.window_lead import SHRINK_S, WindowLead
+from spark_apps.runtime.source.window_lead import SHRINK_S, WindowLead
 
 
 def test_a_window_answered_in_time_keeps_the_base_lead():

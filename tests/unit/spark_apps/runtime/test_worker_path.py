@@ -6,7 +6,7 @@ import sys
 import sysconfig
 from pathlib import Path
 
-from spark_apps.runtime import worker_path
+from spark_apps.runtime.install import worker_path
 
 
 def imported_pyspark(pythonpath: str) -> str:
