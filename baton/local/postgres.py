@@ -26,7 +26,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from baton.local.procs import Managed, StartError, free_port, port_open, tail
+from baton.local.procs import Managed, StartError, free_port, port_open
+from baton.procfs import tail
 
 log = logging.getLogger(__name__)
 
