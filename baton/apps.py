@@ -105,20 +105,20 @@ class StateSettings:
     # State partitions (Spark's shuffle partitions) of a new checkpoint; one running already keeps the
     # number it started with (Spark restores it from the checkpoint). Each is a task, a RocksDB store
     # and its files in every batch: on a slot of two cores at the seed's rate one partition cost the
-    # active and its standby ~10 % less CPU than four, at the same batch time (README, the hot path).
+    # active and its standby ~10 % less CPU than four, at the same batch time (bench/HISTORY.md).
     # Raise it for a slot with more cores or a state too large for one task to restore quickly.
     partitions: int = 1
     # Whether the state store counts its rows (the status's state_rows, the health DAG's max_rows, the
     # row count a restarted slot's restore check compares). RocksDB counts by looking every written key
     # up before writing it: at the seed's rate that lookup cost the active and its standby ~14 % of their
-    # CPU (0.66-0.67 against 0.77-0.78 cores; README, the hot path). Without the count a slot reports
+    # CPU (0.66-0.67 against 0.77-0.78 cores; bench/HISTORY.md). Without the count a slot reports
     # no state rows (max_bytes still applies) and a stop digests its state for the restore check.
     count_rows: bool = True
     # Keys whose rows of the last committed batch the state store also keeps in the slot's heap, per state
     # partition, so a batch's lookups of keys it has seen do not call into RocksDB (jvm/src/baton/state:
     # Baton's store, RocksDB's with that cache; ~200 bytes of heap a key). At the seed's rate it cut the
-    # active's and its standby's task CPU a batch by ~23 % and both slots' CPU by ~7 % (README, the hot
-    # path). 0: off.
+    # active's and its standby's task CPU a batch by ~23 % and both slots' CPU by ~7 % (bench/HISTORY.md).
+    # 0: off.
     cache_keys: int = 250_000
     ttl: StateTtl | None = None
 

@@ -10,8 +10,8 @@ the slots' readers) fetches in every other window of --window-s and is paused in
 broker's CPU in the windows without the reader is what producing costs it; in those with it, the
 difference is what the reader's fetches cost, divided by the fetches it sent (librdkafka's own count)
 the broker's CPU per fetch. On Tansu 0.6.0 with memory storage every fetch that finds records passes
-over every batch the partition holds, so that figure grows with the run (README, "How long the embedded
-broker lasts"); on Apache Kafka a fetch finds its place in an index and the figure stays flat.
+over every batch the partition holds, so that figure grows with the run (docs/operations.md, "The embedded
+broker"); on Apache Kafka a fetch finds its place in an index and the figure stays flat.
 Writes bench/results/NAME.json and NAME.png.
 """
 

@@ -68,7 +68,7 @@ def session_conf(app: AppDefinition) -> dict[str, str]:
         # state, final), each keyed by nearly every row's own key here (a batch holds few events per
         # key), where the first-level "fast" map only adds a probe and a copy before the real one.
         # A/B at the seed's rate (bench/throughput.py, active + standby): slots 1.32 -> 1.25 cores,
-        # batch p50 790 -> 680 ms (README, the hot path).
+        # batch p50 790 -> 680 ms (bench/HISTORY.md).
         "spark.sql.codegen.aggregate.map.twolevel.enabled": "false",
         "spark.scheduler.mode": "FAIR",  # the pools: SCHEDULER_POOLS
     }
@@ -139,7 +139,7 @@ def driver_java_options(given: str) -> str:
     in the launch's conf comes after ours, and wins).
     The collector stays G1, the JVM's default: the throughput collector (-XX:+UseParallelGC) used ~5 %
     less CPU at the seed's rate, but its full collections of the 1 GB heap, every few minutes as the
-    old generation filled (~10 % of it a minute), stopped a slot for up to 1.0 s (README, the hot path)."""
+    old generation filled (~10 % of it a minute), stopped a slot for up to 1.0 s (bench/HISTORY.md)."""
     from spark_apps.runtime.install import cds
 
     if "ArchiveClassesAtExit" in given:  # building the archive

@@ -5,7 +5,7 @@ driver-side reader (readOn=driver) is one; so the harness asks the broker itself
 batch path: a ListOffsets per partition and a fetch of at most the last batch (Tansu reports a lower
 bound: baton.kafka.tail.probe_ends reads on to the true end). The status records of the next 1.5 s
 carry it: the Baton page plots one point per 10 s. Once a second cost Tansu 0.03-0.05 cores for two
-slots at the seed's rate (A/B, README); every 5 s, a fifth of that.
+slots at the seed's rate (A/B in bench/HISTORY.md); every 5 s, a fifth of that.
 """
 
 from __future__ import annotations

@@ -243,7 +243,7 @@ class DriverStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableN
             # Fetch continuously: a fetch is held up to 200 ms for data. Measured on Tansu at 20k events/s:
             # records ~90 ms old (p50) when a batch takes them, and the broker at ~5% of a core for this
             # consumer; holding fetches 20-50 ms made records ~50 ms fresher for 15-20% of a core, and 100 ms
-            # changed no latency for the broker's +0.05-0.08 cores (A/B, README's hot path).
+            # changed no latency for the broker's +0.05-0.08 cores (A/B, bench/HISTORY.md).
             tuning = {"queued.min.messages": 1_000_000, "fetch.queue.backoff.ms": 1, "fetch.wait.max.ms": 200}
             conf = self.planner._conf(**tuning)
             # The user's kafka.* settings still win (_conf): over the pace as over the rest of the tuning.

@@ -5,7 +5,7 @@ fetched between two moves wait in its buffer until the next one anyway. The read
 (Spark's Python worker) and knows only the cap file; this file tells it, in wall-clock seconds, the earliest
 time the cap moves again, and the reader fetches in a window before that instead of all the time
 (kafka_driver_reader, FOLLOW_WINDOW_LEAD_S): on the embedded broker every fetch that finds records costs a
-pass over the partition (README, "How long the embedded broker lasts").
+pass over the partition (docs/operations.md, "The embedded broker").
 
 The follower writes it while it paces the cap (a standby, no fence) and removes it before it writes a cap
 it does not pace (a fence: the cutover waits for the standby to stand at F; a role change), so a reader

@@ -35,7 +35,7 @@ the reader's conf) instead of fetching again as soon as one returns, about once 
 a slot takes records only up to its cap, which trails what the broker holds by the active's batch, so a
 wait of a fraction of that changes nothing it does, and a backlog still comes in large fetches. The
 broker answers far fewer fetches: on the embedded broker every fetch that finds records costs a pass over
-the whole partition (README, "How long the embedded broker lasts"). When the slot stops following (a
+the whole partition (docs/operations.md, "The embedded broker"). When the slot stops following (a
 takeover, a cutover, a rollback's lifted fence) the thread swaps to a consumer that fetches at once,
 assigned where the buffers end, so nothing is read twice or skipped. A standby whose cap the follower
 paces (2 s by default) also fetches in a window, before the cap's next move (pace_hint.py; the planner
@@ -53,8 +53,8 @@ partition fetches at once again until the look, so a batch takes what it took be
 that has not reached its end since the reader started (a restart's backlog) fetches on through the
 quiet time; one that falls behind later is read in the windows, where a fetch brings up to a megabyte
 a partition, hundreds of thousands of records a second. Without the quiet time the active fetched once per producer batch, and
-on the embedded broker every fetch that finds records costs a pass over the partition (README, "How
-long the embedded broker lasts"). librdkafka's pause drops what it had fetched for the partition and
+on the embedded broker every fetch that finds records costs a pass over the partition (docs/operations.md,
+"The embedded broker"). librdkafka's pause drops what it had fetched for the partition and
 not handed over; at the window the thread resumes the partition and seeks it to where its buffer ends
 (a resume alone waits for librdkafka's broker thread to wake, up to a second), so nothing is skipped or
 read twice (the thread's append keeps only offsets past the buffer's `next`).

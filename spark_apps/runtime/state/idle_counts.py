@@ -13,7 +13,7 @@ partition gives (a batch's events of a key are sorted first). An event further b
 time than `disorder_ms` (e.g. a partition lagging the others) may find its key already dropped on one
 slot and not on another: keep `disorder` above the input's skew.
 
-Chosen over Spark's alternatives (README, state TTL): session windows cannot emit a running count
+Chosen over Spark's alternatives (docs/operations.md, "State TTL"): session windows cannot emit a running count
 (Spark refuses update mode for them), and a Python per-group state API pays a Python call per key per
 batch.
 """

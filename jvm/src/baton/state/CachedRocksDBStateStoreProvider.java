@@ -28,7 +28,7 @@ import scala.collection.immutable.Set;
  * batch's lookups of keys it has seen find them without a call into RocksDB.
  *
  * <p>Why: at the seed's rate RocksDB's gets are ~30 % of a slot's task time (3.4 us a key, timed by
- * RocksDB itself: a skip list of up to five batches' updates, then the files; README, the hot path).
+ * RocksDB itself: a skip list of up to five batches' updates, then the files; bench/HISTORY.md).
  * Everything else (the writes, which still go to RocksDB first, its changelogs, snapshots, iterators,
  * metrics, recovery) is RocksDB's, unchanged: the cache only answers {@code get}.
  *

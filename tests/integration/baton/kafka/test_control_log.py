@@ -511,7 +511,7 @@ def test_a_read_point_that_is_no_longer_there_reads_from_the_start(bootstrap, to
     """A point whose message is not at its offset any more (a topic recreated, a broker that lost its
     data, the message compacted away), or beyond the end (a topic recreated smaller), is not resumed
     at: the read starts over. (Recreating the topic under a live writer is not what this does: on Tansu,
-    deleting a topic a client of the process knows crashes librdkafka, see README.)"""
+    deleting a topic a client of the process knows crashes librdkafka, see docs/operations.md.)"""
     app = f"gone-{uuid.uuid4().hex[:6]}"
     for revision in (1, 2):
         write_control(bootstrap, record(app, revision, "w"), topic)

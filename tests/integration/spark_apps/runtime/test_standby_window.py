@@ -2,7 +2,7 @@
 real broker through the driver-side reader's paced consumer: while records are written throughout, its
 partitions are paused between windows (the paced consumer seldom hears a partition's end: prefetch.py counts
 it by the watermark its fetches reported), each batch after a move reaches the new cap from what the window
-had buffered, and every record is read once, in order. (What it saves the broker: README's hot path.)"""
+had buffered, and every record is read once, in order. (What it saves the broker: bench/HISTORY.md.)"""
 
 from __future__ import annotations
 
