@@ -31,9 +31,9 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
-from baton.conditions import Check, WAIT
+from baton.conditions import WAIT, Check
 from baton.records import CommitMarker, ControlRecord, Handoff, Positions, Slot, SlotState, StatusRecord
 
 FAILOVER = "failover"  # the handoff id of failovers (the standby's own, or the health DAG's)

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import enum
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 from baton.apps import AppDefinition
 from baton.handoff import FAILOVER
@@ -98,7 +98,7 @@ class HealthPolicy:
         return min(self.restart_backoff_s * 2 ** (recent_restarts - 1), self.restart_backoff_max_s)
 
     @classmethod
-    def from_app(cls, app: AppDefinition, **overrides) -> "HealthPolicy":
+    def from_app(cls, app: AppDefinition, **overrides) -> HealthPolicy:
         # Five times (trigger + batch budget): a busy slot publishes once per trigger, so missing
         # five in a row is not jitter or a GC pause. Never under 30 s, so fast triggers do not cause false alarms.
         heartbeat = max(30.0, 5 * (app.trigger_ms + app.batch_ms_budget) / 1000)

@@ -12,8 +12,9 @@ Every refusal names what is wrong; nothing is written before the request passed.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from baton.records import ControlRecord, Positions, SlotState
 
@@ -36,7 +37,7 @@ class Start:
     offsets: Positions | None = None
 
     @classmethod
-    def parse(cls, kind: Any, timestamp_ms: Any = None, offsets: Any = None) -> "Start":
+    def parse(cls, kind: Any, timestamp_ms: Any = None, offsets: Any = None) -> Start:
         if kind not in STARTS:
             raise RequestRefused(f"start {kind!r} is not one of {', '.join(STARTS)}")
         if kind == "timestamp":

@@ -24,8 +24,8 @@ minute. Pure: the caller reads the topic, the control records and asks the host.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Optional
 
 from baton.leases import Lease, LeaseJudge, process_gone
 from baton.records import Slot, SlotState
@@ -54,7 +54,7 @@ class SlotChangeWatch:
     """Fed the leases topic in log order (observe), asked what changed (changes). `begin()` marks the
     end of the look-back: what holds then is the baseline, never reported."""
 
-    def __init__(self, host: str, start_of: Callable[[int], Optional[int]]):
+    def __init__(self, host: str, start_of: Callable[[int], int | None]):
         self.host, self.start_of = host, start_of
         self.newest: dict[tuple[str, Slot], Lease] = {}
         # The judge of a slot's silence counts the other slot's renewals (keyed by the slot judged).

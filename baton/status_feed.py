@@ -20,7 +20,8 @@ from baton.app_view import AppView, PlotPoints, app_view
 from baton.apps import AppDefinition, load_registry
 from baton.kafka.control_log import apply_records
 from baton.kafka.fetch_wait import StallWatch, fetch_wait_ms, reopen_longer, short_wait
-from baton.kafka.tail import FETCH_WAIT_MS, _consumer as tail_consumer
+from baton.kafka.tail import FETCH_WAIT_MS
+from baton.kafka.tail import _consumer as tail_consumer
 from baton.leases import Lease
 from baton.records import ControlRecord, RecordError, Slot, StatusRecord
 from baton.settings import CONTROL_TOPIC, LEASES_TOPIC, STATUS_TOPIC

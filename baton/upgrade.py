@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from typing import Sequence
+from collections.abc import Sequence
 
 from baton.conditions import WAIT, Check
 from baton.records import CommitMarker, ControlRecord, Positions, Role, SlotState, StateDigest, StatusRecord

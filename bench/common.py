@@ -17,10 +17,10 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results"
@@ -282,7 +282,7 @@ class StatusWatch:
         self._thread.join(5)
 
 
-def batch_records(watch: "StatusWatch", slot: Slot) -> list[StatusRecord]:
+def batch_records(watch: StatusWatch, slot: Slot) -> list[StatusRecord]:
     """One status record per completed batch of `slot`: the first one published for it (idle
     heartbeats repeat the last batch's figures later; they are dropped)."""
     seen: set[tuple[int, int]] = set()
@@ -497,7 +497,7 @@ def calibration_ms() -> float:
     return round(best * 1000, 1)
 
 
-def stop_run(b: "Bench", watch: "StatusWatch", producer, slot: str = "blue") -> None:
+def stop_run(b: Bench, watch: StatusWatch, producer, slot: str = "blue") -> None:
     """End a one-slot run: the load thread (if it started), the slot, the status watch; a slot that did
     not stop cleanly fails the run, with its log's tail."""
     if producer is not None:

@@ -64,7 +64,16 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import (  # noqa: E402
-    REPO, RESULTS, Procs, StatusWatch, batch_records, log, machine, total, wait_processed, write_result,
+    REPO,
+    RESULTS,
+    Procs,
+    StatusWatch,
+    batch_records,
+    log,
+    machine,
+    total,
+    wait_processed,
+    write_result,
 )
 from dag_platform import Meter, broker_kind, iso_s, platform, poll_run, run_dag, task_reason, task_rows, wait_dags  # noqa: E402
 from dag_report import analyse, plot, targets  # noqa: E402

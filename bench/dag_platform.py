@@ -11,14 +11,15 @@ import signal
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
-from typing import Iterator
 
 from common import CpuMeter, Procs, embedded_kind, external_broker, interrupt_once, log
 
 from baton.records import Slot
+
 
 @contextmanager
 def platform(keep: Path | None) -> Iterator[tuple[object, object, Procs]]:
@@ -149,7 +150,7 @@ class Meter:
                 moved.append(f"{slot.value} driver pid {pid}")
         return moved
 
-    def start(self) -> "Meter":
+    def start(self) -> Meter:
         self.cpu.start()
         return self
 

@@ -50,10 +50,10 @@ from baton.conditions import Check, arrival_rate, following  # noqa: E402
 from baton.control_plane import ControlPlane, KafkaControlStore  # noqa: E402
 from baton.fence_gate import FenceGate  # noqa: E402
 from baton.handoff import plan_fence, with_fence, without_fence  # noqa: E402
+from baton.kafka.markers import read_last_marker  # noqa: E402
 from baton.kafka.tail import end_offsets  # noqa: E402
 from baton.records import Slot  # noqa: E402
 from baton.upgrade import Policy, ask_state_check, restore_check, states_agree  # noqa: E402
-from baton.kafka.markers import read_last_marker  # noqa: E402
 
 GAP_TARGET_S, P99_99_TARGET_MS = 2.0, 5000
 

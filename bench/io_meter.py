@@ -20,7 +20,6 @@ import shutil
 import subprocess
 
 import psutil
-
 from common import log
 
 _PID = re.compile(r"pid=(\d+)")

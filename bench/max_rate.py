@@ -39,8 +39,21 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import (  # noqa: E402
-    RESULTS, app_count_rows, CpuMeter, StatusWatch, batch_records, bench, click_count_app, create_app, log, machine, pyplot,
-    start_slot, total, wait_processed, write_result,
+    RESULTS,
+    CpuMeter,
+    StatusWatch,
+    app_count_rows,
+    batch_records,
+    bench,
+    click_count_app,
+    create_app,
+    log,
+    machine,
+    pyplot,
+    start_slot,
+    total,
+    wait_processed,
+    write_result,
 )
 from dag_handoff import CHUNK_S, load_sends  # noqa: E402
 from io_meter import IoMeter, mean_record_bytes, per_event  # noqa: E402

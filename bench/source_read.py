@@ -72,8 +72,8 @@ def produce(bootstrap: str, topic: str, n: int, partitions: int) -> None:
     pad = "x" * 24
     produce_ = p.produce
     for i in range(n):
-        value = '{"user":"u%06d","page":"/p/%05d","ts":%d,"n":%d,"pad":"%s"}' % (
-            i % 100_000, i % 10_000, 1_700_000_000_000 + i, i, pad)
+        value = (f'{{"user":"u{i % 100_000:06d}","page":"/p/{i % 10_000:05d}",'
+                 f'"ts":{1_700_000_000_000 + i},"n":{i},"pad":"{pad}"}}')
         while True:
             try:
                 produce_(topic, value=value.encode(), key=b"u%06d" % (i % 100_000), partition=i % partitions)

@@ -36,8 +36,22 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import (  # noqa: E402
-    RESULTS, app_count_rows, Bench, CpuMeter, StatusWatch, batch_records, bench, click_count_app, create_app, log, machine,
-    pyplot, start_slot, total, wait_processed, write_result,
+    RESULTS,
+    Bench,
+    CpuMeter,
+    StatusWatch,
+    app_count_rows,
+    batch_records,
+    bench,
+    click_count_app,
+    create_app,
+    log,
+    machine,
+    pyplot,
+    start_slot,
+    total,
+    wait_processed,
+    write_result,
 )
 from sparklog import batch_costs, event_log_conf  # noqa: E402
 
@@ -46,7 +60,12 @@ from baton.records import Slot, SlotState  # noqa: E402
 from baton.tools.loadgen import LoadSpec, SendLog, user_id  # noqa: E402
 from baton.tools.loadgen import run as produce  # noqa: E402
 from baton.tools.verify import (  # noqa: E402
-    Observations, align_users, event_latencies, latency_report, latency_timeline, verify,
+    Observations,
+    align_users,
+    event_latencies,
+    latency_report,
+    latency_timeline,
+    verify,
 )
 
 P99_TARGET_MS = 2000

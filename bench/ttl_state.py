@@ -30,8 +30,20 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import (  # noqa: E402
-    StatusWatch, batch_records, bench, churn_args, create_app, log, machine, pyplot, save_lower_axes, start_slot,
-    stop_run, total, wait_processed, write_result,
+    StatusWatch,
+    batch_records,
+    bench,
+    churn_args,
+    create_app,
+    log,
+    machine,
+    pyplot,
+    save_lower_axes,
+    start_slot,
+    stop_run,
+    total,
+    wait_processed,
+    write_result,
 )
 from confluent_kafka import Producer  # noqa: E402
 

@@ -31,16 +31,27 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import (  # noqa: E402
-    StatusWatch, bench, churn_args, create_app, log, machine, pyplot, save_lower_axes, start_slot, stop_run, total,
-    wait_processed, write_result,
+    StatusWatch,
+    bench,
+    churn_args,
+    create_app,
+    log,
+    machine,
+    pyplot,
+    save_lower_axes,
+    start_slot,
+    stop_run,
+    total,
+    wait_processed,
+    write_result,
 )
 from confluent_kafka import Producer  # noqa: E402
 
 from baton.apps import APPS_DIR, load_definition  # noqa: E402
+from baton.generations import slot_paths  # noqa: E402
 from baton.records import Slot, SlotState, StatusRecord  # noqa: E402
 from baton.tools.churn import Churn  # noqa: E402
 from spark_apps.apps.click_windows import WATERMARK_DELAY_S, WINDOW_S, max_windows_in_state, window_start  # noqa: E402
-from baton.generations import slot_paths  # noqa: E402
 
 NAME = "window_state"
 

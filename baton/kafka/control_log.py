@@ -36,13 +36,13 @@ import time
 import uuid
 import warnings
 from collections import OrderedDict
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
-from baton.records import ControlRecord, RecordError
 from baton.kafka.client_config import kafka_config
 from baton.kafka.fetch_wait import StallWatch, fetch_wait_ms, reopen_longer, short_wait
 from baton.kafka.txn_window import txn_window
+from baton.records import ControlRecord, RecordError
 
 log = logging.getLogger(__name__)
 
@@ -259,7 +259,7 @@ class ControlWriter:
         if producer is not None:
             producer.close()  # nothing is in flight: writes hold the lock until committed or aborted
 
-    def _read_through(self, topic: str) -> "AppLog":
+    def _read_through(self, topic: str) -> AppLog:
         """The app's records to the topic's end, past open control transactions (the producer may be
         initialised again on the way; a read after the last initialisation is what is returned)."""
         try:
@@ -282,7 +282,7 @@ class ControlWriter:
             self._init()
         return self._read(topic)
 
-    def _read(self, topic: str, held_s: float | None = None) -> "AppLog":
+    def _read(self, topic: str, held_s: float | None = None) -> AppLog:
         wait = fetch_wait_ms(self.bootstrap, topic, FETCH_WAIT_MS)
         if self._consumer is not None and self._consumer_wait != wait:
             self._consumer.close()
@@ -332,7 +332,7 @@ def _follows(applied: ControlRecord | None, record: ControlRecord) -> bool:
     return applied is None or record.revision == applied.revision + 1
 
 
-def _was_applied(record: ControlRecord, log: "AppLog") -> bool:
+def _was_applied(record: ControlRecord, log: AppLog) -> bool:
     """Readers applied `record` when they reached it in `log` (the app's, in log order)."""
     current = log.base
     for rec in log.records:

@@ -10,7 +10,7 @@ Timestamps are assumed not to decrease within a partition (producer time, the us
 from __future__ import annotations
 
 import time
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 

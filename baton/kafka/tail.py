@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Callable, Iterable, Mapping, TypeVar
+from collections.abc import Callable, Iterable, Mapping
+from typing import TypeVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+
 from baton.kafka.client_config import kafka_config
 from baton.kafka.fetch_wait import StallWatch, answered_high, fetch_wait_ms, lengthen, reopen_longer, short_wait
 

@@ -29,15 +29,15 @@ import time
 import uuid
 from array import array
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
-from baton.records import CORRECTION_HEADER
 from baton.kafka.client_config import kafka_config
+from baton.records import CORRECTION_HEADER
 
 FETCH_WAIT_MS = 50
 CONSUME_WAIT_S = 0.02
@@ -131,7 +131,7 @@ class Observations:
                      corrected=self.corrected if self.corrected is not None else np.zeros(0, dtype=bool))
 
     @classmethod
-    def load(cls, path: Path) -> "Observations":
+    def load(cls, path: Path) -> Observations:
         with np.load(path) as z:
             corrected = z["corrected"] if "corrected" in z.files and z["corrected"].size else None
             return cls(user_ids=z["user_ids"].tolist(), users=z["users"], counts=z["counts"], times=z["times"],

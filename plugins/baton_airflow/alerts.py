@@ -20,7 +20,8 @@ import copy
 import importlib
 import json
 import logging
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from baton.alerts import Alert
 

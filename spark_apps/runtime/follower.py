@@ -50,14 +50,13 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 from baton.caps import compute_cap
 from baton.generations import LATE_POSITION_FAULT
 from baton.handoff import taken_over_at
+from baton.kafka.client_config import kafka_config
 from baton.kafka.control_log import apply_records, decode_for_app
 from baton.records import CommitMarker, ControlRecord, Positions, RecordError, Role, Slot, covers
 from baton.settings import CONTROL_TOPIC
-from baton.kafka.client_config import kafka_config
 from spark_apps.runtime.applied_cap import CAP_WRITE_KEY
 from spark_apps.runtime.late_position import LatePositionFault
 from spark_apps.runtime.pace_hint import write_pace_hint
-
 
 # fetch.wait.max.ms of the follower's consumer (module docstring).
 IDLE_FETCH_WAIT_MS = 250

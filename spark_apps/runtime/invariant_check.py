@@ -20,8 +20,9 @@ import dataclasses
 import importlib
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from baton.apps import AppDefinition
 from baton.checkpoints import last_committed_batch

@@ -24,7 +24,8 @@ from __future__ import annotations
 import logging
 import math
 import time
-from typing import Any, Iterator, Optional
+from collections.abc import Iterator
+from typing import Any
 
 from pyspark.sql.datasource import SimpleDataSourceStreamReader
 from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
@@ -36,7 +37,11 @@ from spark_apps.runtime.kafka_stream_reader import KafkaStreamReader
 from spark_apps.runtime.pace_hint import read_pace_hint
 from spark_apps.runtime.prefetch import Prefetcher, Taken
 from spark_apps.runtime.source_columns import (
-    dead_columns, decode_records, decoded_record_batch, raw_columns, raw_record_batch,
+    dead_columns,
+    decode_records,
+    decoded_record_batch,
+    raw_columns,
+    raw_record_batch,
 )
 from spark_apps.runtime.source_options import SourceOptions
 from spark_apps.runtime.source_plan import BatchPacer, KafkaInputPartition, offsets_from_json, offsets_to_json, read_cap
@@ -101,8 +106,8 @@ class DriverStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableN
     def __init__(self, options: SourceOptions):
         self.opts = options
         self.planner = KafkaStreamReader(options)  # initial offsets, metadata, watermarks, replays
-        self._prefetch: Optional[Prefetcher] = None
-        self._target: Optional[dict[int, int]] = None  # Trigger.AvailableNow bound
+        self._prefetch: Prefetcher | None = None
+        self._target: dict[int, int] | None = None  # Trigger.AvailableNow bound
         self._pacer = BatchPacer(options.min_batch_interval_s, options.cap_file)
         self._applied = AppliedCap(options.cap_file) if options.cap_file else None
         interval = self._pacer.interval_s
@@ -112,7 +117,7 @@ class DriverStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableN
         self.identity_every_s = IDENTITY_EVERY_S
         self._identity_at = time.monotonic()
         self._times = BatchTimesFile(options.batch_times_file) if options.batch_times_file else None
-        self._silent_since: Optional[float] = None  # the broker has not answered the reads since then
+        self._silent_since: float | None = None  # the broker has not answered the reads since then
 
     def __getstate__(self):  # shipped to executors for replays: never a client or a thread
         state = self.__dict__.copy()

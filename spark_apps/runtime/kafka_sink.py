@@ -26,15 +26,15 @@ on Tansu an aborted transaction with more than 1 MB for one partition can leak; 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Iterable, Sequence
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
-from baton.records import CORRECTION_HEADER, CommitMarker, Positions, Slot, covers
 from baton.kafka.client_config import kafka_config
 from baton.kafka.markers import read_last_marker
+from baton.records import CORRECTION_HEADER, CommitMarker, Positions, Slot, covers
 
 
 class WriterFenced(RuntimeError):

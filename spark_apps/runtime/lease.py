@@ -30,7 +30,7 @@ import os
 import threading
 import time
 import uuid
-from typing import Callable
+from collections.abc import Callable
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
@@ -38,15 +38,24 @@ from baton.apps import AppDefinition
 from baton.driver_wrapper import LAUNCH_ID_ENV
 from baton.handoff import HandoffError, take_over
 from baton.kafka.admin import TopicSpec, ensure_topics
-from baton.leases import (LOOK_BACK_RECORDS, Lease, LeaseJudge, decode_lease, decide_takeover, my_pid_start,
-                          proc_start_ticks, process_gone, this_host)
+from baton.kafka.client_config import kafka_config
+from baton.kafka.fetch_wait import StallWatch, fetch_wait_ms, reopen_longer
+from baton.kafka.markers import read_last_marker
+from baton.leases import (
+    LOOK_BACK_RECORDS,
+    Lease,
+    LeaseJudge,
+    decide_takeover,
+    decode_lease,
+    my_pid_start,
+    proc_start_ticks,
+    process_gone,
+    this_host,
+)
 from baton.records import Role, Slot, SlotState
 from baton.settings import LEASES_TOPIC, LEASES_TOPIC_CONFIG
 from spark_apps.runtime.follower import Follower
 from spark_apps.runtime.kafka_sink import writer_transactional_id
-from baton.kafka.fetch_wait import StallWatch, fetch_wait_ms, reopen_longer
-from baton.kafka.markers import read_last_marker
-from baton.kafka.client_config import kafka_config
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,6 @@ from baton.driver_wrapper import HOLD_ARG, HOLD_TIMEOUT_ARG
 from baton.records import Slot
 from baton.settings import Settings
 
-
 LOG_FORMAT = "%(asctime)s %(levelname)s [%(slot)s] %(name)s: %(message)s"
 
 

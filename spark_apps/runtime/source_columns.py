@@ -17,8 +17,9 @@ wants one; there is no group subscription).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from operator import itemgetter
-from typing import Any, Iterator
+from typing import Any
 
 from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType, TimestampType
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from bisect import bisect_left
-from typing import Iterator
+from collections.abc import Iterator
 
 from baton.kafka.tail import is_fatal as _fatal
 from spark_apps.runtime.input_check import FAIL, WAY_OUT, InputDataLoss

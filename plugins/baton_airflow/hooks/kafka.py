@@ -16,8 +16,9 @@ connection without security settings leaves the file BATON_KAFKA_CLIENT_CONFIG n
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from airflow.sdk import BaseHook
 

@@ -22,7 +22,12 @@ from baton_airflow.hooks.spark import BatonSparkHook
 from baton_airflow.operators.reprocess import NewGenerationOperator
 from baton_airflow.operators.slots import resolve
 from baton_airflow.operators.steps import (
-    AbortStepsOperator, AppOperator, PlanStepOperator, fail_with_reason, first_reason, slot_checkpoint,
+    AbortStepsOperator,
+    AppOperator,
+    PlanStepOperator,
+    fail_with_reason,
+    first_reason,
+    slot_checkpoint,
 )
 
 HOLD_S = 3600  # a confirmation may hold the app this long; past it, another operation may start

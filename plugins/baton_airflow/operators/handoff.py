@@ -12,8 +12,8 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
 from baton import handoff
-from baton.handoff import HandoffError, fence_passed, finished, moved_fence, other, with_fence, without_fence
 from baton.apps import AppDefinition
+from baton.handoff import HandoffError, fence_passed, finished, moved_fence, other, with_fence, without_fence
 from baton.plans import Cutover, HandoffPlan
 from baton.records import ControlRecord, Handoff, SlotState
 from baton_airflow.hooks.control import BatonControlHook

@@ -20,17 +20,29 @@ from airflow.sdk import BaseOperator
 
 from baton.alerts import Alert, alerts_of, due
 from baton.apps import AppDefinition, load_registry, version_path
+from baton.caps import compute_cap
 from baton.control_plane import SlotMoved
 from baton.handoff import HandoffError, fail_over, other, stale_fence, without_fence
+from baton.health import (
+    Finding,
+    HealthPolicy,
+    RestartAction,
+    Severity,
+    SlotHealth,
+    Verdict,
+    assess,
+    decide_restart,
+    failover_finding,
+    lease_finding,
+    prune_restarts,
+    summarize,
+)
 from baton.local.procs import tail
-from baton.health import (Finding, HealthPolicy, RestartAction, Severity, SlotHealth, Verdict, assess, decide_restart,
-                          failover_finding, lease_finding, prune_restarts, summarize)
 from baton.records import ControlRecord, Slot, SlotState
 from baton_airflow.alerts import SENT_VARIABLE, configured_notifiers, send
 from baton_airflow.hooks.control import BatonControlHook
 from baton_airflow.hooks.kafka import BatonKafkaHook
 from baton_airflow.hooks.spark import BatonSparkHook
-from baton.caps import compute_cap
 
 FAILED_PREFIX = "FAILED: "  # an action marking a slot FAILED (an alert)
 LAG_VARIABLE = "baton_health_lag"  # (ts_ms, lag) samples per slot between runs: lag growth, input waiting

@@ -21,12 +21,24 @@ from baton.lifecycle import IllegalTransition
 from baton.plans import ConfirmPlan, ReprocessPlan, SlotRestart
 from baton.records import Slot, SlotSpec, SlotState
 from baton.reprocess import (
-    RequestRefused, Start, begin_operation, check_app_state, end_operation, parse_end, resolve_start,
+    RequestRefused,
+    Start,
+    begin_operation,
+    check_app_state,
+    end_operation,
+    parse_end,
+    resolve_start,
 )
 from baton_airflow.hooks.spark import BatonSparkHook
 from baton_airflow.operators.slots import resolve
 from baton_airflow.operators.steps import (
-    AbortStepsOperator, AppOperator, PlanStepOperator, fail_with_reason, first_reason, lift_own_fence, slot_checkpoint,
+    AbortStepsOperator,
+    AppOperator,
+    PlanStepOperator,
+    fail_with_reason,
+    first_reason,
+    lift_own_fence,
+    slot_checkpoint,
 )
 from baton_airflow.triggers.base import met_or_raise
 from baton_airflow.triggers.status import InvariantsAnswerTrigger, SlotRunningTrigger

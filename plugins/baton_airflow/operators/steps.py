@@ -5,9 +5,10 @@ slot's checkpoint and of its copies."""
 from __future__ import annotations
 
 import shutil
+from collections.abc import Sequence
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException

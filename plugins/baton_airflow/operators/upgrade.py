@@ -26,8 +26,16 @@ from baton_airflow.hooks.spark import BatonSparkHook
 from baton_airflow.operators.handoff import plan_ahead, set_fence
 from baton_airflow.operators.slots import resolve
 from baton_airflow.operators.steps import (
-    WAY_BACK, AbortStepsOperator, AppOperator, drop_way_back, fail_with_reason, first_reason, keep_way_back,
-    lift_own_fence, slot_checkpoint, take_way_back,
+    WAY_BACK,
+    AbortStepsOperator,
+    AppOperator,
+    drop_way_back,
+    fail_with_reason,
+    first_reason,
+    keep_way_back,
+    lift_own_fence,
+    slot_checkpoint,
+    take_way_back,
 )
 from baton_airflow.triggers.base import met_or_raise
 from baton_airflow.triggers.status import SlotRunningTrigger

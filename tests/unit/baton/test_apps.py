@@ -3,7 +3,13 @@
 import pytest
 
 from baton.apps import (
-    APPS_DIR, AppDefinitionError, load_app, load_definition, load_registry, load_version, version_path,
+    APPS_DIR,
+    AppDefinitionError,
+    load_app,
+    load_definition,
+    load_registry,
+    load_version,
+    version_path,
 )
 
 GOOD = """name: demo
@@ -120,8 +126,13 @@ def test_a_state_ttl_is_read_in_event_time_and_brings_its_jvm_operator_to_the_sl
 
 def test_the_state_store_is_baton_s_cached_one_where_its_jar_is_built_and_cache_keys_sizes_it(tmp_path, monkeypatch):
     from spark_apps.runtime import idle_counts
-    from spark_apps.runtime.spark import (CACHE_KEYS_CONF, CACHED_STORE, ROCKSDB_STORE, SINGLE_PARTITION_STATE_RULE,
-                                          session_conf)
+    from spark_apps.runtime.spark import (
+        CACHE_KEYS_CONF,
+        CACHED_STORE,
+        ROCKSDB_STORE,
+        SINGLE_PARTITION_STATE_RULE,
+        session_conf,
+    )
 
     provider = "spark.sql.streaming.stateStore.providerClass"
     app = load_definition(write(tmp_path, GOOD))

@@ -19,9 +19,9 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 from baton.apps import load_app
 from baton.kafka import fetch_wait
-from baton.kafka.fetch_wait import short_wait
 from baton.kafka.admin import TopicSpec, delete_topics, ensure_topics
 from baton.kafka.control_log import ControlWriter, close_writers, read_control
+from baton.kafka.fetch_wait import short_wait
 from baton.kafka.tail import probe_ends, read_tail
 from baton.local.broker import Broker
 from baton.local.procs import free_port

@@ -2,10 +2,9 @@
 which may be entering the sink (on_batch) right then."""
 
 import threading
+from types import SimpleNamespace
 
 import pytest
-
-from types import SimpleNamespace
 
 from spark_apps.runtime.batch_sink import RoleGatedSink, SlotStopping
 from spark_apps.runtime.harness import Harness

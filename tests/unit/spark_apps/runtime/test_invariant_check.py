@@ -13,8 +13,8 @@ import pytest
 from baton.apps import load_app
 from baton.generations import SlotPaths
 from baton.records import ControlRecord, Slot
-from spark_apps.runtime.batch_sink import RoleGatedSink
 from spark_apps.runtime import invariant_check
+from spark_apps.runtime.batch_sink import RoleGatedSink
 from spark_apps.runtime.invariant_check import READ_ATTEMPTS, InvariantsOnRequest
 
 APP = load_app("click_counts")
