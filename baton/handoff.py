@@ -271,7 +271,7 @@ def taken_over_at(control: ControlRecord | None, slot: Slot) -> Positions | None
     """The fence `slot` took the active role at, while that handoff's epoch holds (None otherwise): a
     new active that trailed F reads up to exactly F before anything else (spark_apps.runtime.follower)."""
     h = control.handoff if control is not None else None
-    if h is None or h.to is not slot or control.active is not slot or control.epoch != h.epoch + 1:
+    if control is None or h is None or h.to is not slot or control.active is not slot or control.epoch != h.epoch + 1:
         return None
     return dict(h.fence)
 

@@ -69,7 +69,7 @@ class Lease:
         return json.dumps(body, separators=(",", ":")).encode()
 
     @classmethod
-    def from_bytes(cls, raw: bytes) -> Lease:
+    def from_bytes(cls, raw: bytes | None) -> Lease:
         d, what = _load(raw, "lease"), "lease"
         try:
             return cls(app=_req(d, "app", str, what), slot=Slot(_req(d, "slot", str, what)),

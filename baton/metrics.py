@@ -82,7 +82,8 @@ class ViewCollector(Collector):
                 handoffs.add_metric([v.app, h.kind], h.count)
                 if h.timed:
                     took.add_metric([v.app, h.kind], count_value=h.timed, sum_value=h.total_s)
-                    last.add_metric([v.app, h.kind], h.last_s)
+                    if h.last_s is not None:  # set whenever a handoff was timed
+                        last.add_metric([v.app, h.kind], h.last_s)
         yield from (epoch, fenced, handoffs, took, last)
 
 

@@ -191,7 +191,7 @@ class ControlRecord:
         return json.dumps(body, separators=(",", ":")).encode()
 
     @classmethod
-    def from_bytes(cls, raw: bytes) -> ControlRecord:
+    def from_bytes(cls, raw: bytes | None) -> ControlRecord:
         d = _load(raw, "control record")
         try:
             slots = {
@@ -383,7 +383,7 @@ class StatusRecord:
         return json.dumps(body, separators=(",", ":")).encode()
 
     @classmethod
-    def from_bytes(cls, raw: bytes) -> StatusRecord:
+    def from_bytes(cls, raw: bytes | None) -> StatusRecord:
         d = _load(raw, "status record")
         what = "status record"
         try:
@@ -435,7 +435,7 @@ class CommitMarker:
         return json.dumps(body, separators=(",", ":")).encode()
 
     @classmethod
-    def from_bytes(cls, raw: bytes) -> CommitMarker:
+    def from_bytes(cls, raw: bytes | None) -> CommitMarker:
         d = _load(raw, "commit marker")
         what = "commit marker"
         try:
@@ -455,7 +455,9 @@ class CommitMarker:
             raise RecordError(f"{what}: {exc}") from None
 
 
-def _load(raw: bytes, what: str) -> dict[str, Any]:
+def _load(raw: bytes | None, what: str) -> dict[str, Any]:
+    if raw is None:  # a record without a value, as a consumer hands it
+        raise RecordError(f"{what}: no value")
     try:
         d = json.loads(raw)
     except (ValueError, TypeError) as exc:

@@ -24,7 +24,7 @@ minute. Pure: the caller reads the topic, the control records and asks the host.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 from baton.leases import Lease, LeaseJudge, process_gone
@@ -84,7 +84,7 @@ class SlotChangeWatch:
         return {(app, slot) for (app, slot, launch), since in self.running_launches.items()
                 if self._current(app, slot, launch) and since >= newest - RECENT_UP_MS}
 
-    def begin(self, awaiting_check: set[tuple[str, Slot]] = frozenset()) -> None:
+    def begin(self, awaiting_check: Collection[tuple[str, Slot]] = frozenset()) -> None:
         """The look-back is read: every slot dead now, and every launch running now, is the baseline,
         except a running one whose slot is `awaiting_check` (desired STARTING in its control record)."""
         for change in self._current_deaths():

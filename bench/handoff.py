@@ -96,7 +96,7 @@ def check_states(b, app, watch, rate: float, ahead_s: float) -> list[tuple[float
 
 def cutover(b, app, procs, watch, rate: float, ahead_s: float, correct: bool = False) -> list[tuple[float, str]]:
     plane = ControlPlane(KafkaControlStore(b.bootstrap), writer="bench")
-    rec = plane.current(app.name)
+    rec = plane.require(app.name)
     fence = plan_ahead(b, app, watch, rate, ahead_s)
     marks = [(time.time(), "fence set")]
     plane.update(app.name, with_fence(fence, rec.epoch))

@@ -160,7 +160,8 @@ def tree_threads(root: int, proc: Path = Path("/proc")) -> list[int]:
     children: dict[int, list[int]] = {}
     for pid, fields in process_stats(proc):
         children.setdefault(int(fields[1]), []).append(pid)
-    tids, todo = [], [root]
+    tids: list[int] = []
+    todo = [root]
     while todo:
         pid = todo.pop()
         try:

@@ -107,7 +107,7 @@ class EventDecoder:
         append, strict, astuple = rows.append, self._strict.decode, self._astuple
         for i, v in enumerate(values):
             try:
-                append(astuple(strict(v)))
+                append(astuple(strict(v)))  # type: ignore[arg-type]  # None: TypeError, explained below
             except (msgspec.DecodeError, TypeError):
                 row, reason = self.explain(v)
                 if row is None:

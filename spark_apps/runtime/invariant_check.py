@@ -78,7 +78,9 @@ class InvariantsOnRequest:
 
     def maybe_check(self) -> None:
         control, _ = self.follower.snapshot()
-        asked = control.invariants_asked if control is not None else ""
+        if control is None:
+            return
+        asked = control.invariants_asked
         if not asked or control.active is self.slot or (self.answer is not None and self.answer.asked == asked):
             return
         spark = self.spark()

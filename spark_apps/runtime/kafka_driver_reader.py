@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from pyspark.sql.datasource import SimpleDataSourceStreamReader
@@ -214,7 +214,7 @@ class DriverStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableN
             ranges = self.planner.replay_ranges(offsets_from_json(start), offsets_from_json(end))
         finally:
             self.planner.stop()  # this task's copy: its probe consumer is not needed again
-        batches = []
+        batches: list[Any] = []
         for p, (lo, hi) in sorted(ranges.items()):
             batches.extend(self.planner.read(KafkaInputPartition(self.opts.topic, p, lo, hi)))
         return iter(batches)
@@ -254,6 +254,7 @@ class DriverStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableN
             paced_conf = self.planner._conf(**{**tuning, "queued.min.messages": 1,
                                                "fetch.queue.backoff.ms": FOLLOW_FETCH_PACE_MS,
                                                "max.partition.fetch.bytes": FOLLOW_PARTITION_FETCH_BYTES})
+            decode: Callable[[list], tuple[list[int], list[list], list[tuple]]]
             if self.opts.value_fields is None:
                 width, decode = 4, lambda msgs: (list(map(lambda m: m.offset(), msgs)), raw_columns(msgs), [])
             else:
@@ -308,5 +309,7 @@ class DriverStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableN
             return [raw_record_batch(self.opts.topic, p, taken.columns)] if taken.offsets else []
         from spark_apps.runtime.dead_letters import write_spool
 
-        write_spool(self.opts.dead_letter_dir, p, taken.start, taken.end, *dead_columns(taken.dead))
+        spool = self.opts.dead_letter_dir
+        assert spool is not None  # declared with the value fields (source_options)
+        write_spool(spool, p, taken.start, taken.end, *dead_columns(taken.dead))
         return [decoded_record_batch(self.opts, taken.columns)] if taken.offsets else []

@@ -146,10 +146,11 @@ class TransactionalEmitter:
         """One transaction: output rows (with `headers`, if any), dead letters, the marker "emitted up
         to `end`" (carrying on the last marker's corrected_epoch)."""
         corrected_epoch = max(corrected_epoch, self.last.corrected_epoch if self.last is not None else 0)
-        marker = CommitMarker(app=self.app, generation=self.generation, epoch=self.epoch, slot=self.slot,
+        p, epoch = self._producer, self.epoch
+        assert p is not None and epoch is not None  # the callers checked that this writer holds the role
+        marker = CommitMarker(app=self.app, generation=self.generation, epoch=epoch, slot=self.slot,
                               batch_id=batch_id, emitted=dict(end), ts_ms=int(time.time() * 1000),
                               corrected_epoch=corrected_epoch)
-        p = self._producer
         try:
             p.begin_transaction()
             produce, topic = p.produce, self.output_topic

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
@@ -66,6 +66,10 @@ from spark_apps.runtime.source_plan import (
 )
 from spark_apps.runtime.source_read import METADATA_TIMEOUT_S, read_range
 
+if TYPE_CHECKING:
+    from confluent_kafka import Consumer
+    from confluent_kafka.admin import AdminClient
+
 log = logging.getLogger(__name__)
 
 GROUP_ID = "baton-source"
@@ -80,14 +84,14 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def __init__(self, options: SourceOptions):
         self.opts = options
-        self._probe = None  # driver-side consumer for end offsets and timestamp search
+        self._probe: Consumer | None = None  # driver-side consumer for end offsets and timestamp search
         self._probe_wait = PROBE_FETCH_WAIT_MS  # its fetch.wait.max.ms
         self._latest: dict[int, int] | None = None  # last available ends seen (uncapped)
         self._lows: dict[int, int] = {}
         self._target: dict[int, int] | None = None  # Trigger.AvailableNow bound
         self._pacer = BatchPacer(options.min_batch_interval_s, options.cap_file)
         self._applied = AppliedCap(options.cap_file) if options.cap_file else None
-        self._admin = None  # for the topic id (input_check.topic_id)
+        self._admin: AdminClient | None = None  # for the topic id (input_check.topic_id)
         self.verified = False  # this process checked the query's positions against the input (resume_point)
         self._jump: dict | None = None  # the end of the resume batch planned (policy earliest), until committed
         self._adopt: str | None = None  # the topic id to record once that batch is committed
@@ -332,7 +336,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if p in lost:
                 if lost[p].kind != BEFORE_START:
                     continue
-                lo = min(max(lo, lost[p].low), max(lo, e))
+                low = lost[p].low
+                assert low is not None  # a BEFORE_START loss has the log's start
+                lo = min(max(lo, low), max(lo, e))
             out[p] = (lo, e)
         return out
 
@@ -360,7 +366,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return topic_id(self._admin, self.opts.topic, timeout_s)
 
     # -- executors: the hot path
-    def read(self, partition: KafkaInputPartition) -> Iterator[Any]:
+    # Spark hands read() back only the partitions this reader planned.
+    def read(self, partition: KafkaInputPartition) -> Iterator[Any]:  # type: ignore[override]
         from confluent_kafka import Consumer
 
         topic, p, start, end = partition.topic, partition.partition, partition.start, partition.end

@@ -113,7 +113,7 @@ class FinishConfirmOperator(PlanStepOperator):
         control, spark = self.hooks()
         plane = control.plane()
         now_ms = plane.now_ms()
-        rec, plan = plane.current(app.name), ConfirmPlan.of(self.plan)
+        rec, plan = plane.require(app.name), ConfirmPlan.of(self.plan)
         archived = archive_unused(spark.state_dir, rec, f"unused after {context['run_id']}", plan.keep_until_ms,
                                   now_ms)
         purged = purge_expired(spark.state_dir, app.name, now_ms)

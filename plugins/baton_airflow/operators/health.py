@@ -141,7 +141,7 @@ class HealthCheckOperator(BaseOperator):
     def lift_stale_fence(self, record: ControlRecord, plane) -> tuple[ControlRecord, str] | None:
         """A fence past its expiry was left by a handoff whose run died: lift it, or the active's
         output stays held at F for good (baton.handoff.stale_fence says why that is safe)."""
-        if not stale_fence(record, int(self.clock() * 1000)):
+        if record.fence is None or not stale_fence(record, int(self.clock() * 1000)):
             return None
         try:
             lifted = plane.update(record.app, without_fence(record.epoch))
@@ -311,7 +311,7 @@ def starting_since(health: SlotHealth, launched_ms: int, now_ms: int, policy: He
         return dataclasses.replace(health, verdict=Verdict.DEAD, findings=[Finding(
             "liveness", Severity.CRITICAL, f"no status record {since / 1000:.0f} s after its launch "
                                            f"(grace {policy.start_grace_s:g} s)")])
+    last = f" (the last record, {health.last.state.value}, is the previous launch's)" if health.last else ""
     return dataclasses.replace(health, verdict=Verdict.STARTING, findings=[Finding(
-        "starting", Severity.INFO, f"launched {since / 1000:.1f} s ago, no status yet (the last record, "
-                                   f"{health.last.state.value}, is the previous launch's)")])
+        "starting", Severity.INFO, f"launched {since / 1000:.1f} s ago, no status yet{last}")])
 

@@ -128,7 +128,9 @@ class NewGenerationOperator(AppOperator):
         archive(spark, app, slot, left.generation, left.version, why)
 
     def starting_offsets(self) -> str:
-        return json.dumps({str(p): int(o) for p, o in self.run_plan().start_offsets.items()})
+        plan = self.run_plan()
+        assert isinstance(plan, ReprocessPlan)  # a subclass with another plan type overrides this method
+        return json.dumps({str(p): int(o) for p, o in plan.start_offsets.items()})
 
     def execute(self, context: Any) -> None:
         plan = self.run_plan()
@@ -136,7 +138,7 @@ class NewGenerationOperator(AppOperator):
         generation = plan.generation
         control, spark = self.hooks()
         plane = control.plane()
-        spec = plane.current(app.name).slots[slot]
+        spec = plane.require(app.name).slots[slot]
         why = self.why(context)
         offsets = self.starting_offsets()
         try:
@@ -306,7 +308,7 @@ class AbortReprocessOperator(AbortStepsOperator):
         control, spark = self.hooks()
         plane = control.plane()
         plan = ReprocessPlan.of(self.plan)
-        rec = lift_own_fence(plane, plane.current(app.name), plan.epoch, context["run_id"], self.log)
+        rec = lift_own_fence(plane, plane.require(app.name), plan.epoch, context["run_id"], self.log)
         standby = plan.standby
         back = ""
         if rec.active is not standby and rec.slots[standby].generation != plan.from_generation:

@@ -21,7 +21,7 @@ from baton_airflow.hooks.spark import BatonSparkHook
 
 
 class AppOperator(BaseOperator):
-    template_fields = ("app",)
+    template_fields: Sequence[str] = ("app",)
 
     def __init__(self, *, app: str, kafka_conn_id: str = BatonKafkaHook.default_conn_name,
                  spark_conn_id: str = BatonSparkHook.default_conn_name,
