@@ -17,7 +17,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -216,7 +216,17 @@ def create_app(bootstrap: str, app: AppDefinition, active: Slot = Slot.BLUE, sta
                                            writer="bench", ts_ms=int(time.time() * 1000)))
 
 
-def start_slot(b: Bench, app_path: Path, slot: Slot, conf: list[str] = (), name: str | None = None) -> subprocess.Popen:
+def reports(slot: Slot, *states: SlotState) -> Callable[[StatusRecord], bool]:
+    """StatusWatch.wait's predicate: a status record of `slot` in one of `states`."""
+    return lambda r: r.slot is slot and r.state in states
+
+
+def running(proc: subprocess.Popen) -> Callable[[], bool]:
+    """StatusWatch.wait's `alive`: the process has not exited."""
+    return lambda: proc.poll() is None
+
+
+def start_slot(b: Bench, app_path: Path, slot: Slot, conf: Sequence[str] = (), name: str | None = None) -> subprocess.Popen:
     argv = [sys.executable, "-m", "spark_apps.runtime.run", "--app", str(app_path), "--slot", slot.value,
             "--bootstrap", b.bootstrap, "--state-dir", str(b.tmp / "state")]
     for item in conf:

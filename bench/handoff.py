@@ -123,7 +123,7 @@ def cutover(b, app, procs, watch, rate: float, ahead_s: float, correct: bool = F
         last = next((r for r in reversed(watch.of(Slot.GREEN)) if r.batch_id >= 0), None)
         err = type(exc)(f"{exc}: fence {fence}, blue emitted {marker.emitted if marker else None}, green processed "
                         f"{last.processed if last else None} (batch {last.batch_id if last else None})")
-        err.marks = marks
+        err.marks = marks  # type: ignore[union-attr]  # read back with getattr by the report
         raise err from None
     marks.append((time.time(), "cutover"))
     if correct:
@@ -190,7 +190,7 @@ def rolling_upgrade(b, app, procs, watch, rate: float, ahead_s: float, conf, set
     try:
         _upgrade_both(b, app, procs, watch, rate, ahead_s, conf, settle_s, v2, marks)
     except (TimeoutError, RuntimeError) as exc:
-        exc.marks = marks + getattr(exc, "marks", [])  # the steps it got through, for the report
+        exc.marks = marks + getattr(exc, "marks", [])  # type: ignore[union-attr]  # the steps it got through, for the report
         raise
     log("rolling upgrade: " + ", ".join(f"{label} +{t - marks[0][0]:.1f}s" for t, label in marks))
     return marks

@@ -48,6 +48,8 @@ from common import (  # noqa: E402
     log,
     machine,
     pyplot,
+    reports,
+    running,
     start_slot,
     total,
     wait_processed,
@@ -134,8 +136,7 @@ def run(b: Bench, args, during=None) -> dict:
     procs = {s: start_slot(b, path, s, [*conf, *(event_log_conf(event_logs[s]) if event_logs else [])])
              for s in slots}
     for s in slots:  # the query is starting once a slot reports RESTORING
-        watch.wait(lambda r, s=s: r.slot is s and r.state is SlotState.RESTORING, 180, f"of {s.value} starting",
-                   alive=lambda s=s: procs[s].poll() is None)
+        watch.wait(reports(s, SlotState.RESTORING), 180, f"of {s.value} starting", alive=running(procs[s]))
     prewarm = None
     if args.prewarm:
         prewarm = produce(LoadSpec(rate=math.inf, keys=args.keys, events=args.prewarm, malformed=args.malformed,

@@ -79,7 +79,7 @@ class SteadyProducer(threading.Thread):
             self.error = exc
 
     def _run(self) -> None:
-        window, in_window, keys = None, set(), 0
+        window, in_window, keys = None, set[str](), 0
         t0 = time.monotonic()
         while not self.stop.is_set():
             due = int((time.monotonic() - t0) * self.churn.rate)
@@ -106,7 +106,7 @@ class SteadyProducer(threading.Thread):
             self.producer.poll(0)
             time.sleep(0.01)
         left = self.producer.flush(60)
-        self.producer = None  # gone before the broker stops, so librdkafka logs no reconnects
+        del self.producer  # gone before the broker stops, so librdkafka logs no reconnects
         if left:
             raise RuntimeError(f"the producer could not deliver {left} events within 60 s")
 

@@ -29,7 +29,7 @@ import time
 import uuid
 from array import array
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -88,7 +88,7 @@ def read_output(bootstrap: str, topic: str, partitions: int, timeout_s: float = 
     return out
 
 
-def verify(truth: Counter, output: list[tuple[str, int]], corrections: Sequence[bool] | None = None) -> Verdict:
+def verify(truth: Counter, output: list[tuple[str, int]], corrections: Iterable[bool] | None = None) -> Verdict:
     """`corrections[i]`: output[i] is a corrected-output record (None: there are none)."""
     seen: dict[str, list[int]] = {}
     emitted: dict[str, list[int]] = {}  # the same without the corrections
