@@ -10,7 +10,7 @@ JAR    := $(VENV)/baton-jvm.jar
 JAVA_SRC := $(shell find jvm/src -name '*.java')
 SPARK_READY := $(VENV)/.spark-home
 
-.PHONY: install test unit demo up down status bench lock clean
+.PHONY: install lint test unit demo up down status bench lock clean
 
 # Re-runs only when the lock or the package metadata changed: a repeat `make` installs nothing.
 install: $(STAMP) $(JAR) $(SPARK_READY)
@@ -51,8 +51,16 @@ $(BROWSER): scripts/ensure_chromium.sh
 	@bash scripts/ensure_chromium.sh
 	@touch $@
 
-test: install $(BROWSER)
-	$(BIN)/python -m pytest
+# Lint and types (configured in pyproject.toml): ruff's rules, ruff's format and mypy; any finding fails.
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+# Lint first, then the unit tests (stopping at the first failure), then the rest.
+test: install $(BROWSER) lint
+	$(BIN)/python -m pytest tests/unit -x -q
+	$(BIN)/python -m pytest tests/integration tests/e2e
 
 unit: install
 	$(BIN)/python -m pytest tests/unit
