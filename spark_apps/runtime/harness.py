@@ -250,8 +250,8 @@ class Harness:
             while not self._stop.is_set():
                 control, _ = self.follower.snapshot()
                 try:  # under a fence the hold is looked at often: the cutover waits on its word
-                    ended = self.query.awaitTermination(  # seconds (typed int): a float works
-                        0.1 if control is not None and control.fence else 0.5)  # type: ignore[arg-type]
+                    wait_s = 0.1 if control is not None and control.fence else 0.5
+                    ended = self.query.awaitTermination(wait_s)  # type: ignore[arg-type]  # typed int: seconds
                 except Exception:  # it failed: said below, unless this slot was fenced and goes on as the standby
                     ended = True
                 if ended:
