@@ -51,8 +51,16 @@ $(BROWSER): scripts/ensure_chromium.sh
 	@bash scripts/ensure_chromium.sh
 	@touch $@
 
-test: install $(BROWSER)
-	$(BIN)/python -m pytest
+# Lint and types (configured in pyproject.toml): ruff's rules, ruff's format and mypy; any finding fails.
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+# Lint first, then the unit tests (stopping at the first failure), then the rest.
+test: install $(BROWSER) lint
+	$(BIN)/python -m pytest tests/unit -x -q
+	$(BIN)/python -m pytest tests/integration tests/e2e
 
 unit: install
 	$(BIN)/python -m pytest tests/unit

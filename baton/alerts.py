@@ -9,8 +9,8 @@ that stays dead is not forgotten and a page does not arrive every minute.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Iterable, Mapping
 
 from baton.health import Severity, SlotHealth
 

@@ -8,8 +8,9 @@ the slot's recent input rate (an estimate: the time to read it at the rate data 
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from baton.leases import Lease
 from baton.records import ControlRecord, Positions, Slot, SlotState, StatusRecord

@@ -7,8 +7,8 @@ launched process says so, not that a process exists.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from baton.records import CommitMarker, Positions, SlotState, StatusRecord, covers
 

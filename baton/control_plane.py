@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Callable, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from baton.kafka.control_log import WriteConflict
 from baton.lifecycle import check_transition
@@ -48,6 +49,10 @@ class SlotMoved(RuntimeError):
     """The slot's spec is no longer the one the caller decided on (another run's step moved it)."""
 
 
+class NoControlRecord(LookupError):
+    """The app has no control record: it was never started."""
+
+
 Change = Callable[[ControlRecord], ControlRecord]
 
 
@@ -60,6 +65,13 @@ class ControlPlane:
 
     def current(self, app: str) -> ControlRecord | None:
         return self.store.read(app)
+
+    def require(self, app: str) -> ControlRecord:
+        """The current record of an app that must have one (a step after its start)."""
+        rec = self.current(app)
+        if rec is None:
+            raise NoControlRecord(f"{app} has no control record: it was never started")
+        return rec
 
     def update(self, app: str, change: Change, expected_epoch: int | None = None, attempts: int = 5) -> ControlRecord:
         """Apply `change` to the current record (a new app starts at epoch 1, blue active) and write it.
@@ -109,5 +121,5 @@ class ControlPlane:
 
 def _same(a: ControlRecord, b: ControlRecord) -> bool:
     """Equal apart from the bookkeeping a write adds."""
-    strip = dict(revision=0, writer="", ts_ms=0)
+    strip: dict[str, Any] = dict(revision=0, writer="", ts_ms=0)
     return dataclasses.replace(a, **strip) == dataclasses.replace(b, **strip)

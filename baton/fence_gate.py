@@ -24,7 +24,7 @@ time between the active reaching F and the write is part of the handoff's output
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from baton.conditions import WAIT, Check
 from baton.handoff import HandoffError, cut_over, fence_reached, short_of

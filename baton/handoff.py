@@ -31,9 +31,9 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
-from baton.conditions import Check, WAIT
+from baton.conditions import WAIT, Check
 from baton.records import CommitMarker, ControlRecord, Handoff, Positions, Slot, SlotState, StatusRecord
 
 FAILOVER = "failover"  # the handoff id of failovers (the standby's own, or the health DAG's)
@@ -271,7 +271,7 @@ def taken_over_at(control: ControlRecord | None, slot: Slot) -> Positions | None
     """The fence `slot` took the active role at, while that handoff's epoch holds (None otherwise): a
     new active that trailed F reads up to exactly F before anything else (spark_apps.runtime.coordination.follower)."""
     h = control.handoff if control is not None else None
-    if h is None or h.to is not slot or control.active is not slot or control.epoch != h.epoch + 1:
+    if control is None or h is None or h.to is not slot or control.active is not slot or control.epoch != h.epoch + 1:
         return None
     return dict(h.fence)
 

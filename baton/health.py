@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import enum
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 from baton.apps import AppDefinition
 from baton.handoff import FAILOVER

@@ -12,7 +12,7 @@ priority. The active, whose batches carry the output, is never asked.
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence
+from collections.abc import Sequence
 
 from baton.conditions import Check
 from baton.records import ControlRecord, InvariantsCheck, StatusRecord

@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import logging
 import shutil
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 log = logging.getLogger(__name__)
 

@@ -60,9 +60,9 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Iterator, Mapping
 from urllib.parse import urlparse
 
 import psutil
@@ -181,7 +181,7 @@ class SlotProcess:
         return json.dumps({"v": RECORD_VERSION, **asdict(self), "slot": self.slot.value}, indent=1)
 
     @classmethod
-    def from_json(cls, text: str, where: str) -> "SlotProcess":
+    def from_json(cls, text: str, where: str) -> SlotProcess:
         try:
             raw = json.loads(text)
             raw.pop("v", None)

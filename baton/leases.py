@@ -30,7 +30,9 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, fields
+
 from baton.records import FORMAT_VERSION, ControlRecord, Positions, RecordError, Role, Slot, SlotState, _load, _req
+
 # How far back a reader of the leases topic starts: enough for every slot's last few renewals (one per slot
 # and interval, every app's in one partition).
 LOOK_BACK_RECORDS = 2000
@@ -67,7 +69,7 @@ class Lease:
         return json.dumps(body, separators=(",", ":")).encode()
 
     @classmethod
-    def from_bytes(cls, raw: bytes) -> "Lease":
+    def from_bytes(cls, raw: bytes | None) -> Lease:
         d, what = _load(raw, "lease"), "lease"
         try:
             return cls(app=_req(d, "app", str, what), slot=Slot(_req(d, "slot", str, what)),

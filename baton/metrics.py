@@ -7,7 +7,7 @@ page's API (`/baton/metrics`, behind Airflow's authentication: give Prometheus a
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, SummaryMetricFamily
@@ -82,7 +82,8 @@ class ViewCollector(Collector):
                 handoffs.add_metric([v.app, h.kind], h.count)
                 if h.timed:
                     took.add_metric([v.app, h.kind], count_value=h.timed, sum_value=h.total_s)
-                    last.add_metric([v.app, h.kind], h.last_s)
+                    if h.last_s is not None:  # set whenever a handoff was timed
+                        last.add_metric([v.app, h.kind], h.last_s)
         yield from (epoch, fenced, handoffs, took, last)
 
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
-from typing import Any, ClassVar, Mapping, TypeVar, Union
+from collections.abc import Mapping
+from typing import Any, ClassVar, TypeVar, Union
 
 from baton.records import Positions, Slot
 

@@ -6,8 +6,8 @@ Production code (the launcher, the health check, a slot's priority) and the loca
 
 from __future__ import annotations
 
-from pathlib import Path
 from collections.abc import Iterator
+from pathlib import Path
 
 
 def process_stats(proc: Path = Path("/proc")) -> Iterator[tuple[int, list[str]]]:
@@ -29,7 +29,8 @@ def tree_threads(root: int, proc: Path = Path("/proc")) -> list[int]:
     children: dict[int, list[int]] = {}
     for pid, fields in process_stats(proc):
         children.setdefault(int(fields[1]), []).append(pid)
-    tids, todo = [], [root]
+    tids: list[int] = []
+    todo = [root]
     while todo:
         pid = todo.pop()
         try:

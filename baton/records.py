@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import enum
 import json
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any, Mapping
+from typing import Any
 
 FORMAT_VERSION = 1
 # On the output records of a corrected-output publish (CommitMarker.corrected_epoch), value: the epoch.
@@ -36,7 +37,7 @@ class Slot(str, enum.Enum):
     GREEN = "green"
 
     @property
-    def other(self) -> "Slot":
+    def other(self) -> Slot:
         return Slot.GREEN if self is Slot.BLUE else Slot.BLUE
 
 
@@ -107,7 +108,7 @@ class Handoff:
     id: str
     epoch: int
     fence: Positions
-    to: "Slot"
+    to: Slot
     # A failover's cause and when it was decided (ms): kept on the record until the next handoff, for
     # the health DAG's findings and the UI. Empty for a cutover.
     reason: str = ""
@@ -118,7 +119,7 @@ class Handoff:
                 "reason": self.reason, "ts_ms": self.ts_ms}
 
     @classmethod
-    def from_json(cls, raw: Any) -> "Handoff | None":
+    def from_json(cls, raw: Any) -> Handoff | None:
         if raw is None:
             return None
         what = "control record field 'handoff'"
@@ -190,7 +191,7 @@ class ControlRecord:
         return json.dumps(body, separators=(",", ":")).encode()
 
     @classmethod
-    def from_bytes(cls, raw: bytes) -> "ControlRecord":
+    def from_bytes(cls, raw: bytes | None) -> ControlRecord:
         d = _load(raw, "control record")
         try:
             slots = {
@@ -250,7 +251,7 @@ class StateDigest:
         return {**asdict(self), "position": positions_to_json(self.position)}
 
     @classmethod
-    def from_json(cls, raw: Any, what: str) -> "StateDigest | None":
+    def from_json(cls, raw: Any, what: str) -> StateDigest | None:
         if raw is None:
             return None
         if not isinstance(raw, dict):
@@ -291,7 +292,7 @@ class InvariantsCheck:
         return {**asdict(self), "examples": list(self.examples)}
 
     @classmethod
-    def from_json(cls, raw: Any, what: str) -> "InvariantsCheck | None":
+    def from_json(cls, raw: Any, what: str) -> InvariantsCheck | None:
         if raw is None:
             return None
         if not isinstance(raw, dict):
@@ -382,7 +383,7 @@ class StatusRecord:
         return json.dumps(body, separators=(",", ":")).encode()
 
     @classmethod
-    def from_bytes(cls, raw: bytes) -> "StatusRecord":
+    def from_bytes(cls, raw: bytes | None) -> StatusRecord:
         d = _load(raw, "status record")
         what = "status record"
         try:
@@ -434,7 +435,7 @@ class CommitMarker:
         return json.dumps(body, separators=(",", ":")).encode()
 
     @classmethod
-    def from_bytes(cls, raw: bytes) -> "CommitMarker":
+    def from_bytes(cls, raw: bytes | None) -> CommitMarker:
         d = _load(raw, "commit marker")
         what = "commit marker"
         try:
@@ -454,7 +455,9 @@ class CommitMarker:
             raise RecordError(f"{what}: {exc}") from None
 
 
-def _load(raw: bytes, what: str) -> dict[str, Any]:
+def _load(raw: bytes | None, what: str) -> dict[str, Any]:
+    if raw is None:  # a record without a value, as a consumer hands it
+        raise RecordError(f"{what}: no value")
     try:
         d = json.loads(raw)
     except (ValueError, TypeError) as exc:

@@ -12,8 +12,9 @@ Every refusal names what is wrong; nothing is written before the request passed.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from baton.records import ControlRecord, Positions, SlotState
 
@@ -36,7 +37,7 @@ class Start:
     offsets: Positions | None = None
 
     @classmethod
-    def parse(cls, kind: Any, timestamp_ms: Any = None, offsets: Any = None) -> "Start":
+    def parse(cls, kind: Any, timestamp_ms: Any = None, offsets: Any = None) -> Start:
         if kind not in STARTS:
             raise RequestRefused(f"start {kind!r} is not one of {', '.join(STARTS)}")
         if kind == "timestamp":
@@ -69,23 +70,27 @@ def resolve_start(start: Start, partitions: int, lows: Positions, ends: Position
     if start.kind == "earliest":
         return {p: lows.get(p, 0) for p in range(partitions)}
     if start.kind == "timestamp":
-        if start.timestamp_ms > now_ms:
-            raise RequestRefused(f"start_timestamp_ms {start.timestamp_ms} is in the future (now {now_ms}): "
+        timestamp_ms = start.timestamp_ms
+        assert timestamp_ms is not None  # Start.parse sets it for this kind
+        if timestamp_ms > now_ms:
+            raise RequestRefused(f"start_timestamp_ms {timestamp_ms} is in the future (now {now_ms}): "
                                  "there is nothing to replay from there")
-        return for_timestamp(start.timestamp_ms)
-    unknown = sorted(p for p in start.offsets if not 0 <= p < partitions)
+        return for_timestamp(timestamp_ms)
+    offsets = start.offsets
+    assert offsets is not None  # Start.parse sets them for the remaining kind, "offsets"
+    unknown = sorted(p for p in offsets if not 0 <= p < partitions)
     if unknown:
         raise RequestRefused(f"partition(s) {unknown} do not exist: the input topic has partitions 0..{partitions - 1}")
-    missing = sorted(set(range(partitions)) - set(start.offsets))
+    missing = sorted(set(range(partitions)) - set(offsets))
     if missing:
         raise RequestRefused(f"start_offsets must name every partition of the input; missing {missing}")
-    for p, o in sorted(start.offsets.items()):
+    for p, o in sorted(offsets.items()):
         if o > ends.get(p, 0):
             raise RequestRefused(f"offset {o} on partition {p} is beyond the log end {ends.get(p, 0)}")
         if o < lows.get(p, 0):
             raise RequestRefused(f"offset {o} on partition {p} is before the log start {lows.get(p, 0)} "
                                  "(deleted by retention)")
-    return dict(start.offsets)
+    return dict(offsets)
 
 
 def check_app_state(rec: ControlRecord | None, now_ms: int) -> None:

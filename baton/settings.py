@@ -45,7 +45,7 @@ class Settings:
     postgres_port: int = 0
 
     @classmethod
-    def load(cls) -> "Settings":
+    def load(cls) -> Settings:
         state_dir = Path(os.environ.get("BATON_HOME", REPO_ROOT / ".state")).resolve()
         kafka_port = _env_int("BATON_KAFKA_PORT", 29092)
         embedded = f"127.0.0.1:{kafka_port}"

@@ -24,8 +24,8 @@ minute. Pure: the caller reads the topic, the control records and asks the host.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
-from typing import Callable, Optional
 
 from baton.leases import Lease, LeaseJudge, process_gone
 from baton.records import Slot, SlotState
@@ -54,7 +54,7 @@ class SlotChangeWatch:
     """Fed the leases topic in log order (observe), asked what changed (changes). `begin()` marks the
     end of the look-back: what holds then is the baseline, never reported."""
 
-    def __init__(self, host: str, start_of: Callable[[int], Optional[int]]):
+    def __init__(self, host: str, start_of: Callable[[int], int | None]):
         self.host, self.start_of = host, start_of
         self.newest: dict[tuple[str, Slot], Lease] = {}
         # The judge of a slot's silence counts the other slot's renewals (keyed by the slot judged).
@@ -84,7 +84,7 @@ class SlotChangeWatch:
         return {(app, slot) for (app, slot, launch), since in self.running_launches.items()
                 if self._current(app, slot, launch) and since >= newest - RECENT_UP_MS}
 
-    def begin(self, awaiting_check: set[tuple[str, Slot]] = frozenset()) -> None:
+    def begin(self, awaiting_check: Collection[tuple[str, Slot]] = frozenset()) -> None:
         """The look-back is read: every slot dead now, and every launch running now, is the baseline,
         except a running one whose slot is `awaiting_check` (desired STARTING in its control record)."""
         for change in self._current_deaths():

@@ -20,7 +20,9 @@ from baton.app_view import AppView, PlotPoints, app_view
 from baton.apps import AppDefinition, load_registry
 from baton.kafka.control_log import apply_records
 from baton.kafka.fetch_wait import StallWatch, fetch_wait_ms, reopen_longer, short_wait
-from baton.kafka.tail import FETCH_WAIT_MS, _consumer as tail_consumer
+from baton.kafka.messages import offset_of, topic_of
+from baton.kafka.tail import FETCH_WAIT_MS
+from baton.kafka.tail import _consumer as tail_consumer
 from baton.leases import Lease
 from baton.records import ControlRecord, RecordError, Slot, StatusRecord
 from baton.settings import CONTROL_TOPIC, LEASES_TOPIC, STATUS_TOPIC
@@ -76,13 +78,13 @@ class StatusFeed:
                     raise TimeoutError(f"{', '.join(sorted(pending))} not read to the end within {self.timeout_s}s "
                                        f"(broker {self.bootstrap}, fetch.wait.max.ms={wait})")
                 for m in c.consume(10_000, 0.05):
-                    if m.error():
-                        if m.error().code() == KafkaError._PARTITION_EOF:
-                            pending.discard(m.topic())
+                    if err := m.error():
+                        if err.code() == KafkaError._PARTITION_EOF:
+                            pending.discard(topic_of(m))
                             continue
-                        raise KafkaException(m.error())
-                    position[m.topic()] = m.offset() + 1
-                    self._take(m.topic(), m.key(), m.value())
+                        raise KafkaException(err)
+                    position[topic_of(m)] = offset_of(m) + 1
+                    self._take(topic_of(m), m.key(), m.value())
                 if pending and watch.stalled() and (reopened := reopen_longer(
                         c, lambda w: tail_consumer(self.bootstrap, w, logger=KAFKA_LOG), self.bootstrap,
                         [t for t in pending if short_wait(c, t, 0, position[t])], wait,

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from typing import Sequence
+from collections.abc import Sequence
 
 from baton.conditions import WAIT, Check
 from baton.records import CommitMarker, ControlRecord, Positions, Role, SlotState, StateDigest, StatusRecord
@@ -200,7 +200,8 @@ def settle_record_cost(old_active: Sequence[StatusRecord], before_ms: int) -> tu
     """The old active's p90 cost per input record (microseconds) over its last batches with input before
     the cutover at `before_ms` (its status records `old_active`, in order), and what it is; None below
     BASELINE_MIN_BATCHES of them."""
-    p90, n = recent_p90([cost_per_record_us(r) for r in baseline_batches(old_active, before_ms)])
+    # Every baseline batch had input: each has a cost.
+    p90, n = recent_p90([c for r in baseline_batches(old_active, before_ms) if (c := cost_per_record_us(r)) is not None])
     if p90 is None:
         return None, f"none ({n} batches of the old active to compare with)"
     return p90, f"the old active's p90 of {p90} us a record over its last {n} batches"
@@ -320,7 +321,7 @@ def settle_check(history: Sequence[StatusRecord], marker: CommitMarker | None, e
     # the product-path reprocess bench on a busy host, the new active's 15 s batches stood 602k records
     # behind that way against a limit of 574k, and 190k behind 45 s later: rolled back while it caught up.
     last = batches[-1] if batches else None
-    lag = backlog_at_start(batches[-2], last) if len(batches) > 1 else None
+    lag = backlog_at_start(batches[-2], batches[-1]) if len(batches) > 1 else None
     if lag is None:  # no batch, or no consecutive pair with the input's end: the input's end now
         lag = sum(max(0, o - (last.processed.get(p, 0) if last else fence.get(p, 0))) for p, o in end.items())
     if lag > max_lag:

@@ -17,10 +17,10 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results"
@@ -216,7 +216,17 @@ def create_app(bootstrap: str, app: AppDefinition, active: Slot = Slot.BLUE, sta
                                            writer="bench", ts_ms=int(time.time() * 1000)))
 
 
-def start_slot(b: Bench, app_path: Path, slot: Slot, conf: list[str] = (), name: str | None = None) -> subprocess.Popen:
+def reports(slot: Slot, *states: SlotState) -> Callable[[StatusRecord], bool]:
+    """StatusWatch.wait's predicate: a status record of `slot` in one of `states`."""
+    return lambda r: r.slot is slot and r.state in states
+
+
+def running(proc: subprocess.Popen) -> Callable[[], bool]:
+    """StatusWatch.wait's `alive`: the process has not exited."""
+    return lambda: proc.poll() is None
+
+
+def start_slot(b: Bench, app_path: Path, slot: Slot, conf: Sequence[str] = (), name: str | None = None) -> subprocess.Popen:
     argv = [sys.executable, "-m", "spark_apps.runtime.run", "--app", str(app_path), "--slot", slot.value,
             "--bootstrap", b.bootstrap, "--state-dir", str(b.tmp / "state")]
     for item in conf:
@@ -282,7 +292,7 @@ class StatusWatch:
         self._thread.join(5)
 
 
-def batch_records(watch: "StatusWatch", slot: Slot) -> list[StatusRecord]:
+def batch_records(watch: StatusWatch, slot: Slot) -> list[StatusRecord]:
     """One status record per completed batch of `slot`: the first one published for it (idle
     heartbeats repeat the last batch's figures later; they are dropped)."""
     seen: set[tuple[int, int]] = set()
@@ -497,7 +507,7 @@ def calibration_ms() -> float:
     return round(best * 1000, 1)
 
 
-def stop_run(b: "Bench", watch: "StatusWatch", producer, slot: str = "blue") -> None:
+def stop_run(b: Bench, watch: StatusWatch, producer, slot: str = "blue") -> None:
     """End a one-slot run: the load thread (if it started), the slot, the status watch; a slot that did
     not stop cleanly fails the run, with its log's tail."""
     if producer is not None:

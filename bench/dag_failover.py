@@ -50,6 +50,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 
@@ -60,7 +61,7 @@ from dag_handoff import APP, code_rev, load_sends, next_output, slot_batches  # 
 from dag_platform import Meter, broker_kind, platform, run_dag, slot_driver, wait_dags  # noqa: E402
 from dag_report import analyse  # noqa: E402
 
-from baton.records import CommitMarker, Role, Slot, SlotState  # noqa: E402
+from baton.records import CommitMarker, ControlRecord, Role, Slot, SlotState  # noqa: E402
 
 NAME = "handoff_failover"
 # A standby's batches are this short once it has caught up with the active (paced: ~2 s of input each);
@@ -105,21 +106,30 @@ def wait_ready(plat, app, args, watch: StatusWatch, meter: Meter) -> str:
     return active
 
 
+def control_record(bootstrap: str) -> ControlRecord:
+    from baton.kafka.control_log import read_control
+
+    rec = read_control(bootstrap, APP)
+    if rec is None:
+        raise RuntimeError(f"{APP} has no control record")
+    return rec
+
+
 def kill_active(plat, active: str, stall_s: float = 0.0) -> dict:
     """After a random 5-20 s, SIGKILL the active's process group (or, with stall_s, SIGSTOP it for that
     long, then SIGCONT); then only watch the control record."""
-    from baton.kafka.control_log import read_control
-
     time.sleep(random.uniform(5, 20))
-    before = read_control(plat.settings.kafka_bootstrap, APP)
+    before = control_record(plat.settings.kafka_bootstrap)
     pid = slot_driver(plat.settings.state_dir, APP, before.active)
+    if pid is None:
+        raise RuntimeError(f"the active {before.active.value}'s driver is not running")
     group = os.getpgid(pid)
     t_kill = time.time()
     os.killpg(group, signal.SIGSTOP if stall_s else signal.SIGKILL)
     log(f"{'stalled' if stall_s else 'killed'} {active} (pid {pid}) at epoch {before.epoch}")
     deadline = time.monotonic() + 120
     try:
-        while (rec := read_control(plat.settings.kafka_bootstrap, APP)).epoch == before.epoch:  # observed, not acted on
+        while (rec := control_record(plat.settings.kafka_bootstrap)).epoch == before.epoch:  # observed, not acted on
             if time.monotonic() > deadline:
                 raise TimeoutError(f"no failover within 120 s of the {'stall' if stall_s else 'kill'} of {active}")
             time.sleep(0.1)
@@ -183,7 +193,7 @@ def measure(plat, client, procs: Procs, args) -> dict:
         log(f"lease keeper alone: {lease['cores']} cores")
         meter = Meter(plat, procs, APP).start()
         t0 = time.time()
-        kills = []
+        kills: list[dict] = []
         faults = [0.0] * args.kills + [args.stall_s] * args.stalls
         for _ in range(len(faults) + 1):
             active = wait_ready(plat, app, args, watch, meter)
@@ -198,9 +208,7 @@ def measure(plat, client, procs: Procs, args) -> dict:
             raise RuntimeError(f"load generator failed:\n{procs.tail('loadgen')}")
         t_load_end = time.time()
         sent, pieces = load_sends(sends_dir)
-        from baton.kafka.control_log import read_control
-
-        wait_processed(watch, read_control(bootstrap, APP).active, int(sent.users.size) + args.prewarm,
+        wait_processed(watch, control_record(bootstrap).active, int(sent.users.size) + args.prewarm,
                        args.drain_timeout)
         time.sleep(2)
         if procs.stop("verifier", 180) != 0:
@@ -266,10 +274,12 @@ def lease_worker(bootstrap: str) -> int:
     from types import SimpleNamespace
 
     from baton.apps import load_registry
+    from spark_apps.runtime.coordination.follower import Follower
     from spark_apps.runtime.coordination.lease import LeaseKeeper
 
     app = dataclasses.replace(load_registry()[APP], name="bench_lease_cost")  # its renewals are no slot's
-    follower = SimpleNamespace(snapshot=lambda: (None, None), processed=None)
+    # A stand-in for the Follower: the two members LeaseKeeper reads.
+    follower = cast("Follower", SimpleNamespace(snapshot=lambda: (None, None), processed=None))
     keeper = LeaseKeeper(app, Slot.GREEN, bootstrap, follower, lambda: SlotState.RUNNING, lambda: True,
                          launch="bench-lease-cost")
     stop = []

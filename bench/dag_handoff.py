@@ -64,7 +64,17 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import (  # noqa: E402
-    REPO, RESULTS, Procs, StatusWatch, batch_records, log, machine, total, wait_processed, write_result,
+    REPO,
+    RESULTS,
+    Procs,
+    StatusWatch,
+    batch_records,
+    log,
+    machine,
+    reports,
+    total,
+    wait_processed,
+    write_result,
 )
 from dag_platform import Meter, broker_kind, iso_s, platform, poll_run, run_dag, task_reason, task_rows, wait_dags  # noqa: E402
 from dag_report import analyse, plot, targets  # noqa: E402
@@ -181,7 +191,7 @@ def measure(plat, client, procs: Procs, args, watch: StatusWatch) -> dict:
     t = time.monotonic()
     run_dag(client, "baton_lifecycle", {"app": APP, "action": "start", "slot": "both"}, 600)
     for s in Slot:
-        watch.wait(lambda r, s=s: r.slot is s and r.state in (SlotState.RESTORING, SlotState.RUNNING), 300,
+        watch.wait(reports(s, SlotState.RESTORING, SlotState.RUNNING), 300,
                    f"of {s.value} starting")
     log(f"baton_lifecycle start: both slots up in {time.monotonic() - t:.0f}s")
     from baton.apps import load_registry
@@ -270,8 +280,8 @@ def measure(plat, client, procs: Procs, args, watch: StatusWatch) -> dict:
     result.update({
         "kind": args.kind, "dag_id": dag_id, "conf": conf, "dag_run_id": run_id, "state": dag_run.get("state"),
         "succeeded": succeeded, "duration_s": round(t_end - t0, 1),
-        "run_start_s": round(iso_s(dag_run.get("start_date")) - t0, 1) if dag_run.get("start_date") else None,
-        "run_end_s": round(iso_s(dag_run.get("end_date")) - t0, 1) if dag_run.get("end_date") else None,
+        "run_start_s": round(run_start - t0, 1) if (run_start := iso_s(dag_run.get("start_date"))) is not None else None,
+        "run_end_s": round(run_end - t0, 1) if (run_end := iso_s(dag_run.get("end_date"))) is not None else None,
         "tasks": tasks, "failed_tasks": [r["task_id"] for r in failed],
         "cutover_at_s": round(cutover_at - t0, 2) if cutover_at else None,
         # output readable after the cutover was written: the handoff's own gap ends there

@@ -11,17 +11,23 @@ import signal
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
-from typing import Iterator
+from typing import TYPE_CHECKING
 
 from common import CpuMeter, Procs, embedded_kind, external_broker, interrupt_once, log
 
 from baton.records import Slot
 
+if TYPE_CHECKING:
+    from baton.airflow_api import AirflowClient
+    from baton.local.platform import Platform
+
+
 @contextmanager
-def platform(keep: Path | None) -> Iterator[tuple[object, object, Procs]]:
+def platform(keep: Path | None) -> Iterator[tuple[Platform, AirflowClient, Procs]]:
     """The embedded platform (as `make up`, on free ports and its own state directory, as the e2e
     suite starts it), a REST client logged in as its admin, and a registry for the bench's own
     processes. Stopped by pid at exit, on an error or Ctrl-C/SIGTERM alike."""
@@ -66,16 +72,16 @@ def platform(keep: Path | None) -> Iterator[tuple[object, object, Procs]]:
 
 def broker_kind(settings) -> str:
     """What the run's broker is, for its result."""
-    if settings.external_kafka:
-        return external_broker().describe()
+    if settings.external_kafka and (external := external_broker()) is not None:
+        return external.describe()
     return embedded_kind(settings.kafka_bootstrap)
 
 
 def broker_pid(plat) -> int | None:
     """The broker's process for the CPU figures: the embedded one's, or an external one's given as
     BATON_BENCH_KAFKA_PID (a broker on this host); None: not counted."""
-    if plat.settings.external_kafka:
-        return external_broker().pid
+    if plat.settings.external_kafka and (external := external_broker()) is not None:
+        return external.pid
     return plat.broker.proc.pid()
 
 
@@ -149,7 +155,7 @@ class Meter:
                 moved.append(f"{slot.value} driver pid {pid}")
         return moved
 
-    def start(self) -> "Meter":
+    def start(self) -> Meter:
         self.cpu.start()
         return self
 

@@ -40,7 +40,14 @@ def analyse(args, prewarm, sent: SendLog, pieces: list[dict], obs, t0: float, t_
             t_load_end: float, windows: dict[str, tuple[float, float]] | None = None) -> dict:
     """The run's verdict and latency; `windows` (name -> [a, b) in epoch seconds): the latency of the events
     sent in each, apart (latency_windows)."""
-    from baton.tools.verify import align_users, event_latencies, latency_report, latency_timeline, longest_gap_at, verify
+    from baton.tools.verify import (
+        align_users,
+        event_latencies,
+        latency_report,
+        latency_timeline,
+        longest_gap_at,
+        verify,
+    )
 
     truth = sent.truth() + (prewarm.truth() if prewarm is not None else Counter())
     verdict = verify(truth, obs.pairs(), obs.corrected)

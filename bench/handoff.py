@@ -50,10 +50,10 @@ from baton.conditions import Check, arrival_rate, following  # noqa: E402
 from baton.control_plane import ControlPlane, KafkaControlStore  # noqa: E402
 from baton.fence_gate import FenceGate  # noqa: E402
 from baton.handoff import plan_fence, with_fence, without_fence  # noqa: E402
+from baton.kafka.markers import read_last_marker  # noqa: E402
 from baton.kafka.tail import end_offsets  # noqa: E402
 from baton.records import Slot  # noqa: E402
 from baton.upgrade import Policy, ask_state_check, restore_check, states_agree  # noqa: E402
-from baton.kafka.markers import read_last_marker  # noqa: E402
 
 GAP_TARGET_S, P99_99_TARGET_MS = 2.0, 5000
 
@@ -96,7 +96,7 @@ def check_states(b, app, watch, rate: float, ahead_s: float) -> list[tuple[float
 
 def cutover(b, app, procs, watch, rate: float, ahead_s: float, correct: bool = False) -> list[tuple[float, str]]:
     plane = ControlPlane(KafkaControlStore(b.bootstrap), writer="bench")
-    rec = plane.current(app.name)
+    rec = plane.require(app.name)
     fence = plan_ahead(b, app, watch, rate, ahead_s)
     marks = [(time.time(), "fence set")]
     plane.update(app.name, with_fence(fence, rec.epoch))
@@ -123,7 +123,7 @@ def cutover(b, app, procs, watch, rate: float, ahead_s: float, correct: bool = F
         last = next((r for r in reversed(watch.of(Slot.GREEN)) if r.batch_id >= 0), None)
         err = type(exc)(f"{exc}: fence {fence}, blue emitted {marker.emitted if marker else None}, green processed "
                         f"{last.processed if last else None} (batch {last.batch_id if last else None})")
-        err.marks = marks
+        err.marks = marks  # type: ignore[union-attr]  # read back with getattr by the report
         raise err from None
     marks.append((time.time(), "cutover"))
     if correct:
@@ -190,7 +190,7 @@ def rolling_upgrade(b, app, procs, watch, rate: float, ahead_s: float, conf, set
     try:
         _upgrade_both(b, app, procs, watch, rate, ahead_s, conf, settle_s, v2, marks)
     except (TimeoutError, RuntimeError) as exc:
-        exc.marks = marks + getattr(exc, "marks", [])  # the steps it got through, for the report
+        exc.marks = marks + getattr(exc, "marks", [])  # type: ignore[union-attr]  # the steps it got through, for the report
         raise
     log("rolling upgrade: " + ", ".join(f"{label} +{t - marks[0][0]:.1f}s" for t, label in marks))
     return marks

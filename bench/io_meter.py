@@ -20,7 +20,6 @@ import shutil
 import subprocess
 
 import psutil
-
 from common import log
 
 _PID = re.compile(r"pid=(\d+)")
@@ -49,13 +48,15 @@ def connections(port: int, ss: str = "ss") -> dict[tuple[str, str], tuple[int, i
     `port` on this host (both ends of a local connection appear, each with its own process)."""
     out = subprocess.run([ss, "-tinpH", "state", "established", f"( sport = :{port} or dport = :{port} )"],
                          capture_output=True, text=True, check=True).stdout
-    found, key, pid = {}, None, None
+    found: dict[tuple[str, str], tuple[int, int, int]] = {}
+    key: tuple[str, str] | None = None
+    pid: int | None = None
     for line in out.splitlines():
         if not line[:1].isspace():  # a connection: [Recv-Q Send-Q] local peer users:(("name",pid=N,fd=M))
             fields = line.split()
             addrs = [f for f in fields if ":" in f and not f.startswith("users:")]
             m = _PID.search(line)
-            key, pid = (tuple(addrs[:2]) if len(addrs) >= 2 else None), (int(m.group(1)) if m else None)
+            key, pid = ((addrs[0], addrs[1]) if len(addrs) >= 2 else None), (int(m.group(1)) if m else None)
             continue
         if key is None or pid is None:
             continue
@@ -85,10 +86,10 @@ class IoMeter:
 
     def start(self) -> None:
         self._start = {role: _tree(pid) for role, pid in self.roots.items()}
-        self._conns = connections(self.broker_port, self.ss) if self.broker_port else {}
+        self._conns = connections(self.broker_port, self.ss) if self.broker_port and self.ss else {}
 
     def stop(self) -> dict[str, dict[str, int]]:
-        conns = connections(self.broker_port, self.ss) if self.broker_port else {}
+        conns = connections(self.broker_port, self.ss) if self.broker_port and self.ss else {}
         out = {}
         for role, pid in self.roots.items():
             before, now = self._start.get(role, {}), _tree(pid)

@@ -39,8 +39,23 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import (  # noqa: E402
-    RESULTS, app_count_rows, CpuMeter, StatusWatch, batch_records, bench, click_count_app, create_app, log, machine, pyplot,
-    start_slot, total, wait_processed, write_result,
+    RESULTS,
+    CpuMeter,
+    StatusWatch,
+    app_count_rows,
+    batch_records,
+    bench,
+    click_count_app,
+    create_app,
+    log,
+    machine,
+    pyplot,
+    reports,
+    running,
+    start_slot,
+    total,
+    wait_processed,
+    write_result,
 )
 from dag_handoff import CHUNK_S, load_sends  # noqa: E402
 from io_meter import IoMeter, mean_record_bytes, per_event  # noqa: E402
@@ -105,8 +120,7 @@ def run(b, args) -> dict:
     slots = (Slot.BLUE, Slot.GREEN)
     procs = {s: start_slot(b, path, s) for s in slots}
     for s in slots:
-        watch.wait(lambda r, s=s: r.slot is s and r.state is SlotState.RESTORING, 180, f"of {s.value} starting",
-                   alive=lambda s=s: procs[s].poll() is None)
+        watch.wait(reports(s, SlotState.RESTORING), 180, f"of {s.value} starting", alive=running(procs[s]))
     prewarm = produce(LoadSpec(rate=math.inf, keys=args.keys, events=args.prewarm, malformed=args.malformed, seed=1000),
                       b.bootstrap, app.input.topic)
     for s in slots:
@@ -140,10 +154,10 @@ def run(b, args) -> dict:
         sent_times = np.concatenate([SendLog.load(p).send_times() for p in sorted(sends.glob("sends-*.npz"))])
         at = [r for r in batch_records(watch, Slot.BLUE) if r.ts_ms / 1000 <= end]
         stood = at[-1].ts_ms / 1000 if at else end
-        sent = int((sent_times <= stood).sum())
-        lag = max(0, sent - ((total(at[-1].processed) if at else 0) - args.prewarm))
+        sent_by = int((sent_times <= stood).sum())
+        lag = max(0, sent_by - ((total(at[-1].processed) if at else 0) - args.prewarm))
         behind = lag > BEHIND_S * rate
-        steps.append({"rate": rate, "t_start_s": round(args.warmup + k * args.step_s, 1), "sent_total": sent,
+        steps.append({"rate": rate, "t_start_s": round(args.warmup + k * args.step_s, 1), "sent_total": sent_by,
                       "lag_records": lag, "lag_s": round(lag / rate, 2), "behind": behind, "cpu": cpu_report,
                       "io": io_report})
         log(f"step {k}: {rate:.0f}/s: blue {lag} records ({lag / rate:.1f} s of input) behind"

@@ -89,8 +89,9 @@ def jfr_summary(path: Path, top: int = 15) -> dict:
     """Execution samples of a JFR file: shares by component and the hottest methods."""
     proc = subprocess.Popen(["jfr", "print", "--events", "jdk.ExecutionSample", "--stack-depth", "64", str(path)],
                             stdout=subprocess.PIPE, text=True)
-    components, methods, samples = Counter(), Counter(), 0
+    components, methods, samples = Counter[str](), Counter[str](), 0
     frames: list[str] | None = None
+    assert proc.stdout is not None  # stdout=PIPE
     for line in proc.stdout:
         s = line.strip()
         if s == "stackTrace = [":
@@ -118,12 +119,12 @@ PY_WAITS = re.compile(r"^(manager \(.*daemon\.py\)|read_int |SocketIO\.readinto|
 def pyspy_summary(path: Path, top: int = 12) -> dict:
     """py-spy raw (collapsed) stacks: hottest leaf functions and most-present source files, over
     the samples that were not waiting (PY_WAITS)."""
-    leaf, files, samples, waiting = Counter(), Counter(), 0, 0
+    leaf, files, samples, waiting = Counter[str](), Counter[str](), 0, 0
     for line in path.read_text(errors="replace").splitlines():
-        stack, _, n = line.rpartition(" ")
-        if not n.isdigit():
+        stack, _, count = line.rpartition(" ")
+        if not count.isdigit():
             continue
-        n = int(n)
+        n = int(count)
         frames = [f for f in stack.split(";") if "(" in f]
         if not frames:
             continue

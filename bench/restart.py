@@ -36,16 +36,26 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import (  # noqa: E402
-    RESULTS, Bench, StatusWatch, bench, click_count_app, create_app, log, machine, pyplot, start_slot,
-    wait_processed, write_result,
+    RESULTS,
+    Bench,
+    StatusWatch,
+    bench,
+    click_count_app,
+    create_app,
+    log,
+    machine,
+    pyplot,
+    start_slot,
+    wait_processed,
+    write_result,
 )
+from sparklog import event_log_conf, jobs  # noqa: E402
 
+from baton.generations import slot_paths  # noqa: E402
 from baton.records import Slot, SlotState  # noqa: E402
 from baton.tools.loadgen import LoadSpec  # noqa: E402
 from baton.tools.loadgen import run as produce  # noqa: E402
 from baton.tools.verify import read_output, verify  # noqa: E402
-from baton.generations import slot_paths  # noqa: E402
-from sparklog import event_log_conf, jobs  # noqa: E402
 
 TARGET_S = 10.0
 NEW_EVENTS = 1000

@@ -23,6 +23,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -33,6 +34,9 @@ from baton.local.procs import free_port  # noqa: E402
 
 sys.path.insert(0, str(REPO / "bench"))
 from common import machine, proc_cpu_s, pyplot, write_result  # noqa: E402
+
+if TYPE_CHECKING:
+    from pyspark.sql.streaming import StreamingQuery
 
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -72,8 +76,8 @@ def produce(bootstrap: str, topic: str, n: int, partitions: int) -> None:
     pad = "x" * 24
     produce_ = p.produce
     for i in range(n):
-        value = '{"user":"u%06d","page":"/p/%05d","ts":%d,"n":%d,"pad":"%s"}' % (
-            i % 100_000, i % 10_000, 1_700_000_000_000 + i, i, pad)
+        value = (f'{{"user":"u{i % 100_000:06d}","page":"/p/{i % 10_000:05d}",'
+                 f'"ts":{1_700_000_000_000 + i},"n":{i},"pad":"{pad}"}}')
         while True:
             try:
                 produce_(topic, value=value.encode(), key=b"u%06d" % (i % 100_000), partition=i % partitions)
@@ -118,18 +122,19 @@ def main() -> None:
             spark.sparkContext.setLogLevel("ERROR")
             spark.dataSource.register(KafkaSource)
 
-            def read_all(name: str) -> object:
+            def read_all(name: str) -> StreamingQuery:
                 q = (spark.readStream.format("baton-kafka").option("kafka.bootstrap.servers", bs)
                      .option("topic", name).option("startingOffsets", "earliest").load()
                      .writeStream.format("noop").trigger(availableNow=True)
                      .option("checkpointLocation", str(tmpd / f"ck-{name}")).start())
                 q.awaitTermination()
-                if q.exception() is not None:
-                    raise q.exception()
+                if (failure := q.exception()) is not None:
+                    raise failure
                 return q
 
             read_all(warm)
             broker_pid = broker.proc.pid()
+            assert broker_pid is not None  # the broker runs
             me = os.getpid()
             cpu0, bcpu0, w0 = tree_cpu(me, {broker_pid}), proc_cpu_s(broker_pid), time.monotonic()
             q = read_all(topic)

@@ -139,9 +139,10 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=60.0, help="polling window")
     args = ap.parse_args()
 
+    import subprocess
+
     import httpx
     import psutil
-    import subprocess
 
     with tempfile.TemporaryDirectory(prefix="baton-bench-page-") as tmp:
         apps_dir = Path(tmp) / "apps"

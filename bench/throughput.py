@@ -36,8 +36,24 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import (  # noqa: E402
-    RESULTS, app_count_rows, Bench, CpuMeter, StatusWatch, batch_records, bench, click_count_app, create_app, log, machine,
-    pyplot, start_slot, total, wait_processed, write_result,
+    RESULTS,
+    Bench,
+    CpuMeter,
+    StatusWatch,
+    app_count_rows,
+    batch_records,
+    bench,
+    click_count_app,
+    create_app,
+    log,
+    machine,
+    pyplot,
+    reports,
+    running,
+    start_slot,
+    total,
+    wait_processed,
+    write_result,
 )
 from sparklog import batch_costs, event_log_conf  # noqa: E402
 
@@ -46,7 +62,12 @@ from baton.records import Slot, SlotState  # noqa: E402
 from baton.tools.loadgen import LoadSpec, SendLog, user_id  # noqa: E402
 from baton.tools.loadgen import run as produce  # noqa: E402
 from baton.tools.verify import (  # noqa: E402
-    Observations, align_users, event_latencies, latency_report, latency_timeline, verify,
+    Observations,
+    align_users,
+    event_latencies,
+    latency_report,
+    latency_timeline,
+    verify,
 )
 
 P99_TARGET_MS = 2000
@@ -115,8 +136,7 @@ def run(b: Bench, args, during=None) -> dict:
     procs = {s: start_slot(b, path, s, [*conf, *(event_log_conf(event_logs[s]) if event_logs else [])])
              for s in slots}
     for s in slots:  # the query is starting once a slot reports RESTORING
-        watch.wait(lambda r, s=s: r.slot is s and r.state is SlotState.RESTORING, 180, f"of {s.value} starting",
-                   alive=lambda s=s: procs[s].poll() is None)
+        watch.wait(reports(s, SlotState.RESTORING), 180, f"of {s.value} starting", alive=running(procs[s]))
     prewarm = None
     if args.prewarm:
         prewarm = produce(LoadSpec(rate=math.inf, keys=args.keys, events=args.prewarm, malformed=args.malformed,

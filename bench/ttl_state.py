@@ -26,12 +26,25 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import (  # noqa: E402
-    StatusWatch, batch_records, bench, churn_args, create_app, log, machine, pyplot, save_lower_axes, start_slot,
-    stop_run, total, wait_processed, write_result,
+    StatusWatch,
+    batch_records,
+    bench,
+    churn_args,
+    create_app,
+    log,
+    machine,
+    pyplot,
+    save_lower_axes,
+    start_slot,
+    stop_run,
+    total,
+    wait_processed,
+    write_result,
 )
 from confluent_kafka import Producer  # noqa: E402
 
@@ -74,7 +87,7 @@ class ChurnProducer(threading.Thread):
         except BaseException as exc:  # re-raised by the main thread
             self.error = exc
         finally:
-            self.producer = None
+            del self.producer
 
 
 def run_app(app_file: str, args, env_note: dict) -> dict:
@@ -112,7 +125,7 @@ def run_app(app_file: str, args, env_note: dict) -> dict:
     ttl = app.state.ttl
     # Users with an event in an event-time interval of w seconds: w * new_users_per_s + active_users.
     window_s = (ttl.idle_ms + ttl.disorder_ms) // 1000 + span_s + 1 if ttl else None
-    bound = window_s * churn.new_users_per_s + churn.active_users if ttl else None
+    bound = window_s * churn.new_users_per_s + churn.active_users if window_s is not None else None
     steady = batches[len(batches) // 5:]  # after the start-up's backlog
     lat = sorted(r.latency_ms for r in steady if r.latency_ms is not None)
     users_seen = (int(duration_s) + 1) * churn.new_users_per_s + churn.active_users
@@ -121,7 +134,7 @@ def run_app(app_file: str, args, env_note: dict) -> dict:
         "rate_target": churn.rate, "events": sent, "duration_s": round(duration_s, 1),
         "rate": round(sent / duration_s), "drained_after_s": round(drained_s, 1),
         "users_seen": users_seen, "batches": len(batches), "batch_span_s_max": span_s,
-        "max_state_rows": max(r.state_rows for r in batches), "last_state_rows": batches[-1].state_rows,
+        "max_state_rows": max((r.state_rows for r in batches if r.state_rows is not None), default=None), "last_state_rows": batches[-1].state_rows,
         "bound_rows": bound,
         "p50_ms": lat[len(lat) // 2] if lat else None, "p99_ms": lat[int(len(lat) * 0.99)] if lat else None,
         "max_latency_ms": lat[-1] if lat else None,
@@ -158,7 +171,7 @@ def main() -> int:
     env = machine()
     files = {"ttl": "click_counts_ttl.yaml", "plain": "click_counts.yaml"}
     order = [args.first] + [k for k in files if k != args.first]
-    result = {k: run_app(files[k], args, env) for k in order}
+    result: dict[str, Any] = {k: run_app(files[k], args, env) for k in order}
     result["order"] = order
     t, p = result["ttl"], result["plain"]
     result["summary"] = {

@@ -31,16 +31,27 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import (  # noqa: E402
-    StatusWatch, bench, churn_args, create_app, log, machine, pyplot, save_lower_axes, start_slot, stop_run, total,
-    wait_processed, write_result,
+    StatusWatch,
+    bench,
+    churn_args,
+    create_app,
+    log,
+    machine,
+    pyplot,
+    save_lower_axes,
+    start_slot,
+    stop_run,
+    total,
+    wait_processed,
+    write_result,
 )
 from confluent_kafka import Producer  # noqa: E402
 
 from baton.apps import APPS_DIR, load_definition  # noqa: E402
+from baton.generations import slot_paths  # noqa: E402
 from baton.records import Slot, SlotState, StatusRecord  # noqa: E402
 from baton.tools.churn import Churn  # noqa: E402
 from spark_apps.apps.click_windows import WATERMARK_DELAY_S, WINDOW_S, max_windows_in_state, window_start  # noqa: E402
-from baton.generations import slot_paths  # noqa: E402
 
 NAME = "window_state"
 
@@ -68,7 +79,7 @@ class SteadyProducer(threading.Thread):
             self.error = exc
 
     def _run(self) -> None:
-        window, in_window, keys = None, set(), 0
+        window, in_window, keys = None, set[str](), 0
         t0 = time.monotonic()
         while not self.stop.is_set():
             due = int((time.monotonic() - t0) * self.churn.rate)
@@ -95,7 +106,7 @@ class SteadyProducer(threading.Thread):
             self.producer.poll(0)
             time.sleep(0.01)
         left = self.producer.flush(60)
-        self.producer = None  # gone before the broker stops, so librdkafka logs no reconnects
+        del self.producer  # gone before the broker stops, so librdkafka logs no reconnects
         if left:
             raise RuntimeError(f"the producer could not deliver {left} events within 60 s")
 

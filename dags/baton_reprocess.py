@@ -27,8 +27,13 @@ from airflow.sdk import DAG, Param
 from baton_airflow.alerts import notify_failed_run
 from baton_airflow.operators.handoff import CutoverOperator, FenceOperator
 from baton_airflow.operators.reprocess import (
-    AbortReprocessOperator, FinishReprocessOperator, FinishStagedOperator, HandoverGateOperator, InvariantsOperator,
-    NewGenerationOperator, ReprocessRequestOperator,
+    AbortReprocessOperator,
+    FinishReprocessOperator,
+    FinishStagedOperator,
+    HandoverGateOperator,
+    InvariantsOperator,
+    NewGenerationOperator,
+    ReprocessRequestOperator,
 )
 from baton_airflow.operators.upgrade import RollbackOperator
 from baton_airflow.params import app_param

@@ -17,7 +17,10 @@ from datetime import datetime
 from airflow.sdk import DAG, Param
 
 from baton_airflow.operators.generations import (
-    AbortConfirmOperator, ConfirmRequestOperator, FinishConfirmOperator, RebuildStandbyOperator,
+    AbortConfirmOperator,
+    ConfirmRequestOperator,
+    FinishConfirmOperator,
+    RebuildStandbyOperator,
 )
 from baton_airflow.params import app_param
 from baton_airflow.sensors.slot import LagWithinSensor

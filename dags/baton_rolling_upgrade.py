@@ -20,11 +20,18 @@ from airflow.sdk import DAG, Param
 from baton_airflow.alerts import notify_failed_run
 from baton_airflow.operators.handoff import CutoverOperator, FenceOperator
 from baton_airflow.operators.upgrade import (
-    AbortUpgradeOperator, PreflightOperator, RollbackOperator, StateCheckPositionOperator, UpgradeSlotOperator,
+    AbortUpgradeOperator,
+    PreflightOperator,
+    RollbackOperator,
+    StateCheckPositionOperator,
+    UpgradeSlotOperator,
 )
 from baton_airflow.params import app_param
 from baton_airflow.sensors.slot import (
-    LagWithinSensor, RestoreCheckSensor, SettleSensor, StatesAgreeSensor,
+    LagWithinSensor,
+    RestoreCheckSensor,
+    SettleSensor,
+    StatesAgreeSensor,
 )
 
 PLAN = "{{ ti.xcom_pull(task_ids='preflight') }}"

@@ -36,13 +36,18 @@ import time
 import uuid
 import warnings
 from collections import OrderedDict
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
+from typing import TYPE_CHECKING
 
-from baton.records import ControlRecord, RecordError
 from baton.kafka.client_config import kafka_config
 from baton.kafka.fetch_wait import StallWatch, fetch_wait_ms, reopen_longer, short_wait
+from baton.kafka.messages import offset_of
 from baton.kafka.txn_window import txn_window
+from baton.records import ControlRecord, RecordError
+
+if TYPE_CHECKING:
+    from confluent_kafka import Consumer, Producer
 
 log = logging.getLogger(__name__)
 
@@ -135,8 +140,8 @@ class ControlWriter:
     def __init__(self, bootstrap: str, app: str):
         self.bootstrap, self.app = bootstrap, app
         self._lock = threading.Lock()
-        self._producer = None
-        self._consumer = None
+        self._producer: Producer | None = None
+        self._consumer: Consumer | None = None
         self._consumer_wait = FETCH_WAIT_MS  # the fetch.wait.max.ms of _consumer
         self._read_points: dict[str, ReadPoint] = {}  # per topic, where the last read stopped: the next resumes there
 
@@ -184,6 +189,7 @@ class ControlWriter:
             # that point is what the previous read folded, appending cannot change it.)
             applied = self._read_through(topic).applied()
             p = self._producer  # initialised again if the read had to end an open transaction
+            assert p is not None  # by _init above, or by the read
             if not _follows(applied, record):
                 raise WriteConflict(
                     f"control write for {self.app} revision {record.revision} refused: applied revision is "
@@ -209,6 +215,7 @@ class ControlWriter:
         abortable = err.txn_requires_abort() and not _fenced(err)
         if abortable:  # e.g. the record was refused: nothing committed, the producer is usable again
             try:
+                assert self._producer is not None  # its commit failed just now
                 with txn_window(self.bootstrap, control_transactional_id(self.app)):
                     self._producer.abort_transaction(COMMIT_TIMEOUT_S)
             except Exception as abort_exc:
@@ -259,7 +266,7 @@ class ControlWriter:
         if producer is not None:
             producer.close()  # nothing is in flight: writes hold the lock until committed or aborted
 
-    def _read_through(self, topic: str) -> "AppLog":
+    def _read_through(self, topic: str) -> AppLog:
         """The app's records to the topic's end, past open control transactions (the producer may be
         initialised again on the way; a read after the last initialisation is what is returned)."""
         try:
@@ -282,7 +289,7 @@ class ControlWriter:
             self._init()
         return self._read(topic)
 
-    def _read(self, topic: str, held_s: float | None = None) -> "AppLog":
+    def _read(self, topic: str, held_s: float | None = None) -> AppLog:
         wait = fetch_wait_ms(self.bootstrap, topic, FETCH_WAIT_MS)
         if self._consumer is not None and self._consumer_wait != wait:
             self._consumer.close()
@@ -298,8 +305,9 @@ class ControlWriter:
                 self._read_points[topic] = since  # still a point the next read may resume at
             raise
         except BaseException:
-            self._consumer.close()
-            self._consumer = None
+            if self._consumer is not None:
+                self._consumer.close()
+                self._consumer = None
             raise
         if log.point is not None:
             self._read_points[topic] = log.point
@@ -332,7 +340,7 @@ def _follows(applied: ControlRecord | None, record: ControlRecord) -> bool:
     return applied is None or record.revision == applied.revision + 1
 
 
-def _was_applied(record: ControlRecord, log: "AppLog") -> bool:
+def _was_applied(record: ControlRecord, log: AppLog) -> bool:
     """Readers applied `record` when they reached it in `log` (the app's, in log order)."""
     current = log.base
     for rec in log.records:
@@ -386,12 +394,13 @@ def end_open_transactions(bootstrap: str, topic: str, stable: int, end: int,
         reached = stable
         while reached < end and time.monotonic() < deadline:
             for m in c.consume(10_000, 0.05):
-                if m.error() is None:
-                    reached = m.offset() + 1
-                    if m.key() and m.key() != ABORT_MARKER_KEY:
-                        apps.add(m.key().decode(errors="replace"))
-                elif m.error().code() == KafkaError._PARTITION_EOF:
-                    reached = max(reached, m.offset())
+                err, key = m.error(), m.key()
+                if err is None:
+                    reached = offset_of(m) + 1
+                    if key and key != ABORT_MARKER_KEY:
+                        apps.add(key.decode(errors="replace"))
+                elif err.code() == KafkaError._PARTITION_EOF:
+                    reached = max(reached, offset_of(m))
     finally:
         c.close()
     for app in sorted(apps):
@@ -467,7 +476,8 @@ def read_records(consumer, topic: str, app: str, timeout_s: float = WRITE_TIMEOU
         watch = StallWatch()
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            if held_since is not None and held_s is not None and time.monotonic() - held_since > held_s:
+            if (held_since is not None and held_s is not None and target is not None
+                    and time.monotonic() - held_since > held_s):
                 raise HeldBack(f"{topic}: read committed held back at an open transaction before offset {target} "
                                f"for {held_s}s", stable, target)
             for m in consumer.consume(10_000, 0.002):

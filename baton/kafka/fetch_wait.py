@@ -24,7 +24,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from confluent_kafka import Consumer
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +64,7 @@ def lengthen(bootstrap: str, topic: str, current_ms: int) -> int | None:
     return longer
 
 
-def reopen_longer(consumer, make: Callable[[int], object], bootstrap: str, topics: Iterable[str], current_ms: int,
+def reopen_longer(consumer, make: Callable[[int], Consumer], bootstrap: str, topics: Iterable[str], current_ms: int,
                   assignment: list | None = None):
     """(a consumer with the next longer wait, that wait) in place of `consumer`, whose reads of `topics` stalled
     at `current_ms` (the wait is learned for those topics in this process: lengthen); `make(wait)` builds the

@@ -10,10 +10,11 @@ Timestamps are assumed not to decrease within a partition (producer time, the us
 from __future__ import annotations
 
 import time
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
+from baton.kafka.messages import offset_of
 from baton.kafka.tail import _consumer, end_offsets, is_fatal
 
 # (offset, timestamp ms) of the first record at or after an offset and below the end, or None.
@@ -48,9 +49,9 @@ def first_record(c: Consumer, topic: str, partition: int, offset: int, end: int,
             for m in c.consume(1, 0.05):
                 err = m.error()
                 if err is None:
-                    return (m.offset(), m.timestamp()[1]) if m.offset() < end else None
+                    return (offset_of(m), m.timestamp()[1]) if offset_of(m) < end else None
                 if err.code() == KafkaError._PARTITION_EOF:
-                    if m.offset() >= end:
+                    if offset_of(m) >= end:
                         return None
                 elif is_fatal(err):
                     raise KafkaException(err)

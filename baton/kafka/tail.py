@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Callable, Iterable, Mapping, TypeVar
+from collections.abc import Callable, Iterable, Mapping
+from typing import TypeVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+
 from baton.kafka.client_config import kafka_config
 from baton.kafka.fetch_wait import StallWatch, answered_high, fetch_wait_ms, lengthen, reopen_longer, short_wait
+from baton.kafka.messages import offset_of, partition_of, topic_of
 
 T = TypeVar("T")
 # consume(n, t) returns after n messages or t seconds, whichever comes first: with n large, t is
@@ -49,11 +52,11 @@ def read_tail(bootstrap: str, topic: str, keep: Callable[[Message], T | None], l
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             for m in c.consume(10_000, READ_WAIT_S):
-                if m.error():
-                    if m.error().code() == KafkaError._PARTITION_EOF:
+                if err := m.error():
+                    if err.code() == KafkaError._PARTITION_EOF:
                         return out
-                    raise KafkaException(m.error())
-                position = m.offset() + 1
+                    raise KafkaException(err)
+                position = offset_of(m) + 1
                 if (item := keep(m)) is not None:
                     out.append(item)
             if watch.stalled() and short_wait(c, topic, partition, position) and (reopened := reopen_longer(
@@ -97,7 +100,7 @@ def probe_many(c: Consumer, bound: Mapping[tuple[str, int], int], timeout_s: flo
     10 ms wait stopped settling between 10,000 and 20,000 batches, about a quarter of an hour of the
     load generator's input): the wait is lengthened for those topics and the probe returns at once
     (unsettled), instead of waiting out timeout_s; the caller's next consumer uses the longer wait."""
-    reached, eof = dict(bound), {}
+    reached, eof = dict(bound), dict[tuple[str, int], int]()
     keys = list(bound)
 
     def settled(k: tuple[str, int]) -> bool:
@@ -115,12 +118,12 @@ def probe_many(c: Consumer, bound: Mapping[tuple[str, int], int], timeout_s: flo
                         lengthen(bootstrap, topic, fetch_wait)
                     break
             for m in c.consume(100_000, 0.01):
-                err, k = m.error(), (m.topic(), m.partition())
+                err, k = m.error(), (topic_of(m), partition_of(m))
                 if err is None:
-                    if m.offset() + 1 > reached[k]:
-                        reached[k] = m.offset() + 1
+                    if offset_of(m) + 1 > reached[k]:
+                        reached[k] = offset_of(m) + 1
                 elif err.code() == KafkaError._PARTITION_EOF:
-                    eof.setdefault(k, m.offset())
+                    eof.setdefault(k, offset_of(m))
                 elif is_fatal(err):
                     raise KafkaException(err)
         unsettled = {k for k in keys if not settled(k)}

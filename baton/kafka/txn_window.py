@@ -26,9 +26,9 @@ import logging
 import os
 import tempfile
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 log = logging.getLogger(__name__)
 

@@ -89,8 +89,8 @@ def show_apps(bootstrap: str, name: str | None, watch: float | None) -> int:
                 print(text, file=sys.stderr)
                 return 1
         else:
-            view = next((v for v in views if v.app == name), None)
-            text = app_detail(view) if name is not None else apps_table(views)
+            # views() has one view per registered app, and `name` is registered (checked above)
+            text = app_detail(next(v for v in views if v.app == name)) if name is not None else apps_table(views)
         if watch is None:
             try:
                 print(text)

@@ -12,11 +12,12 @@ import logging
 import subprocess
 import sys
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from baton.airflow_api import AirflowClient
 from baton.apps import load_app
-from baton.local.platform import DEMO_LOADGEN as LOADGEN, Platform
+from baton.local.platform import DEMO_LOADGEN as LOADGEN
+from baton.local.platform import Platform
 from baton.local.procs import Managed
 
 log = logging.getLogger(__name__)

@@ -8,8 +8,8 @@ saying what each thing is. Nothing outside the state dir is touched: an external
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from baton.local.platform import Platform
 

@@ -56,7 +56,7 @@ class SparkCluster:
     host: str = "127.0.0.1"
 
     @classmethod
-    def on_free_ports(cls, state_dir: Path, **kwargs) -> "SparkCluster":
+    def on_free_ports(cls, state_dir: Path, **kwargs) -> SparkCluster:
         return cls(state_dir=Path(state_dir), master_port=free_port(), master_ui_port=free_port(),
                    worker_ui_port=free_port(), **kwargs)
 

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+
 from baton.kafka.client_config import kafka_config
 
 TICK_S = 0.01
@@ -66,7 +67,7 @@ class LoadSpec:
             raise LoadgenError(f"malformed must be a share in [0, 1), got {self.malformed}")
 
     @classmethod
-    def for_duration(cls, rate: float, seconds: float, **kw) -> "LoadSpec":
+    def for_duration(cls, rate: float, seconds: float, **kw) -> LoadSpec:
         if not math.isfinite(rate):
             raise LoadgenError("a duration needs a finite rate")
         return cls(rate=rate, events=int(round(rate * seconds)), **kw)
@@ -142,7 +143,7 @@ class SendLog:
                      tick_time=self.tick_time, keys=np.int64(self.keys), meta=np.array(json.dumps(self.meta)))
 
     @classmethod
-    def load(cls, path: Path) -> "SendLog":
+    def load(cls, path: Path) -> SendLog:
         with np.load(path) as z:
             return cls(users=z["users"], kinds=z["kinds"], tick_first=z["tick_first"], tick_time=z["tick_time"],
                        keys=int(z["keys"]), meta=json.loads(str(z["meta"])))

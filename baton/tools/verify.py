@@ -29,15 +29,16 @@ import time
 import uuid
 from array import array
 from collections import Counter
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
-from baton.records import CORRECTION_HEADER
 from baton.kafka.client_config import kafka_config
+from baton.kafka.messages import partition_of
+from baton.records import CORRECTION_HEADER
 
 FETCH_WAIT_MS = 50
 CONSUME_WAIT_S = 0.02
@@ -66,24 +67,28 @@ def read_output(bootstrap: str, topic: str, partitions: int, timeout_s: float = 
     c = Consumer(kafka_config(bootstrap, {"group.id": f"baton-verify-{uuid.uuid4().hex}",
                   "isolation.level": "read_committed", "enable.partition.eof": True, "enable.auto.commit": False}))
     c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-    out, done, deadline = [], set(), time.monotonic() + timeout_s
+    out: list[tuple[str, int]] = []
+    done: set[int] = set()
+    deadline = time.monotonic() + timeout_s
     try:
         while len(done) < partitions:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"output topic {topic} not read to its end in {timeout_s}s")
             for m in c.consume(10_000, 0.05):
-                if m.error():
-                    if m.error().code() == KafkaError._PARTITION_EOF:
-                        done.add(m.partition())
+                if err := m.error():
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        done.add(partition_of(m))
                     continue
-                v = json.loads(m.value())
+                if (value := m.value()) is None:
+                    raise ValueError(f"output topic {topic}: a record without a value at offset {m.offset()}")
+                v = json.loads(value)
                 out.append((v["user_id"], int(v["count"])))
     finally:
         c.close()
     return out
 
 
-def verify(truth: Counter, output: list[tuple[str, int]], corrections: Sequence[bool] | None = None) -> Verdict:
+def verify(truth: Counter, output: list[tuple[str, int]], corrections: Iterable[bool] | None = None) -> Verdict:
     """`corrections[i]`: output[i] is a corrected-output record (None: there are none)."""
     seen: dict[str, list[int]] = {}
     emitted: dict[str, list[int]] = {}  # the same without the corrections
@@ -131,7 +136,7 @@ class Observations:
                      corrected=self.corrected if self.corrected is not None else np.zeros(0, dtype=bool))
 
     @classmethod
-    def load(cls, path: Path) -> "Observations":
+    def load(cls, path: Path) -> Observations:
         with np.load(path) as z:
             corrected = z["corrected"] if "corrected" in z.files and z["corrected"].size else None
             return cls(user_ids=z["user_ids"].tolist(), users=z["users"], counts=z["counts"], times=z["times"],
@@ -196,7 +201,7 @@ class OutputTailer:
             c.close()
         # A fresh consumer from the current positions: an end-of-partition it reports comes from
         # a fetch made after the stop, so nothing committed before the stop is missed.
-        c, at_end = self._consumer(), set()
+        c, at_end = self._consumer(), set[int]()
         deadline = time.monotonic() + drain_timeout_s
         try:
             while len(at_end) < self.partitions:

@@ -17,10 +17,12 @@ the task log, XCom and the Baton page). A malformed setting fails the sending ta
 from __future__ import annotations
 
 import copy
+import functools
 import importlib
 import json
 import logging
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from baton.alerts import Alert
 
@@ -44,7 +46,7 @@ def parse_notifiers(raw: str | None) -> list[Callable[[], Any]]:
         raise AlertConfigError(f"Variable {NOTIFIERS_VARIABLE} is not JSON: {exc}") from None
     if not isinstance(items, list):
         raise AlertConfigError(f"Variable {NOTIFIERS_VARIABLE} must be a list of {{\"class\": ..., \"kwargs\": ...}}")
-    factories = []
+    factories: list[Callable[[], Any]] = []
     for i, item in enumerate(items):
         where = f"Variable {NOTIFIERS_VARIABLE}[{i}]"
         if not isinstance(item, dict) or not isinstance(item.get("class"), str):
@@ -61,8 +63,12 @@ def parse_notifiers(raw: str | None) -> list[Callable[[], Any]]:
             cls(**copy.deepcopy(kwargs))  # its arguments checked now, not at the first alert
         except TypeError as exc:
             raise AlertConfigError(f"{where}: {item['class']}: {exc}") from None
-        factories.append(lambda cls=cls, kwargs=kwargs: cls(**copy.deepcopy(kwargs)))
+        factories.append(functools.partial(_instantiate, cls, kwargs))
     return factories
+
+
+def _instantiate(cls: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
+    return cls(**copy.deepcopy(kwargs))
 
 
 def configured_notifiers() -> list[Callable[[], Any]]:
@@ -71,7 +77,7 @@ def configured_notifiers() -> list[Callable[[], Any]]:
     return parse_notifiers(Variable.get(NOTIFIERS_VARIABLE, default=None))
 
 
-def send(alerts: Sequence[Alert], context: dict, factories: Sequence[Callable[[], Any]]) -> list[Alert]:
+def send(alerts: Sequence[Alert], context: Mapping[str, Any], factories: Sequence[Callable[[], Any]]) -> list[Alert]:
     """Each alert to each notifier; the alerts every notifier took (a failed send is tried again at the
     next run: it is not recorded as sent)."""
     delivered = []
@@ -90,7 +96,7 @@ def send(alerts: Sequence[Alert], context: dict, factories: Sequence[Callable[[]
     return delivered
 
 
-def notify_failed_run(context: dict) -> None:
+def notify_failed_run(context: Mapping[str, Any]) -> None:
     """on_failure_callback of the handoff DAGs: their failed run is an alert."""
     run = context.get("dag_run")
     dag_id = getattr(context.get("dag"), "dag_id", None) or getattr(run, "dag_id", "?")

@@ -16,7 +16,7 @@ PACKAGE = "baton"
 KAFKA_CONN_TYPE = "baton_kafka"
 SPARK_CONN_TYPE = "baton_spark"
 
-_KAFKA_BEHAVIOUR = {
+_KAFKA_BEHAVIOUR: dict[str, Any] = {
     "hidden-fields": ["schema", "port"],
     "relabeling": {"host": "Bootstrap servers", "login": "SASL username", "password": "SASL password"},
     "placeholders": {
@@ -38,7 +38,7 @@ _KAFKA_FIELDS = {
     "ssl_key_password": {"label": "Client key password", "schema": {"type": ["string", "null"], "format": "password"}},
 }
 KAFKA_FORM_FIELDS = tuple(_KAFKA_FIELDS)
-_SPARK_BEHAVIOUR = {
+_SPARK_BEHAVIOUR: dict[str, Any] = {
     "hidden-fields": ["schema", "login", "password"],
     "relabeling": {"host": "Spark master host (spark://...)", "port": "Spark master port"},
     "placeholders": {

@@ -8,6 +8,7 @@ import json
 import logging
 from pathlib import Path
 from types import ModuleType
+from typing import cast
 
 from baton.apps import AppDefinition
 from spark_apps.runtime.source.decode import INVALID_PREFIX, NOT_AN_OBJECT, supported
@@ -41,7 +42,7 @@ def build_frame(spark, app: AppDefinition, bootstrap: str, starting_offsets: str
     to `spool` (dead_letters.py). Otherwise Spark parses them (from_json) and the frame is the output
     unioned with the dead letters, by `kind` (the input is then scanned twice: once a branch)."""
     from pyspark.sql import functions as F
-    from pyspark.sql.types import DataType
+    from pyspark.sql.types import DataType, StructType
 
     from spark_apps.runtime.source.kafka_source import KafkaSource
 
@@ -79,7 +80,7 @@ def build_frame(spark, app: AppDefinition, bootstrap: str, starting_offsets: str
                                             F.col("value").cast("binary").alias("value"))
     raw = reader.load()
     # A value that is not JSON parses to a row of nulls; Spark's corrupt-record column tells it apart.
-    names = [f.name for f in DataType.fromDDL(mod.VALUE_SCHEMA).fields]
+    names = [f.name for f in cast(StructType, DataType.fromDDL(mod.VALUE_SCHEMA)).fields]  # a struct's DDL
     parsed = raw.select(
         "key", "value", "partition", "offset",
         F.from_json(F.col("value").cast("string"), f"{mod.VALUE_SCHEMA}, {CORRUPT} STRING",
@@ -118,10 +119,10 @@ def uses_event_time(spark, mod: ModuleType, app: AppDefinition) -> bool:
     abreast in time while it reads a backlog (prefetch.py); without a watermark that only holds records
     back. A transform that cannot be planned that way counts as using event time (the safe side)."""
     from pyspark.sql import functions as F
-    from pyspark.sql.types import DataType
+    from pyspark.sql.types import DataType, StructType
 
     try:
-        schema = DataType.fromDDL(mod.VALUE_SCHEMA)
+        schema = cast(StructType, DataType.fromDDL(mod.VALUE_SCHEMA))  # a struct's DDL
         events = spark.readStream.format("rate").load().select(
             *[F.lit(None).cast(f.dataType).alias(f.name) for f in schema.fields])
         plan = app_transform(mod, app, events)._jdf.queryExecution().analyzed().toString()

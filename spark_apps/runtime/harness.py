@@ -24,6 +24,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from confluent_kafka import Producer
 
@@ -35,19 +36,22 @@ from baton.kafka.client_config import kafka_config
 from baton.records import Role, Slot, SlotState, StatusRecord
 from baton.settings import STATUS_TOPIC
 from spark_apps.runtime.coordination.applied_cap import read_applied
-from spark_apps.runtime.sink.batch_sink import RoleGatedSink
-from spark_apps.runtime.sink.corrected_output import CorrectedOutput
-from spark_apps.runtime.sink.correction import EmittedKeys
-from spark_apps.runtime.state.digests import StateDigests
 from spark_apps.runtime.coordination.follower import Follower
-from spark_apps.runtime.frame import IDENTITY_FILE, TRIGGER_TICK_MS, build_frame, packs_rows
 from spark_apps.runtime.coordination.hold import Hold
-from spark_apps.runtime.source.input_ends import InputEnds
-from spark_apps.runtime.state.invariant_check import InvariantsOnRequest
-from spark_apps.runtime.sink.kafka_sink import TransactionalEmitter, WriterFenced
 from spark_apps.runtime.coordination.lease import LeaseKeeper
 from spark_apps.runtime.coordination.priority import SlotPriority
 from spark_apps.runtime.coordination.progress import add_progress_listener, failure_reason, status_from_progress
+from spark_apps.runtime.frame import IDENTITY_FILE, TRIGGER_TICK_MS, build_frame, packs_rows
+from spark_apps.runtime.sink.batch_sink import RoleGatedSink
+from spark_apps.runtime.sink.corrected_output import CorrectedOutput
+from spark_apps.runtime.sink.correction import EmittedKeys
+from spark_apps.runtime.sink.kafka_sink import TransactionalEmitter, WriterFenced
+from spark_apps.runtime.source.input_ends import InputEnds
+from spark_apps.runtime.state.digests import StateDigests
+from spark_apps.runtime.state.invariant_check import InvariantsOnRequest
+
+if TYPE_CHECKING:
+    from pyspark.sql.streaming import StreamingQuery
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +91,7 @@ class Harness:
                                     last_progress=lambda: self.last_progress)
         self.state = SlotState.STARTING
         self._stop = threading.Event()
-        self.query = None
+        self.query: StreamingQuery | None = None
         self.spark = None
         self.last_progress: dict | None = None  # the last batch's progress, repeated by idle heartbeats
         self.last_batch_ms: int | None = None  # when the last batch with input started (its input rate)
@@ -182,6 +186,7 @@ class Harness:
         Spark waits for its batch thread, which may be about to enter on_batch; holding the lock there
         deadlocked a graceful stop until the process was killed (seen in the rolling upgrade bench)."""
         self.sink.stop()
+        assert self.query is not None  # started by run
         self.query.stop()
 
     def start_up_staged(self):
@@ -246,7 +251,8 @@ class Harness:
             while not self._stop.is_set():
                 control, _ = self.follower.snapshot()
                 try:  # under a fence the hold is looked at often: the cutover waits on its word
-                    ended = self.query.awaitTermination(0.1 if control is not None and control.fence else 0.5)
+                    wait_s = 0.1 if control is not None and control.fence else 0.5
+                    ended = self.query.awaitTermination(wait_s)  # type: ignore[arg-type]  # typed int: seconds
                 except Exception:  # it failed: said below, unless this slot was fenced and goes on as the standby
                     ended = True
                 if ended:
@@ -276,11 +282,11 @@ class Harness:
             self.publish(error=f"{type(exc).__name__}: {exc}"[:2000])
             code = 1
         finally:
-            exc = self.query.exception() if self.query is not None else None
+            failure = self.query.exception() if self.query is not None else None
             # A batch refused while stopping ends the query with that error: a clean stop all the same.
-            if exc is not None and not isinstance(exc, WriterFenced) and not self.sink.refused_batch:
+            if failure is not None and not isinstance(failure, WriterFenced) and not self.sink.refused_batch:
                 self.state, code = SlotState.FAILED, 1
-                reason = failure_reason(str(exc))
+                reason = failure_reason(str(failure))
                 log.error("the query failed: %s", reason)
                 self.publish(error=reason)
             else:
@@ -297,6 +303,7 @@ class Harness:
         """The query failed because another slot fenced this one's writer: it took the active role while
         this slot was stalled (runtime.coordination.lease). Restart the query from the checkpoint as the standby, in
         this process: the failed batch was not committed, so it runs again, capped as a standby batch."""
+        assert self.query is not None  # started by run
         exc = self.query.exception()
         if exc is None or WriterFenced.__name__ not in str(exc):
             return False

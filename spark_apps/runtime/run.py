@@ -18,7 +18,6 @@ from baton.driver_wrapper import HOLD_ARG, HOLD_TIMEOUT_ARG
 from baton.records import Slot
 from baton.settings import Settings
 
-
 LOG_FORMAT = "%(asctime)s %(levelname)s [%(slot)s] %(name)s: %(message)s"
 
 
@@ -77,8 +76,8 @@ def main(argv: list[str] | None = None) -> int:
             log.error("--conf %r: expected KEY=VALUE", item)
             return 2
         conf[key] = value
-    from spark_apps.runtime.harness import Harness
     from spark_apps.runtime.coordination.hold import Hold
+    from spark_apps.runtime.harness import Harness
 
     hold = Hold(args.hold_until_recorded, args.hold_timeout_s) if args.hold_until_recorded is not None else None
     code = Harness(app, Slot(args.slot), args.bootstrap, args.state_dir, args.generation, conf,

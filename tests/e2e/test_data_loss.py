@@ -10,8 +10,8 @@ import pytest
 
 from baton.airflow_api import AirflowAPIError
 from baton.kafka.admin import TopicSpec
-from baton.records import Slot, SlotState
 from baton.kafka.markers import read_last_marker
+from baton.records import Slot, SlotState
 from tests.support.e2e import desired, run_dag
 from tests.support.slots import produce_clicks, read_status, wait_until_emitted
 from tests.support.topics import recreate_topic

@@ -57,14 +57,14 @@ def install() -> None:
 class LatePositionFault:
     def __init__(self, path: Path):
         self.path = path
-        self._unseen: tuple[str, dict] | None = None  # (kind, the position this slot acts as if it never saw)
+        self._unseen: tuple[str, dict | None] | None = None  # (kind, the position this slot acts as if it never saw)
 
     def seen(self, current: ControlRecord | None, rec: ControlRecord) -> ControlRecord:
         """`rec` as this slot takes it, `current` being what it holds now."""
         if self._unseen is not None:
-            kind, position = self._unseen
-            if _position(rec, kind) == position:
-                return dataclasses.replace(rec, **{kind: _position(current, kind)})
+            unseen, position = self._unseen
+            if _position(rec, unseen) == position:
+                return _with_position(rec, unseen, _position(current, unseen))
             self._unseen = None  # the handoff moved on: its next position is seen
         new = [k for k in KINDS if _position(rec, k) is not None and _position(rec, k) != _position(current, k)]
         if not new or not self.path.exists():
@@ -88,7 +88,13 @@ class LatePositionFault:
         self._unseen = (kind, _position(rec, kind))
         log.warning("baton: fault %s: the %s %s is not seen by this slot until another is set", self.path, kind,
                     self._unseen[1])
-        return dataclasses.replace(rec, **{kind: _position(current, kind)})
+        return _with_position(rec, kind, _position(current, kind))
+
+
+def _with_position(rec: ControlRecord, kind: str, position: dict | None) -> ControlRecord:
+    if kind == "fence":
+        return dataclasses.replace(rec, fence=position)
+    return dataclasses.replace(rec, check_at=position)
 
 
 def _position(rec: ControlRecord | None, kind: str) -> dict | None:

@@ -19,9 +19,9 @@ from baton.apps import AppDefinition, load_definition
 from baton.driver_wrapper import JVM_TMPDIR_ENV
 from baton.kafka.admin import TopicSpec, ensure_topics
 from baton.kafka.client_config import kafka_config
+from baton.kafka.markers import read_last_marker
 from baton.records import Role, SlotState, StatusRecord
 from baton.settings import CONTROL_TOPIC, STATUS_TOPIC
-from baton.kafka.markers import read_last_marker
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -66,7 +66,7 @@ def stop_slot(proc: subprocess.Popen, timeout_s: float = 90) -> int:
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(30)
-            raise AssertionError(f"slot pid {proc.pid} did not stop within {timeout_s}s of SIGTERM")
+            raise AssertionError(f"slot pid {proc.pid} did not stop within {timeout_s}s of SIGTERM") from None
     return proc.returncode
 
 

@@ -49,7 +49,7 @@ def _name(cn: str) -> x509.Name:
 
 
 def _cert(subject: str, key, issuer: str, issuer_key, *, ca: bool, san: list | None = None):
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
     b = (x509.CertificateBuilder().subject_name(_name(subject)).issuer_name(_name(issuer))
          .public_key(key.public_key()).serial_number(x509.random_serial_number())
          .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(now + dt.timedelta(days=2))
@@ -98,7 +98,7 @@ class TlsTerminator:
         self._thread = threading.Thread(target=self._loop.run_forever, name="tls-terminator", daemon=True)
         self._server = None
 
-    def start(self) -> "TlsTerminator":
+    def start(self) -> TlsTerminator:
         self._thread.start()
         self._server = asyncio.run_coroutine_threadsafe(
             asyncio.start_server(self._serve, "127.0.0.1", self.port, ssl=self.context), self._loop).result(10)

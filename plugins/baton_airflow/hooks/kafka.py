@@ -16,8 +16,9 @@ connection without security settings leaves the file BATON_KAFKA_CLIENT_CONFIG n
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from airflow.sdk import BaseHook
 
@@ -35,7 +36,7 @@ def mask_secrets(settings: dict[str, Any]) -> None:
     try:
         from airflow.sdk.log import mask_secret
     except ImportError:  # Airflow 3.0's place for it
-        from airflow.sdk.execution_time.secrets_masker import mask_secret
+        from airflow.sdk.execution_time.secrets_masker import mask_secret  # type: ignore[no-redef]
     for key, value in settings.items():
         if value and is_secret(key):
             mask_secret(str(value), key)

@@ -22,7 +22,11 @@ from baton_airflow.hooks.spark import BatonSparkHook
 from baton_airflow.operators.reprocess import NewGenerationOperator
 from baton_airflow.operators.slots import resolve
 from baton_airflow.operators.steps import (
-    AbortStepsOperator, AppOperator, PlanStepOperator, fail_with_reason, first_reason,
+    AbortStepsOperator,
+    AppOperator,
+    PlanStepOperator,
+    fail_with_reason,
+    first_reason,
 )
 
 HOLD_S = 3600  # a confirmation may hold the app this long; past it, another operation may start
@@ -103,7 +107,7 @@ class FinishConfirmOperator(PlanStepOperator):
         control, spark = self.hooks()
         plane = control.plane()
         now_ms = plane.now_ms()
-        rec, plan = plane.current(app.name), ConfirmPlan.of(self.plan)
+        rec, plan = plane.require(app.name), ConfirmPlan.of(self.plan)
         state = self.slot_state(spark)
         archived = state.archive_unused(rec, f"unused after {context['run_id']}", plan.keep_until_ms, now_ms)
         purged = state.purge_expired(app.name, now_ms)

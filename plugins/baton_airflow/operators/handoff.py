@@ -5,15 +5,16 @@ no second fence, no double epoch bump, no lost fence."""
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from datetime import timedelta
-from typing import Any
+from typing import Any, NoReturn
 
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
 from baton import handoff
-from baton.handoff import HandoffError, fence_passed, finished, moved_fence, other, with_fence, without_fence
 from baton.apps import AppDefinition
+from baton.handoff import HandoffError, fence_passed, finished, moved_fence, other, with_fence, without_fence
 from baton.plans import Cutover, HandoffPlan
 from baton.records import ControlRecord, Handoff, SlotState
 from baton_airflow.hooks.control import BatonControlHook
@@ -41,7 +42,7 @@ def set_fence(control: BatonControlHook, app: AppDefinition, rec: ControlRecord,
 
 
 class _HandoffOperator(BaseOperator):
-    template_fields = ("app",)
+    template_fields: Sequence[str] = ("app",)
 
     def __init__(self, *, app: str, kafka_conn_id: str = BatonKafkaHook.default_conn_name, retries: int = 2,
                  retry_delay: timedelta = timedelta(seconds=5), **kwargs: Any):
@@ -91,8 +92,10 @@ class FenceOperator(_HandoffOperator):
         return plan_of(rec.handoff).to_xcom()
 
 
-def plan_of(handoff: Handoff) -> HandoffPlan:
+def plan_of(handoff: Handoff | None) -> HandoffPlan:
     """The handoff plan the later steps take: fence, epoch it was set at, from and to."""
+    if handoff is None:  # a record a fence was just set in carries its handoff
+        raise HandoffError("the control record carries no handoff")
     return HandoffPlan(fence=dict(handoff.fence), epoch=handoff.epoch, from_slot=other(handoff.to), to=handoff.to)
 
 
@@ -128,14 +131,14 @@ class CutoverOperator(_HandoffOperator):
         control = self.control()
         plan = HandoffPlan.of(self.plan)
         rec = control.plane().current(app.name)
-        mine = rec is not None and rec.handoff is not None and rec.handoff.id == context["run_id"]
-        if mine and rec.handoff.epoch == plan.epoch:  # this run planned its fence again before (a retry): that one
-            plan = plan_of(rec.handoff)
+        mine = rec.handoff if rec is not None and rec.handoff is not None and rec.handoff.id == context["run_id"] else None
+        if mine is not None and mine.epoch == plan.epoch:  # this run planned its fence again before (a retry): that one
+            plan = plan_of(mine)
         if rec is not None and rec.active is plan.to and rec.epoch == plan.epoch + 1:  # done before (a retry)
             return self.cut(app, plan, rec)
         self.wait(control, app, plan, attempt=1)
 
-    def wait(self, control: BatonControlHook, app: AppDefinition, plan: HandoffPlan, attempt: int) -> None:
+    def wait(self, control: BatonControlHook, app: AppDefinition, plan: HandoffPlan, attempt: int) -> NoReturn:
         # Looked at every 0.1 s: once the active said it holds at F, a look while it is short of F reads its
         # marker alone (one fetch, baton.fence_gate.FenceGate); the time from the active at F to the write
         # is output gap.
@@ -149,24 +152,24 @@ class CutoverOperator(_HandoffOperator):
                          attempt: int = 1) -> dict[str, Any]:
         app, _ = resolve(self.app, "blue")
         control = self.control()
-        plan = HandoffPlan.of(plan if plan is not None else self.plan)
+        planned = HandoffPlan.of(plan if plan is not None else self.plan)
         if event.get("status") == "failed" and attempt < MAX_CUTOVER_FENCES:
-            again = self.plan_again(context, control, app, plan, attempt, str(event.get("message", "")))
+            again = self.plan_again(context, control, app, planned, attempt, str(event.get("message", "")))
             if again is not None:
                 self.wait(control, app, again, attempt + 1)  # defers: the task resumes here again
         self.log.info("%s", met_or_raise(context, event))
         rec = control.plane().current(app.name)  # observed, not assumed
-        if rec is None or rec.active is not plan.to or rec.epoch < plan.epoch + 1:
+        if rec is None or rec.active is not planned.to or rec.epoch < planned.epoch + 1:
             raise AirflowFailException(f"{app.name}: the trigger reported the cutover, the control record does not "
                                        f"show it ({rec.active.value if rec else None} active at epoch "
                                        f"{rec.epoch if rec else None})")
-        return self.cut(app, plan, rec)
+        return self.cut(app, planned, rec)
 
     def plan_again(self, context: Any, control: BatonControlHook, app: AppDefinition, plan: HandoffPlan,
                    attempt: int, why: str) -> HandoffPlan | None:
         """A new fence, farther ahead, if the active passed this one and nothing else moved; else None."""
         plane, run = control.plane(), context["run_id"]
-        rec = plane.current(app.name)
+        rec = plane.require(app.name)
         if not fence_passed(rec, plan.epoch, plan.fence, run, control.last_commit(app)):
             return None
         ahead = float(self.ahead_s) * 2 ** attempt

@@ -18,17 +18,29 @@ from airflow.sdk import BaseOperator
 
 from baton.alerts import Alert, alerts_of, due
 from baton.apps import AppDefinition, load_registry, version_path
+from baton.caps import compute_cap
 from baton.control_plane import SlotMoved
 from baton.handoff import HandoffError, fail_over, other, stale_fence, without_fence
-from baton.health import (Finding, HealthPolicy, RestartAction, Severity, SlotHealth, Verdict, assess, decide_restart,
-                          failover_finding, lease_finding, prune_restarts, summarize)
+from baton.health import (
+    Finding,
+    HealthPolicy,
+    RestartAction,
+    Severity,
+    SlotHealth,
+    Verdict,
+    assess,
+    decide_restart,
+    failover_finding,
+    lease_finding,
+    prune_restarts,
+    summarize,
+)
 from baton.records import ControlRecord, Slot, SlotState
 from baton_airflow.alerts import SENT_VARIABLE, configured_notifiers, send
 from baton_airflow.hooks.control import BatonControlHook
 from baton_airflow.hooks.kafka import BatonKafkaHook
 from baton_airflow.hooks.slot_state import BatonSlotStateHook
 from baton_airflow.hooks.spark import BatonSparkHook
-from baton.caps import compute_cap
 
 FAILED_PREFIX = "FAILED: "  # an action marking a slot FAILED (an alert)
 LAG_VARIABLE = "baton_health_lag"  # (ts_ms, lag) samples per slot between runs: lag growth, input waiting
@@ -114,7 +126,7 @@ class HealthCheckOperator(BaseOperator):
     def lift_stale_fence(self, record: ControlRecord, plane) -> tuple[ControlRecord, str] | None:
         """A fence past its expiry was left by a handoff whose run died: lift it, or the active's
         output stays held at F for good (baton.handoff.stale_fence says why that is safe)."""
-        if not stale_fence(record, int(self.clock() * 1000)):
+        if record.fence is None or not stale_fence(record, int(self.clock() * 1000)):
             return None
         try:
             lifted = plane.update(record.app, without_fence(record.epoch))
@@ -286,7 +298,7 @@ def starting_since(health: SlotHealth, launched_ms: int, now_ms: int, policy: He
         return dataclasses.replace(health, verdict=Verdict.DEAD, findings=[Finding(
             "liveness", Severity.CRITICAL, f"no status record {since / 1000:.0f} s after its launch "
                                            f"(grace {policy.start_grace_s:g} s)")])
+    last = f" (the last record, {health.last.state.value}, is the previous launch's)" if health.last else ""
     return dataclasses.replace(health, verdict=Verdict.STARTING, findings=[Finding(
-        "starting", Severity.INFO, f"launched {since / 1000:.1f} s ago, no status yet (the last record, "
-                                   f"{health.last.state.value}, is the previous launch's)")])
+        "starting", Severity.INFO, f"launched {since / 1000:.1f} s ago, no status yet{last}")])
 

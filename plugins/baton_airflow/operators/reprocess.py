@@ -19,12 +19,23 @@ from baton.lifecycle import IllegalTransition
 from baton.plans import ConfirmPlan, ReprocessPlan, SlotRestart
 from baton.records import Slot, SlotSpec, SlotState
 from baton.reprocess import (
-    RequestRefused, Start, begin_operation, check_app_state, end_operation, parse_end, resolve_start,
+    RequestRefused,
+    Start,
+    begin_operation,
+    check_app_state,
+    end_operation,
+    parse_end,
+    resolve_start,
 )
 from baton_airflow.hooks.spark import BatonSparkHook
 from baton_airflow.operators.slots import resolve
 from baton_airflow.operators.steps import (
-    AbortStepsOperator, AppOperator, PlanStepOperator, fail_with_reason, first_reason, lift_own_fence,
+    AbortStepsOperator,
+    AppOperator,
+    PlanStepOperator,
+    fail_with_reason,
+    first_reason,
+    lift_own_fence,
 )
 from baton_airflow.triggers.base import met_or_raise
 from baton_airflow.triggers.status import InvariantsAnswerTrigger, SlotRunningTrigger
@@ -114,7 +125,9 @@ class NewGenerationOperator(AppOperator):
         self.slot_state(spark).archive_note(app, slot, left.generation, left.version, why)
 
     def starting_offsets(self) -> str:
-        return json.dumps({str(p): int(o) for p, o in self.run_plan().start_offsets.items()})
+        plan = self.run_plan()
+        assert isinstance(plan, ReprocessPlan)  # a subclass with another plan type overrides this method
+        return json.dumps({str(p): int(o) for p, o in plan.start_offsets.items()})
 
     def execute(self, context: Any) -> None:
         plan = self.run_plan()
@@ -122,7 +135,7 @@ class NewGenerationOperator(AppOperator):
         generation = plan.generation
         control, spark = self.hooks()
         plane = control.plane()
-        spec = plane.current(app.name).slots[slot]
+        spec = plane.require(app.name).slots[slot]
         why = self.why(context)
         offsets = self.starting_offsets()
         try:
@@ -284,7 +297,7 @@ class AbortReprocessOperator(AbortStepsOperator):
         control, spark = self.hooks()
         plane = control.plane()
         plan = ReprocessPlan.of(self.plan)
-        rec = lift_own_fence(plane, plane.current(app.name), plan.epoch, context["run_id"], self.log)
+        rec = lift_own_fence(plane, plane.require(app.name), plan.epoch, context["run_id"], self.log)
         standby = plan.standby
         back = ""
         if rec.active is not standby and rec.slots[standby].generation != plan.from_generation:

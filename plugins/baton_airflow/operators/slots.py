@@ -75,7 +75,7 @@ class EnsureSlotRunningOperator(_SlotOperator):
         if alive is None or spec is None or spec.desired not in (SlotState.STARTING, SlotState.RUNNING):
             # Intent first. Starting a FAILED slot is the operator's explicit decision: the crash-loop
             # guard's count starts again.
-            fields = {"restarts": ()} if spec is not None and spec.desired is SlotState.FAILED else {}
+            fields: dict[str, Any] = {"restarts": ()} if spec is not None and spec.desired is SlotState.FAILED else {}
             try:
                 plane.move_slot(app.name, slot, SlotState.STARTING, version=version,
                                 reason=f"start requested by {context['run_id']}", **fields)

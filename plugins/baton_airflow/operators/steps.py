@@ -4,8 +4,9 @@ its copies are the slot-state hook's (baton_airflow.hooks.slot_state)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import timedelta
-from typing import Any, Sequence
+from typing import Any
 
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
@@ -19,7 +20,7 @@ from baton_airflow.hooks.spark import BatonSparkHook
 
 
 class AppOperator(BaseOperator):
-    template_fields = ("app",)
+    template_fields: Sequence[str] = ("app",)
 
     def __init__(self, *, app: str, kafka_conn_id: str = BatonKafkaHook.default_conn_name,
                  spark_conn_id: str = BatonSparkHook.default_conn_name,

@@ -26,7 +26,11 @@ from baton_airflow.hooks.spark import BatonSparkHook
 from baton_airflow.operators.handoff import plan_ahead, set_fence
 from baton_airflow.operators.slots import resolve
 from baton_airflow.operators.steps import (
-    AbortStepsOperator, AppOperator, fail_with_reason, first_reason, lift_own_fence,
+    AbortStepsOperator,
+    AppOperator,
+    fail_with_reason,
+    first_reason,
+    lift_own_fence,
 )
 from baton_airflow.triggers.base import met_or_raise
 from baton_airflow.triggers.status import SlotRunningTrigger
@@ -103,7 +107,7 @@ class UpgradeSlotOperator(AppOperator):
         version, definition = plan.version, plan.definition
         control, spark = self.hooks()
         plane = control.plane()
-        spec = plane.current(app.name).slots[slot]
+        spec = plane.require(app.name).slots[slot]
         why = f"rolling upgrade to {version} ({context['run_id']})"
         try:
             if spec.version != version:
@@ -126,7 +130,7 @@ class UpgradeSlotOperator(AppOperator):
                     new_active = other(slot)
                     state = self.slot_state(spark)
                     state.drop_way_back(state.checkpoint(app.name, new_active,
-                                                         plane.current(app.name).slots[new_active].generation))
+                                                         plane.require(app.name).slots[new_active].generation))
                 spec = plane.move_slot(app.name, slot, SlotState.STARTING, version=version, reason=why,
                                        started_ms=plane.now_ms()).slots[slot]
             elif spec.desired is not SlotState.RUNNING:
@@ -170,7 +174,7 @@ class StateCheckPositionOperator(AppOperator):
         app, _ = resolve(self.app, "blue")
         control, _ = self.hooks()
         plane = control.plane()
-        rec = plane.current(app.name)
+        rec = plane.require(app.name)
         standby = other(rec.active)
         position = plan_ahead(control, app, rec, float(self.ahead_s))
         plane.update(app.name, ask_state_check(position))
@@ -202,8 +206,8 @@ class RollbackOperator(AppOperator):
 
     template_fields = ("app", "plan", "cutover", "ahead_s", "fence_timeout_s")
 
-    def __init__(self, *, plan: Any, cutover: Any, settle_task_id: str = "settle", ahead_s: float = 2.0,
-                 fence_timeout_s: float = 120.0, correct: bool = False, trigger_rule: str = "one_failed",
+    def __init__(self, *, plan: Any, cutover: Any, settle_task_id: str = "settle", ahead_s: float | str = 2.0,
+                 fence_timeout_s: float | str = 120.0, correct: bool = False, trigger_rule: str = "one_failed",
                  retries: int = 2, **kwargs: Any):
         super().__init__(trigger_rule=trigger_rule, retries=retries, **kwargs)
         self.plan, self.cutover, self.settle_task_id = plan, cutover, settle_task_id
@@ -218,7 +222,7 @@ class RollbackOperator(AppOperator):
         reason = context["ti"].xcom_pull(task_ids=self.settle_task_id, key="reason") or "the settle check failed"
         control, spark = self.hooks()
         plane = control.plane()
-        rec = plane.current(app.name)
+        rec = plane.require(app.name)
         by = f"{context['run_id']}/rollback"
         how = "at a fence"
         if finished(rec, by) is not None or (rec.epoch == epoch + 1 and rec.active is back_to):
@@ -246,13 +250,14 @@ class RollbackOperator(AppOperator):
                 self.log.warning("%s: the new active %s is gone", app.name, new_slot.value)
                 break
             try:  # this rollback's fence, kept if a retry finds it set; another handoff's is refused
-                rec = set_fence(control, app, plane.current(app.name), ahead, by=by)
+                rec = set_fence(control, app, plane.require(app.name), ahead, by=by)
             except HandoffError as exc:
                 raise AirflowFailException(f"{app.name}: cannot roll back: {exc}; the settle check said: {reason}") from None
             self.log.warning("%s: rolling back to %s: fence %s (try %d, %g s ahead)", app.name, back_to.value,
                              rec.fence, attempt, ahead)
             # Cut over the moment the gate is met. After a corrected-output cutover, the old slot's state
             # is published again on the way back.
+            assert rec.fence is not None  # set_fence returns the record with its fence
             check = self.wait_at_fence(control, plane, app, back_to, dict(rec.fence), epoch)
             if check.met:
                 return "at a fence"
@@ -271,7 +276,7 @@ class RollbackOperator(AppOperator):
                                     control.status(app.name, back_to, last_n=500),
                                     reason=f"rollback: the new active reached no fence; {reason}")
         except HandoffError as exc:
-            now = plane.current(app.name)
+            now = plane.require(app.name)
             if now.active is back_to and now.epoch > epoch:  # the old slot took over by itself (its lease watch)
                 self.log.warning("%s: %s took the role back by itself: %s", app.name, back_to.value,
                                  now.handoff.reason if now.handoff else "")
@@ -285,7 +290,7 @@ class RollbackOperator(AppOperator):
     def require_running(self, control: BatonControlHook, spark: BatonSparkHook, app, plan: VersionChange,
                         back_to: Slot, new_slot: Slot, reason: str) -> None:
         """The old slot can take the role back only while it runs; else say so, and what to do."""
-        spec = control.plane().current(app.name).slots.get(back_to)
+        spec = control.plane().require(app.name).slots.get(back_to)
         if spec is not None and spec.desired is SlotState.RUNNING and spark.find(app.name, back_to) is not None:
             return
         state = spec.desired.value if spec is not None else "not started"

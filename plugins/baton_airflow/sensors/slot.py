@@ -4,6 +4,7 @@ the condition fails or times out."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -27,7 +28,7 @@ class _SlotSensor(BaseSensorOperator):
     way the same check decides (the trigger's check), and a failed one fails the task with its
     reason (XCom "reason", for an abort or rollback step)."""
 
-    template_fields = ("app", "slot", "wait_timeout_s")
+    template_fields: Sequence[str] = ("app", "slot", "wait_timeout_s")
 
     def __init__(self, *, app: str, slot: str, wait_timeout_s: float | str | None = 600.0, deferrable: bool = True,
                  kafka_conn_id: str = BatonKafkaHook.default_conn_name,
@@ -46,7 +47,7 @@ class _SlotSensor(BaseSensorOperator):
 
     def wait_s(self) -> float:
         """How long the wait may take: wait_timeout_s, else the sensor API's timeout."""
-        return float(self.wait_timeout_s) if self.wait_timeout_s not in (None, "") else float(self.timeout)
+        return float(self.wait_timeout_s) if self.wait_timeout_s is not None and self.wait_timeout_s != "" else float(self.timeout)
 
     def status_trigger(self, context: Any) -> SlotWaitTrigger:
         app = load_app(self.app)
@@ -90,7 +91,7 @@ class SlotRunningSensor(_SlotSensor):
 
     def trigger_args(self, context: Any) -> dict[str, Any]:
         return dict(since_ms=int(self.since_ms or 0),
-                    pid=int(self.pid) if self.pid not in (None, "", "None") else None)
+                    pid=int(self.pid) if self.pid is not None and self.pid not in ("", "None") else None)
 
 
 class PositionReachedSensor(_SlotSensor):
@@ -134,8 +135,8 @@ class LagWithinSensor(_SlotSensor):
 
     def trigger_args(self, context: Any) -> dict[str, Any]:
         app = load_app(self.app)
-        return dict(max_lag=int(self.max_lag) if self.max_lag not in (None, "") else app.max_lag_records,
-                    max_lag_s=float(self.max_lag_s) if self.max_lag_s not in (None, "") else None,
+        return dict(max_lag=int(self.max_lag) if self.max_lag is not None and self.max_lag != "" else app.max_lag_records,
+                    max_lag_s=float(self.max_lag_s) if self.max_lag_s is not None and self.max_lag_s != "" else None,
                     since_ms=int(self.since_ms or 0))
 
 

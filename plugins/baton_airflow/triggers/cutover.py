@@ -20,11 +20,14 @@ So the role moves exactly once, at the fence, whichever run writes it.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from baton.conditions import Check
 from baton_airflow.triggers.base import SlotWaitTrigger, positions, positions_arg, run_writer
 from baton_airflow.triggers.status import slot_history
+
+if TYPE_CHECKING:
+    from baton.fence_gate import FenceGate
 
 
 class CutoverTrigger(SlotWaitTrigger):
@@ -39,7 +42,7 @@ class CutoverTrigger(SlotWaitTrigger):
         super().__init__(**common)
         self.fence, self.epoch = positions(fence), int(epoch)
         self.trail_records, self.correct, self.writer = int(trail_records), bool(correct), run_writer(writer)
-        self.gate = None  # baton.fence_gate.FenceGate, made at the first check (in the triggerer)
+        self.gate: FenceGate | None = None  # made at the first check (in the triggerer)
 
     def args(self) -> dict[str, Any]:
         return dict(fence=positions_arg(self.fence), epoch=self.epoch, trail_records=self.trail_records,

@@ -12,14 +12,19 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from baton.kafka.client_config import use_file
+from baton.kafka.messages import offset_of
 from baton.leases import LOOK_BACK_RECORDS
 from baton.records import Slot
 from baton_airflow.triggers.base import PROGRESS_EVERY_S, security_file
+
+if TYPE_CHECKING:
+    from confluent_kafka import Consumer
 
 # How long the look-back may take before the watch begins with what it read.
 LOOK_BACK_S = 10.0
@@ -83,7 +88,7 @@ class LeaseReader:
 
         self.bootstrap = bootstrap
         self.watch = SlotChangeWatch(this_host(), proc_start_ticks)
-        self._consumer = None
+        self._consumer: Consumer | None = None
         self._end = 0                 # the topic's end when the look-back began
         self._position = 0            # the next offset to read
         self._look_back_until = 0.0
@@ -151,10 +156,11 @@ class LeaseReader:
         from baton.leases import Lease
         from baton.records import RecordError
 
+        assert self._consumer is not None  # read once look_back opened it
         for msg in self._consumer.consume(num_messages=500, timeout=POLL_S):
             if msg.error() is not None:
                 continue  # end of partition, a transient error: the consumer goes on
-            self._position = msg.offset() + 1
+            self._position = offset_of(msg) + 1
             try:
                 self.watch.observe(Lease.from_bytes(msg.value()))
             except (RecordError, TypeError):

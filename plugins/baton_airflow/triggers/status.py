@@ -5,7 +5,8 @@ the decisions are baton.conditions' and baton.health's pure functions."""
 from __future__ import annotations
 
 import time
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from baton.conditions import Check
 from baton.records import StatusRecord

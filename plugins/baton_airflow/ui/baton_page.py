@@ -13,10 +13,14 @@ import json
 import threading
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from airflow.api_fastapi.core_api.security import requires_authenticated
 from fastapi import Depends, FastAPI, HTTPException
 from fastapi.responses import HTMLResponse, Response
+
+if TYPE_CHECKING:
+    from baton.status_feed import StatusFeed
 
 PAGE = Path(__file__).with_name("page.html")
 REFRESH_S = 2.0
@@ -44,7 +48,7 @@ class Views:
     answers with the newest views at once and never waits for a read of the broker (but the first)."""
 
     def __init__(self):
-        self.feed = None
+        self.feed: StatusFeed | None = None
         self.views: list = []
         self.body = b""  # the views as the page's JSON, encoded once a refresh (not once a request)
         self.read_at = 0.0
@@ -53,6 +57,7 @@ class Views:
         self.refreshing = False
 
     def refresh(self) -> None:
+        assert self.feed is not None  # made by get before its first refresh
         try:
             self.feed.refresh()
             views = self.feed.views()

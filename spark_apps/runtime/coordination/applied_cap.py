@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Optional
 
 SUFFIX = ".applied"
 # The cap file's key that numbers the follower's writes ("<pid>.<n>": unique across the slot's processes).
@@ -41,9 +40,9 @@ class AppliedCap:
 
     def __init__(self, cap_file: str):
         self.cap_file = cap_file
-        self.last: Optional[str] = _UNKNOWN
+        self.last: str | None = _UNKNOWN
 
-    def note(self, text: Optional[str]) -> None:
+    def note(self, text: str | None) -> None:
         if text == self.last:
             return
         path = applied_path(self.cap_file)
@@ -59,7 +58,7 @@ class AppliedCap:
         self.last = text
 
 
-def read_applied(cap_file: str | Path) -> Optional[str]:
+def read_applied(cap_file: str | Path) -> str | None:
     """The cap text the source last planned under (None: no cap, or no word yet)."""
     try:
         return applied_path(cap_file).read_text()

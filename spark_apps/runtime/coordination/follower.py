@@ -49,13 +49,13 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from baton.caps import compute_cap
 from baton.handoff import taken_over_at
+from baton.kafka.client_config import kafka_config
 from baton.kafka.control_log import apply_records, decode_for_app
+from baton.kafka.messages import offset_of, topic_of
 from baton.records import CommitMarker, ControlRecord, Positions, RecordError, Role, Slot, covers
 from baton.settings import CONTROL_TOPIC
-from baton.kafka.client_config import kafka_config
 from spark_apps.runtime.coordination.applied_cap import CAP_WRITE_KEY
 from spark_apps.runtime.source.pace_hint import write_pace_hint
-
 
 # fetch.wait.max.ms of the follower's consumer (module docstring).
 IDLE_FETCH_WAIT_MS = 250
@@ -98,7 +98,8 @@ class Follower:
         # the active rewrites its cap at each of its markers, and a new number each time would make the
         # source's pacer (BatchPacer: a changed cap file starts a batch) plan a batch at every tick.
         self._written: tuple[str | None, ControlRecord | None] = (None, None)
-        self._writes, self._written_says = 0, None
+        self._writes = 0
+        self._written_says: tuple[Positions | None, tuple[str, Positions] | None] | None = None
         self._write_lock = threading.Lock()
         self._pending = False                  # a newer cap is held back by the pace
         self.control: ControlRecord | None = None
@@ -148,11 +149,11 @@ class Follower:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"control/commits topics not read to their end within {timeout_s}s")
             for m in self._consumer.consume(10_000, 0.05):
-                if m.error():
-                    if m.error().code() == KafkaError._PARTITION_EOF:
-                        at_end.add(m.topic())
+                if err := m.error():
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        at_end.add(topic_of(m))
                     continue
-                self._next[m.topic()] = m.offset() + 1
+                self._next[topic_of(m)] = offset_of(m) + 1
                 self._apply(m)
         self._publish_cap()
         self._fit_fetch_wait()
@@ -173,7 +174,7 @@ class Follower:
             for m in self._consumer.consume(1000, 0.2):
                 if m.error():
                     continue
-                self._next[m.topic()] = m.offset() + 1
+                self._next[topic_of(m)] = offset_of(m) + 1
                 if self._apply(m):
                     if m.topic() == self._topics[0]:
                         controlled = True

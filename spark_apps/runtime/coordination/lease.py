@@ -30,7 +30,7 @@ import os
 import threading
 import time
 import uuid
-from typing import Callable
+from collections.abc import Callable
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
@@ -38,15 +38,25 @@ from baton.apps import AppDefinition
 from baton.driver_wrapper import LAUNCH_ID_ENV
 from baton.handoff import HandoffError, take_over
 from baton.kafka.admin import TopicSpec, ensure_topics
-from baton.leases import (LOOK_BACK_RECORDS, Lease, LeaseJudge, decode_lease, decide_takeover, my_pid_start,
-                          proc_start_ticks, process_gone, this_host)
+from baton.kafka.client_config import kafka_config
+from baton.kafka.fetch_wait import StallWatch, fetch_wait_ms, reopen_longer
+from baton.kafka.markers import read_last_marker
+from baton.kafka.messages import offset_of
+from baton.leases import (
+    LOOK_BACK_RECORDS,
+    Lease,
+    LeaseJudge,
+    decide_takeover,
+    decode_lease,
+    my_pid_start,
+    proc_start_ticks,
+    process_gone,
+    this_host,
+)
 from baton.records import Role, Slot, SlotState
 from baton.settings import LEASES_TOPIC, LEASES_TOPIC_CONFIG
 from spark_apps.runtime.coordination.follower import Follower
 from spark_apps.runtime.sink.kafka_sink import writer_transactional_id
-from baton.kafka.fetch_wait import StallWatch, fetch_wait_ms, reopen_longer
-from baton.kafka.markers import read_last_marker
-from baton.kafka.client_config import kafka_config
 
 log = logging.getLogger(__name__)
 
@@ -122,12 +132,12 @@ class LeaseKeeper:
                 if self._watch.stalled():  # once per STALL_S
                     self._unless_stuck()
                 for m in self._consumer.consume(500, 0.1):
-                    if m.error() is None:
-                        self._position = m.offset() + 1
+                    if (err := m.error()) is None:
+                        self._position = offset_of(m) + 1
                         if (lease := decode_lease(self.app.name, m.key(), m.value())) is not None:
                             self.judge.observe(lease)
-                    elif m.error().code() != KafkaError._PARTITION_EOF:
-                        log.debug("leases topic: %s", m.error())
+                    elif err.code() != KafkaError._PARTITION_EOF:
+                        log.debug("leases topic: %s", err)
                 self._maybe_take_over()
             except Exception:  # never let the lease thread die silently: the slot would look dead
                 log.exception("%s/%s: lease keeper", self.app.name, self.slot.value)

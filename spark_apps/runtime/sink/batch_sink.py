@@ -15,8 +15,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from confluent_kafka import KafkaException
 
@@ -24,10 +24,10 @@ from baton.apps import AppDefinition
 from baton.checkpoints import read_offset_log
 from baton.generations import SlotPaths
 from baton.records import Role, Slot
-from spark_apps.runtime.sink.correction import EmittedKeys, correction_due
-from spark_apps.runtime.sink.dead_letters import collect, purge, read_initial
 from spark_apps.runtime.coordination.follower import Follower
 from spark_apps.runtime.frame import KIND_DEAD, KIND_OUTPUT
+from spark_apps.runtime.sink.correction import EmittedKeys, correction_due
+from spark_apps.runtime.sink.dead_letters import collect, purge, read_initial
 from spark_apps.runtime.sink.kafka_sink import TransactionalEmitter, WriterFenced
 from spark_apps.runtime.state.state_image import StateImage
 
@@ -125,6 +125,7 @@ class RoleGatedSink:
             control, _ = self.follower.snapshot()
             active = is_active(control, self.slot)
             if active:
+                assert control is not None  # is_active
                 self.emitter.acquire(control.epoch)
                 if table is None and not self.emitter.already_emitted(end or {}, start):
                     # Run as the standby, and the role came meanwhile with this batch's output owed
@@ -142,6 +143,7 @@ class RoleGatedSink:
                 self.image.fold(batch_id, out)
             self.last_batch = batch_id
             if active:
+                assert control is not None  # is_active
                 try:
                     res = self.emitter.emit(batch_id, start or {}, end or {}, out, dead)
                 except KafkaException as exc:
@@ -161,7 +163,7 @@ class RoleGatedSink:
                 # A skipped batch (output emitted before: a replay, or a new active reaching its
                 # handoff's fence) is not this slot's first batch as the active.
                 wrote = active and not res.skipped
-                self.follower.note_processed(end, emitted_epoch=control.epoch if wrote else None)
+                self.follower.note_processed(end, emitted_epoch=control.epoch if wrote and control is not None else None)
 
     def fenced_meanwhile(self, epoch: int, exc: Exception, wait_s: float = 10.0) -> None:
         """A commit that failed after the role moved on was fenced (the new active initialised the shared

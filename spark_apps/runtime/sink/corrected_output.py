@@ -45,6 +45,7 @@ class CorrectedOutput:
         self.tend_image(control)
         if spark is None or not correction_due(control, sink.slot, emitter):
             return
+        assert control is not None  # correction_due
         started = time.monotonic()
         try:
             with sink.lock:  # no sink runs: K and the last marker stand still

@@ -17,7 +17,7 @@ the first after it, on a 2-core machine several seconds of stopped output.
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from baton.records import Role, Slot
 

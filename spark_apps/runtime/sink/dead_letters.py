@@ -21,9 +21,9 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Optional, Sequence
 
 _FILE = re.compile(r"^(\d+)-(\d+)-(\d+)\.arrow$")
 INITIAL = "initial-offsets.json"
@@ -35,8 +35,8 @@ class SpoolIncomplete(RuntimeError):
 
 @dataclass(frozen=True)
 class DeadLetter:
-    key: Optional[bytes]
-    value: Optional[bytes]
+    key: bytes | None
+    value: bytes | None
     reason: str
     partition: int
     offset: int
@@ -74,7 +74,7 @@ def write_initial(directory: str, offsets: Mapping[int, int]) -> None:
     os.replace(tmp, d / INITIAL)
 
 
-def read_initial(directory: Path) -> Optional[dict[int, int]]:
+def read_initial(directory: Path) -> dict[int, int] | None:
     try:
         return {int(p): int(o) for p, o in json.loads((directory / INITIAL).read_text()).items()}
     except FileNotFoundError:

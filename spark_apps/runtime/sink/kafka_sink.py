@@ -26,15 +26,15 @@ on Tansu an aborted transaction with more than 1 MB for one partition can leak; 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Iterable, Sequence
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
-from baton.records import CORRECTION_HEADER, CommitMarker, Positions, Slot, covers
 from baton.kafka.client_config import kafka_config
 from baton.kafka.markers import read_last_marker
+from baton.records import CORRECTION_HEADER, CommitMarker, Positions, Slot, covers
 
 
 class WriterFenced(RuntimeError):
@@ -146,10 +146,11 @@ class TransactionalEmitter:
         """One transaction: output rows (with `headers`, if any), dead letters, the marker "emitted up
         to `end`" (carrying on the last marker's corrected_epoch)."""
         corrected_epoch = max(corrected_epoch, self.last.corrected_epoch if self.last is not None else 0)
-        marker = CommitMarker(app=self.app, generation=self.generation, epoch=self.epoch, slot=self.slot,
+        p, epoch = self._producer, self.epoch
+        assert p is not None and epoch is not None  # the callers checked that this writer holds the role
+        marker = CommitMarker(app=self.app, generation=self.generation, epoch=epoch, slot=self.slot,
                               batch_id=batch_id, emitted=dict(end), ts_ms=int(time.time() * 1000),
                               corrected_epoch=corrected_epoch)
-        p = self._producer
         try:
             p.begin_transaction()
             produce, topic = p.produce, self.output_topic

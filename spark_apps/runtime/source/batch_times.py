@@ -18,7 +18,6 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
 
 # Batches kept in the file: the harness reads a batch's entry right after it ends, a few are margin.
 KEEP = 8
@@ -27,9 +26,9 @@ KEEP = 8
 @dataclass(frozen=True)
 class BatchTimes:
     end: dict[int, int]           # the batch's end offsets per partition
-    oldest_ms: Optional[int]      # timestamp of its oldest record (within a fetch's span; None: no timestamps)
-    newest_ms: Optional[int]      # timestamp of its newest record
-    records: Optional[int] = None  # the events it handed Spark (None: not known, an older reader's file)
+    oldest_ms: int | None      # timestamp of its oldest record (within a fetch's span; None: no timestamps)
+    newest_ms: int | None      # timestamp of its newest record
+    records: int | None = None  # the events it handed Spark (None: not known, an older reader's file)
 
 
 class BatchTimesFile:
@@ -51,7 +50,7 @@ class BatchTimesFile:
             pass  # the slot's directory went away (a stop): latency is a figure, never worth a failed batch
 
 
-def read_batch_times(path: str | Path, end: dict[int, int]) -> Optional[BatchTimes]:
+def read_batch_times(path: str | Path, end: dict[int, int]) -> BatchTimes | None:
     """The times of the batch that ended at `end` (None: unknown, e.g. a batch with no records)."""
     try:
         entries = json.loads(Path(path).read_text())
@@ -68,11 +67,11 @@ def read_batch_times(path: str | Path, end: dict[int, int]) -> Optional[BatchTim
     return None
 
 
-def _int_or_none(v) -> Optional[int]:
+def _int_or_none(v) -> int | None:
     return None if v is None else int(v)
 
 
-def latencies_ms(times: Optional[BatchTimes], batch_end_ms: Optional[int]) -> tuple[Optional[int], Optional[int]]:
+def latencies_ms(times: BatchTimes | None, batch_end_ms: int | None) -> tuple[int | None, int | None]:
     """(oldest record's latency, newest record's) at the batch's end; None when either is unknown."""
     if times is None or batch_end_ms is None or times.oldest_ms is None or times.newest_ms is None:
         return None, None

@@ -23,7 +23,8 @@ event it refuses takes the per-field path that says why (or, for a STRING given 
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Callable, Optional, Sequence
+from collections.abc import Callable, Sequence
+from typing import Annotated, Any
 
 import msgspec
 
@@ -91,14 +92,14 @@ class EventDecoder:
         # Strict: required fields typed and mandatory, the others typed or absent/null. Attributes
         # are f0, f1, ... renamed to the JSON names, which need not be Python identifiers.
         struct = msgspec.defstruct("Event", [
-            (f"f{i}", TYPES[t][0]) if n in required_set else (f"f{i}", Optional[TYPES[t][0]], None)
+            (f"f{i}", TYPES[t][0]) if n in required_set else (f"f{i}", TYPES[t][0] | None, None)
             for i, (n, t) in enumerate(fields)], rename={f"f{i}": n for i, (n, _) in enumerate(fields)})
         self._strict = msgspec.json.Decoder(struct)
         self._any = msgspec.json.Decoder()
         self._lenient = [(n, _lenient(t), n in required_set) for n, t in fields]
         self._astuple = msgspec.structs.astuple
 
-    def decode(self, values: Sequence[Optional[bytes]]) -> tuple[list[list], list[tuple[int, str]]]:
+    def decode(self, values: Sequence[bytes | None]) -> tuple[list[list], list[tuple[int, str]]]:
         """(columns, dead): a list per field of the events that decode, in order, and (index into
         `values`, reason) of those that do not."""
         rows: list[tuple] = []
@@ -106,7 +107,7 @@ class EventDecoder:
         append, strict, astuple = rows.append, self._strict.decode, self._astuple
         for i, v in enumerate(values):
             try:
-                append(astuple(strict(v)))
+                append(astuple(strict(v)))  # type: ignore[arg-type]  # None: TypeError, explained below
             except (msgspec.DecodeError, TypeError):
                 row, reason = self.explain(v)
                 if row is None:
@@ -116,7 +117,7 @@ class EventDecoder:
         columns = [list(c) for c in zip(*rows)] if rows else [[] for _ in self.fields]
         return columns, dead
 
-    def explain(self, value: Optional[bytes]) -> tuple[Optional[tuple], str]:
+    def explain(self, value: bytes | None) -> tuple[tuple | None, str]:
         """The slow path for one value: (row, "") when it decodes after all, else (None, reason)."""
         try:
             obj = self._any.decode(value) if value is not None else None

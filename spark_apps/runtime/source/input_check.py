@@ -46,9 +46,9 @@ import json
 import logging
 import os
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Optional, Sequence
 
 log = logging.getLogger(__name__)
 
@@ -77,8 +77,8 @@ class Loss:
     partition: int
     kind: str                 # BEYOND_END, BEFORE_START, RECREATED, GONE
     position: int             # the checkpoint's position that is not in the log
-    low: Optional[int] = None  # what the broker holds: [low, end)
-    end: Optional[int] = None
+    low: int | None = None  # what the broker holds: [low, end)
+    end: int | None = None
 
     def describe(self) -> str:
         held = f"the broker holds [{self.low}, {self.end})" if self.low is not None else ""
@@ -116,7 +116,7 @@ def check_policy(value: str, what: str = "onDataLoss") -> str:
 
 
 def decide(topic: str, start: Mapping[int, int], lows: Mapping[int, int], ends: Mapping[int, int], policy: str,
-           *, end: Optional[Mapping[int, int]] = None, recreated: Optional[tuple[str, str]] = None) -> Decision:
+           *, end: Mapping[int, int] | None = None, recreated: tuple[str, str] | None = None) -> Decision:
     """Whether a query standing at `start` (and, for a batch replayed after a restart, reading on to `end`)
     can read its input. `lows`/`ends`: what the broker holds per partition that exists now, [low, end); an
     end must be exact where it is below the position checked (see `observe`). `recreated`: (topic id the
@@ -153,7 +153,7 @@ _CAUSES = {
 
 
 def describe(topic: str, losses: Sequence[Loss], partitions: Sequence[int],
-             recreated: Optional[tuple[str, str]] = None) -> str:
+             recreated: tuple[str, str] | None = None) -> str:
     """One line naming the topic, every lost partition with the checkpoint's position against what the
     broker holds, and the likely cause (Decision.reason adds the way out)."""
     parts = [str(p) for p in sorted(x.partition for x in losses)]
@@ -246,7 +246,7 @@ def observe(consumer, topic: str, partitions: Sequence[int], want: Mapping[int, 
 _NO_ID_WARNED: set[str] = set()
 
 
-def topic_id(admin, topic: str, timeout_s: float = 15.0) -> Optional[str]:
+def topic_id(admin, topic: str, timeout_s: float = 15.0) -> str | None:
     """The topic's id (KIP-516; Apache Kafka and Tansu both give one, new at every creation), None when the
     broker gives none or cannot be asked."""
     from confluent_kafka import TopicCollection
@@ -268,7 +268,7 @@ def topic_id(admin, topic: str, timeout_s: float = 15.0) -> Optional[str]:
 # copy of the checkpoint carries it)
 
 
-def read_identity(path: Optional[str]) -> Optional[str]:
+def read_identity(path: str | None) -> str | None:
     if not path:
         return None
     try:
@@ -280,7 +280,7 @@ def read_identity(path: Optional[str]) -> Optional[str]:
         return None
 
 
-def write_identity(path: Optional[str], topic: str, tid: Optional[str]) -> None:
+def write_identity(path: str | None, topic: str, tid: str | None) -> None:
     if not path or not tid:
         return
     p = Path(path)

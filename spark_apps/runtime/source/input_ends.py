@@ -17,9 +17,9 @@ import uuid
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
+from baton.kafka.client_config import kafka_config
 from baton.kafka.fetch_wait import fetch_wait_ms
 from baton.kafka.tail import probe_ends
-from baton.kafka.client_config import kafka_config
 
 log = logging.getLogger(__name__)
 

@@ -24,7 +24,8 @@ from __future__ import annotations
 import logging
 import math
 import time
-from typing import Any, Iterator, Optional
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from pyspark.sql.datasource import SimpleDataSourceStreamReader
 from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
@@ -36,11 +37,20 @@ from spark_apps.runtime.source.kafka_stream_reader import KafkaStreamReader
 from spark_apps.runtime.source.pace_hint import read_pace_hint
 from spark_apps.runtime.source.prefetch import Prefetcher, Taken
 from spark_apps.runtime.source.source_columns import (
-    dead_columns, decode_records, decoded_record_batch, raw_columns, raw_record_batch,
+    dead_columns,
+    decode_records,
+    decoded_record_batch,
+    raw_columns,
+    raw_record_batch,
 )
 from spark_apps.runtime.source.source_options import SourceOptions
-from spark_apps.runtime.source.source_plan import (BatchPacer, KafkaInputPartition, offsets_from_json, offsets_to_json,
-                                                   read_cap)
+from spark_apps.runtime.source.source_plan import (
+    BatchPacer,
+    KafkaInputPartition,
+    offsets_from_json,
+    offsets_to_json,
+    read_cap,
+)
 from spark_apps.runtime.source.window_lead import WindowLead
 
 # Rows a partition's buffer holds before its fetching pauses (memory: ~100 bytes a decoded row).
@@ -102,8 +112,8 @@ class DriverStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableN
     def __init__(self, options: SourceOptions):
         self.opts = options
         self.planner = KafkaStreamReader(options)  # initial offsets, metadata, watermarks, replays
-        self._prefetch: Optional[Prefetcher] = None
-        self._target: Optional[dict[int, int]] = None  # Trigger.AvailableNow bound
+        self._prefetch: Prefetcher | None = None
+        self._target: dict[int, int] | None = None  # Trigger.AvailableNow bound
         self._pacer = BatchPacer(options.min_batch_interval_s, options.cap_file)
         self._applied = AppliedCap(options.cap_file) if options.cap_file else None
         interval = self._pacer.interval_s
@@ -113,7 +123,7 @@ class DriverStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableN
         self.identity_every_s = IDENTITY_EVERY_S
         self._identity_at = time.monotonic()
         self._times = BatchTimesFile(options.batch_times_file) if options.batch_times_file else None
-        self._silent_since: Optional[float] = None  # the broker has not answered the reads since then
+        self._silent_since: float | None = None  # the broker has not answered the reads since then
 
     def __getstate__(self):  # shipped to executors for replays: never a client or a thread
         state = self.__dict__.copy()
@@ -210,7 +220,7 @@ class DriverStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableN
             ranges = self.planner.replay_ranges(offsets_from_json(start), offsets_from_json(end))
         finally:
             self.planner.stop()  # this task's copy: its probe consumer is not needed again
-        batches = []
+        batches: list[Any] = []
         for p, (lo, hi) in sorted(ranges.items()):
             batches.extend(self.planner.read(KafkaInputPartition(self.opts.topic, p, lo, hi)))
         return iter(batches)
@@ -250,6 +260,7 @@ class DriverStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableN
             paced_conf = self.planner._conf(**{**tuning, "queued.min.messages": 1,
                                                "fetch.queue.backoff.ms": FOLLOW_FETCH_PACE_MS,
                                                "max.partition.fetch.bytes": FOLLOW_PARTITION_FETCH_BYTES})
+            decode: Callable[[list], tuple[list[int], list[list], list[tuple]]]
             if self.opts.value_fields is None:
                 width, decode = 4, lambda msgs: (list(map(lambda m: m.offset(), msgs)), raw_columns(msgs), [])
             else:
@@ -304,5 +315,7 @@ class DriverStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableN
             return [raw_record_batch(self.opts.topic, p, taken.columns)] if taken.offsets else []
         from spark_apps.runtime.sink.dead_letters import write_spool
 
-        write_spool(self.opts.dead_letter_dir, p, taken.start, taken.end, *dead_columns(taken.dead))
+        spool = self.opts.dead_letter_dir
+        assert spool is not None  # declared with the value fields (source_options)
+        write_spool(spool, p, taken.start, taken.end, *dead_columns(taken.dead))
         return [decoded_record_batch(self.opts, taken.columns)] if taken.offsets else []

@@ -40,7 +40,7 @@ class KafkaSource(DataSource):
     def schema(self) -> StructType:
         return output_schema(parse_options(self.options))
 
-    def streamReader(self, schema: StructType) -> "KafkaStreamReader":
+    def streamReader(self, schema: StructType) -> KafkaStreamReader:
         opts = self._checked(schema)
         if opts.read_on == "driver":  # Spark then asks for simpleStreamReader
             from pyspark.errors import PySparkNotImplementedError

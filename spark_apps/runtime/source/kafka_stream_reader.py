@@ -23,7 +23,8 @@ true for LogAppendTime and for producers stamping wall-clock time in order).
 from __future__ import annotations
 
 import logging
-from typing import Any, Iterator, Optional, Sequence
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
@@ -34,20 +35,40 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from baton.kafka.client_config import kafka_config
-from baton.kafka.positions import first_record, search_timestamp
 from baton.kafka.fetch_wait import fetch_wait_ms
+from baton.kafka.positions import first_record, search_timestamp
 from baton.kafka.tail import probe_ends
 from spark_apps.runtime.coordination.applied_cap import AppliedCap
 from spark_apps.runtime.source.input_check import (
-    BEFORE_START, FAIL, Decision, InputDataLoss, decide, observe, read_identity, skipped, topic_id, write_identity,
+    BEFORE_START,
+    FAIL,
+    Decision,
+    InputDataLoss,
+    decide,
+    observe,
+    read_identity,
+    skipped,
+    topic_id,
+    write_identity,
 )
 from spark_apps.runtime.source.source_columns import dead_columns, decoded_batches, raw_batches
 from spark_apps.runtime.source.source_options import SourceOptions
 from spark_apps.runtime.source.source_plan import (
-    BatchPacer, KafkaInputPartition, cap_text, offsets_from_json, offsets_to_json, plan_end, plan_partitions,
-    read_cap, resolve_starting,
+    BatchPacer,
+    KafkaInputPartition,
+    cap_text,
+    offsets_from_json,
+    offsets_to_json,
+    plan_end,
+    plan_partitions,
+    read_cap,
+    resolve_starting,
 )
 from spark_apps.runtime.source.source_read import METADATA_TIMEOUT_S, read_range
+
+if TYPE_CHECKING:
+    from confluent_kafka import Consumer
+    from confluent_kafka.admin import AdminClient
 
 log = logging.getLogger(__name__)
 
@@ -63,18 +84,18 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def __init__(self, options: SourceOptions):
         self.opts = options
-        self._probe = None  # driver-side consumer for end offsets and timestamp search
+        self._probe: Consumer | None = None  # driver-side consumer for end offsets and timestamp search
         self._probe_wait = PROBE_FETCH_WAIT_MS  # its fetch.wait.max.ms
-        self._latest: Optional[dict[int, int]] = None  # last available ends seen (uncapped)
+        self._latest: dict[int, int] | None = None  # last available ends seen (uncapped)
         self._lows: dict[int, int] = {}
-        self._target: Optional[dict[int, int]] = None  # Trigger.AvailableNow bound
+        self._target: dict[int, int] | None = None  # Trigger.AvailableNow bound
         self._pacer = BatchPacer(options.min_batch_interval_s, options.cap_file)
         self._applied = AppliedCap(options.cap_file) if options.cap_file else None
-        self._admin = None  # for the topic id (input_check.topic_id)
+        self._admin: AdminClient | None = None  # for the topic id (input_check.topic_id)
         self.verified = False  # this process checked the query's positions against the input (resume_point)
-        self._jump: Optional[dict] = None  # the end of the resume batch planned (policy earliest), until committed
-        self._adopt: Optional[str] = None  # the topic id to record once that batch is committed
-        self._stale_cap: Optional[str] = None  # the cap file's text when a resume moved positions back
+        self._jump: dict | None = None  # the end of the resume batch planned (policy earliest), until committed
+        self._adopt: str | None = None  # the topic id to record once that batch is committed
+        self._stale_cap: str | None = None  # the cap file's text when a resume moved positions back
 
     # -- pickling: never ship a client
     def __getstate__(self):
@@ -208,7 +229,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         end_json = offsets_to_json(end)
         return start if end_json == start else end_json
 
-    def reportLatestOffset(self) -> Optional[dict]:
+    def reportLatestOffset(self) -> dict | None:
         return offsets_to_json(self._latest) if self._latest is not None else None
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
@@ -238,7 +259,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             c.close()
 
     # -- is the input still where the positions are? (input_check.py)
-    def verify(self, start: dict[int, int], end: Optional[dict[int, int]] = None) -> Decision:
+    def verify(self, start: dict[int, int], end: dict[int, int] | None = None) -> Decision:
         """Check positions `start` (and, for a replayed batch, its `end`) against what the broker holds and
         the topic's identity. Raises InputDataLoss under policy fail; under earliest returns the decision
         (where lost partitions resume), after a warning naming what is skipped."""
@@ -260,7 +281,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._adopt = current if recorded != current else None  # recorded once the resume batch is committed
         return decision
 
-    def resume_point(self, begin: dict[int, int]) -> Optional[dict[int, int]]:
+    def resume_point(self, begin: dict[int, int]) -> dict[int, int] | None:
         """A query's first plan in this process (a restart, or a read that met an out-of-range position):
         verify where it stands. None: read on from `begin`. Else (policy earliest, something lost) the end of
         a batch that holds no records and moves each lost partition to its earliest offset."""
@@ -315,7 +336,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if p in lost:
                 if lost[p].kind != BEFORE_START:
                     continue
-                lo = min(max(lo, lost[p].low), max(lo, e))
+                low = lost[p].low
+                assert low is not None  # a BEFORE_START loss has the log's start
+                lo = min(max(lo, low), max(lo, e))
             out[p] = (lo, e)
         return out
 
@@ -333,7 +356,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             write_identity(self.opts.identity_file, self.opts.topic, self._adopt)
             self._adopt = None
 
-    def _topic_id(self, timeout_s: float = METADATA_TIMEOUT_S) -> Optional[str]:
+    def _topic_id(self, timeout_s: float = METADATA_TIMEOUT_S) -> str | None:
         if not self.opts.identity_file:
             return None
         if self._admin is None:
@@ -343,7 +366,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return topic_id(self._admin, self.opts.topic, timeout_s)
 
     # -- executors: the hot path
-    def read(self, partition: KafkaInputPartition) -> Iterator[Any]:
+    # Spark hands read() back only the partitions this reader planned.
+    def read(self, partition: KafkaInputPartition) -> Iterator[Any]:  # type: ignore[override]
         from confluent_kafka import Consumer
 
         topic, p, start, end = partition.topic, partition.partition, partition.start, partition.end

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Optional
 
 SUFFIX = ".pace"
 
@@ -25,7 +24,7 @@ def hint_path(cap_file: str | Path) -> Path:
     return Path(f"{cap_file}{SUFFIX}")
 
 
-def write_pace_hint(cap_file: Path, not_before: Optional[float]) -> None:
+def write_pace_hint(cap_file: Path, not_before: float | None) -> None:
     """Atomically write when the cap moves next (time.time() seconds), or remove the hint (None)."""
     path = hint_path(cap_file)
     if not_before is None:
@@ -36,7 +35,7 @@ def write_pace_hint(cap_file: Path, not_before: Optional[float]) -> None:
     os.replace(tmp, path)
 
 
-def read_pace_hint(cap_file: Optional[str]) -> Optional[float]:
+def read_pace_hint(cap_file: str | None) -> float | None:
     """The time (time.time() seconds) before which the cap does not move; None: no hint, fetch as records come."""
     if not cap_file:
         return None

@@ -24,7 +24,7 @@ in the order the source read them: the frame a source without packing gives.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 # Events per packed row: a row is a unit of the block manager's storage and of the scan's memory (an
 # event of the click-count app is ~20 bytes packed, so a row is ~40 KB).

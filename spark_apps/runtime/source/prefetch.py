@@ -72,8 +72,8 @@ import math
 import threading
 import time
 from bisect import bisect_left
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, Optional
 
 from confluent_kafka import KafkaError
 
@@ -104,11 +104,11 @@ class Taken:
     end: int
     offsets: list[int]
     columns: list[list]
-    dead: list[tuple[int, Optional[bytes], Optional[bytes], str]]  # (offset, key, value, reason)
+    dead: list[tuple[int, bytes | None, bytes | None, str]]  # (offset, key, value, reason)
     # The oldest and newest record timestamps (ms) of the fetched chunks the batch took from: its oldest
     # and newest records' times within a fetch's span (None: nothing taken, or records without timestamps).
-    oldest_ms: Optional[int] = None
-    newest_ms: Optional[int] = None
+    oldest_ms: int | None = None
+    newest_ms: int | None = None
 
 
 @dataclass
@@ -140,7 +140,7 @@ class PartitionBuffer:
         return len(self.offsets) + len(self.dead)
 
     def append(self, offsets: list[int], columns: list[list], dead: list[tuple], next_offset: int,
-               stamp: Optional[Stamp] = None) -> None:
+               stamp: Stamp | None = None) -> None:
         if stamp is not None:
             self.stamps.append(stamp)
         self.offsets.extend(offsets)
@@ -217,7 +217,7 @@ class Prefetcher:
 
     def __init__(self, make_consumer: Callable, topic: str, begin: dict[int, int], width: int,
                  decode: Callable[[list], tuple[list[int], list[list], list[tuple]]], max_buffered: int,
-                 align: bool = True, make_paced_consumer: Optional[Callable] = None, paced: bool = False):
+                 align: bool = True, make_paced_consumer: Callable | None = None, paced: bool = False):
         self.topic, self.width, self.decode, self.max_buffered = topic, width, decode, max_buffered
         # The consumer that fetches at once, and the paced one (module docstring); None: never paced.
         self._make_at_once, self._make_paced = make_consumer, make_paced_consumer
@@ -226,18 +226,18 @@ class Prefetcher:
         self.buffers = {p: PartitionBuffer(o, o, width) for p, o in begin.items()}
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._error: Optional[BaseException] = None
+        self._error: BaseException | None = None
         self._seeks: dict[int, int] = {}
         self._out_of_range: dict[int, int] = {}  # partition -> the offset the broker said is not in the log
         self._paused: set[int] = set()
         self._assigned: set[int] = set(begin)
-        self._held_since: Optional[float] = None  # when aligned_limits began holding partitions back
+        self._held_since: float | None = None  # when aligned_limits began holding partitions back
         self._quiet_until = 0.0  # time.monotonic() until which a partition that reached its end fetches nothing
         # Partitions the consumer has delivered records of. Only those are paused in a quiet time: librdkafka
         # seeks a partition that has delivered nothing yet no sooner than a plain resume (measured).
         self._delivered: set[int] = set()
         self._was_quiet = False  # the thread's last pass was in a quiet time
-        self._window: Optional[WindowOpening] = None  # the last window's opening, until a look reports it
+        self._window: WindowOpening | None = None  # the last window's opening, until a look reports it
         self._consumer = self._make_consumer(self._paced)
         from confluent_kafka import TopicPartition
 
@@ -255,7 +255,7 @@ class Prefetcher:
         (module docstring, "Fetching in a window"); 0: fetch as records come."""
         self._quiet_until = until
 
-    def window_report(self) -> Optional[WindowReport]:
+    def window_report(self) -> WindowReport | None:
         """What the window opened since the last call found (None: none opened): called at a look."""
         now = time.monotonic()
         with self._lock:
@@ -266,7 +266,7 @@ class Prefetcher:
             return WindowReport(True, max(w.answered.values(), default=w.at) - w.at)
         return WindowReport(False, now - w.at)
 
-    def take(self, begin: dict[int, int], limits: dict[int, float], budget: Optional[int]) -> dict[int, Taken]:
+    def take(self, begin: dict[int, int], limits: dict[int, float], budget: int | None) -> dict[int, Taken]:
         """Records from `begin` up to `limits`, at most `budget` in all (split across partitions in
         proportion to what each has ready). Partitions whose buffer is elsewhere are sought: they
         contribute nothing to this batch."""
@@ -305,8 +305,8 @@ class Prefetcher:
             return limits
         return aligned
 
-    def wait_until(self, ends: Optional[dict[int, float]], budget: Optional[int], timeout_s: float,
-                   limits: Optional[dict[int, float]] = None) -> bool:
+    def wait_until(self, ends: dict[int, float] | None, budget: int | None, timeout_s: float,
+                   limits: dict[int, float] | None = None) -> bool:
         """Wait until every partition's buffer reaches `ends`, or (ends None) the partition's end as the
         consumer found it, or holds `budget` records below the limits; False on timeout. A full buffer
         counts as reached: its fetching is paused until a batch takes from it (a backlog larger than the
@@ -471,7 +471,7 @@ class Prefetcher:
                 for p in (set(by_part) | at_end) & w.waiting:
                     w.answered.setdefault(p, now)
 
-    def _reached_high_watermark(self, parts, positions: dict[int, Optional[int]]) -> set[int]:
+    def _reached_high_watermark(self, parts, positions: dict[int, int | None]) -> set[int]:
         """The partitions among `parts` whose position stands at the high watermark their last fetch reported.
         librdkafka reports a partition's end only for a fetch that brought nothing, which the paced consumer
         seldom sends: it waits after every fetch that brought records, and a producer writes meanwhile."""
@@ -486,7 +486,7 @@ class Prefetcher:
         return ends
 
 
-def _stamp(msgs: list, after: int) -> Optional[Stamp]:
+def _stamp(msgs: list, after: int) -> Stamp | None:
     """The stamp of a chunk's records at `after` or later (None: none)."""
     first = msgs[0] if msgs[0].offset() >= after else next((m for m in msgs if m.offset() >= after), None)
     if first is None:

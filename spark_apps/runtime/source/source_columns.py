@@ -17,8 +17,9 @@ wants one; there is no group subscription).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from operator import itemgetter
-from typing import Any, Iterator
+from typing import Any, cast
 
 from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType, TimestampType
 
@@ -81,7 +82,7 @@ def decode_records(decoder, msgs: list) -> tuple[list[int], list[list], list[tup
 
     values = list(map(Message.value, msgs))
     columns, dead = decoder.decode(values)
-    offsets = list(map(Message.offset, msgs))
+    offsets = cast("list[int]", list(map(Message.offset, msgs)))  # consumed: each has its offset
     if not dead:
         return offsets, columns, []
     bad = {i for i, _ in dead}
@@ -93,12 +94,14 @@ def decoded_record_batch(opts: SourceOptions, columns: list[list]):
     import pyarrow as pa
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    schema = to_arrow_schema(decoded_schema(opts.value_fields), timezone="UTC")
+    fields = opts.value_fields
+    assert fields is not None  # decoded batches: the value fields are declared
+    schema = to_arrow_schema(decoded_schema(fields), timezone="UTC")
     arrays = [pa.array(c, f.type) for c, f in zip(columns, schema)]
     if opts.packed:
         from spark_apps.runtime.source.packed_rows import pack
 
-        return pack(opts.value_fields, opts.required, arrays)
+        return pack(fields, opts.required, arrays)
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
@@ -114,14 +117,16 @@ def decoded_batches(chunks, opts: SourceOptions, p: int, start: int, end: int) -
     from spark_apps.runtime.sink.dead_letters import write_spool
     from spark_apps.runtime.source.decode import EventDecoder
 
-    decoder = EventDecoder(opts.value_fields, opts.required)
+    fields, spool = opts.value_fields, opts.dead_letter_dir
+    assert fields is not None and spool is not None  # declared together (source_options)
+    decoder = EventDecoder(fields, opts.required)
     dead_all: list[tuple] = []
     for msgs, _offs in chunks:
         _good, columns, dead = decode_records(decoder, msgs)
         if columns[0]:
             yield decoded_record_batch(opts, columns)
         dead_all.extend(dead)
-    write_spool(opts.dead_letter_dir, p, start, end, *dead_columns(dead_all))
+    write_spool(spool, p, start, end, *dead_columns(dead_all))
 
 
 def dead_columns(dead: list[tuple]) -> tuple[list, list, list, list]:

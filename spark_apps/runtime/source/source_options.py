@@ -56,7 +56,8 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Any, Mapping, Optional, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from spark_apps.runtime.source.input_check import FAIL, check_policy
 
@@ -74,12 +75,12 @@ class SourceOptions:
                  "read_on", "min_batch_interval_s", "on_data_loss", "identity_file", "batch_times_file",
                  "align_partitions", "packed")
 
-    def __init__(self, bootstrap: str, topic: str, starting: Any, starting_timestamp: Optional[int],
-                 max_records: Optional[int], cap_file: Optional[str], poll_timeout_s: float,
-                 kafka_conf: dict[str, str], value_fields: Optional[list[tuple[str, str]]] = None,
-                 required: Sequence[str] = (), dead_letter_dir: Optional[str] = None, read_on: str = "executors",
-                 min_batch_interval_s: float = 0.0, on_data_loss: str = "fail", identity_file: Optional[str] = None,
-                 batch_times_file: Optional[str] = None, align_partitions: bool = True, packed: bool = False):
+    def __init__(self, bootstrap: str, topic: str, starting: Any, starting_timestamp: int | None,
+                 max_records: int | None, cap_file: str | None, poll_timeout_s: float,
+                 kafka_conf: dict[str, str], value_fields: list[tuple[str, str]] | None = None,
+                 required: Sequence[str] = (), dead_letter_dir: str | None = None, read_on: str = "executors",
+                 min_batch_interval_s: float = 0.0, on_data_loss: str = "fail", identity_file: str | None = None,
+                 batch_times_file: str | None = None, align_partitions: bool = True, packed: bool = False):
         self.bootstrap = bootstrap
         self.topic = topic
         self.starting = starting  # "earliest" | "latest" | {partition: offset or EARLIEST/LATEST}
@@ -229,7 +230,7 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
                          align_partitions=raw_align == "true", packed=raw_packed == "true")
 
 
-def _parse_decoding(opts: dict) -> tuple[Optional[list[tuple[str, str]]], list[str], Optional[str]]:
+def _parse_decoding(opts: dict) -> tuple[list[tuple[str, str]] | None, list[str], str | None]:
     """valueFields / requiredFields / deadLetterDir (popped from `opts`), checked together."""
     from spark_apps.runtime.source.decode import DecodeSpecError, EventDecoder
 

@@ -7,7 +7,8 @@ offsets by their JSON text)."""
 from __future__ import annotations
 
 import time
-from typing import Any, Mapping, Optional, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from pyspark.sql.datasource import InputPartition
 
@@ -60,7 +61,7 @@ def parse_cap(text: str, partitions: Sequence[int], path: str = "capFile") -> di
     return spec
 
 
-def cap_text(path: Optional[str]) -> Optional[str]:
+def cap_text(path: str | None) -> str | None:
     """The cap file's text as it stands (None: no file): what BatchPacer compares."""
     if not path:
         return None
@@ -72,7 +73,7 @@ def cap_text(path: Optional[str]) -> Optional[str]:
 
 
 def read_cap(path: str, partitions: Sequence[int], attempts: int = 3,
-             applied: Optional[AppliedCap] = None) -> Optional[dict[int, int]]:
+             applied: AppliedCap | None = None) -> dict[int, int] | None:
     """Read the cap file; None when it does not exist. A torn read is retried briefly. `applied`: the
     source plans its next batch under what this returns, and says so (applied_cap.py)."""
     for i in range(attempts):
@@ -119,12 +120,12 @@ class BatchPacer:
     waited a whole tick more: measured at the seed's rate, 60% of a 1 s trigger's batches were 1.1 s apart, which is
     100 ms more waiting for those batches' events (their latency) and larger batches."""
 
-    def __init__(self, interval_s: float, cap_file: Optional[str]):
+    def __init__(self, interval_s: float, cap_file: str | None):
         self.interval_s, self.cap_file = interval_s, cap_file
-        self._looked_at: Optional[float] = None
-        self._looked_cap: Optional[str] = None
+        self._looked_at: float | None = None
+        self._looked_cap: str | None = None
 
-    def hold(self, now: Optional[float] = None) -> bool:
+    def hold(self, now: float | None = None) -> bool:
         if self.interval_s <= 0:
             return False
         now = time.monotonic() if now is None else now
@@ -135,7 +136,7 @@ class BatchPacer:
         self._looked_at, self._looked_cap = now, text
         return False
 
-    def next_look(self) -> Optional[float]:
+    def next_look(self) -> float | None:
         """When the interval next counts as passed (time.monotonic()): the earliest the next batch can
         start unless the cap moves. None: no interval, or no look yet."""
         if self.interval_s <= 0 or self._looked_at is None:
@@ -169,8 +170,8 @@ def split_limit(backlog: Mapping[int, int], limit: int) -> dict[int, int]:
 
 
 def plan_end(start: Mapping[int, int], available: Mapping[int, int], *,
-             cap: Optional[Mapping[int, int]] = None, max_records: Optional[int] = None,
-             target: Optional[Mapping[int, int]] = None) -> dict[int, int]:
+             cap: Mapping[int, int] | None = None, max_records: int | None = None,
+             target: Mapping[int, int] | None = None) -> dict[int, int]:
     """A batch's end offsets: available, bounded by cap and the availableNow target, never below
     start (no rewind), then admission control. Partitions only in `available` start at their
     `start` entry, which the caller fills in (new partitions)."""

@@ -11,8 +11,10 @@ from __future__ import annotations
 import logging
 import time
 from bisect import bisect_left
-from typing import Iterator
+from collections.abc import Callable, Iterator
+from typing import cast
 
+from baton.kafka.messages import offset_of
 from baton.kafka.tail import is_fatal as _fatal
 from spark_apps.runtime.source.input_check import FAIL, WAY_OUT, InputDataLoss
 from spark_apps.runtime.source.prefetch import OUT_OF_RANGE
@@ -39,7 +41,8 @@ def read_range(c, topic: str, p: int, start: int, end: int, timeout_s: float,
     tp = TopicPartition(topic, p, start)
     c.assign([tp])
     consume, position = c.consume, c.position
-    m_offset, m_err = Message.offset, Message.error
+    # A consumed message has its offset (baton.kafka.messages); typed so once, not checked per record.
+    m_offset, m_err = cast("Callable[[Message], int]", Message.offset), Message.error
     EOF = KafkaError._PARTITION_EOF
     nxt = start
     progress_at = time.monotonic()
@@ -58,16 +61,16 @@ def read_range(c, topic: str, p: int, start: int, end: int, timeout_s: float,
                     if err is None:
                         data.append(m)
                     elif err.code() == EOF:
-                        if m.offset() >= end:
+                        if offset_of(m) >= end:
                             done = True
                     elif err.code() in OUT_OF_RANGE:
                         low, high = c.get_watermark_offsets(TopicPartition(topic, p), timeout=METADATA_TIMEOUT_S,
                                                             cached=False)
-                        what = describe_out_of_range(topic, p, m.offset(), start, end, low, high)
+                        what = describe_out_of_range(topic, p, offset_of(m), start, end, low, high)
                         if on_data_loss == FAIL:
                             raise InputDataLoss(f"{what} {WAY_OUT}.")
                         log.warning("baton-kafka: on_data_loss=earliest: %s What is not in the log is skipped.", what)
-                        if m.offset() >= low or low >= end:  # beyond the end, or all of the range removed
+                        if offset_of(m) >= low or low >= end:  # beyond the end, or all of the range removed
                             done = True
                         else:  # past retention: read on from the earliest offset
                             c.assign([TopicPartition(topic, p, low)])

@@ -11,8 +11,9 @@ import dataclasses
 import importlib
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from baton.apps import AppDefinition
 from baton.checkpoints import batch_ending_at, last_committed_batch, state_operators

@@ -20,8 +20,9 @@ import dataclasses
 import importlib
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from baton.apps import AppDefinition
 from baton.checkpoints import last_committed_batch
@@ -77,7 +78,9 @@ class InvariantsOnRequest:
 
     def maybe_check(self) -> None:
         control, _ = self.follower.snapshot()
-        asked = control.invariants_asked if control is not None else ""
+        if control is None:
+            return
+        asked = control.invariants_asked
         if not asked or control.active is self.slot or (self.answer is not None and self.answer.asked == asked):
             return
         spark = self.spark()

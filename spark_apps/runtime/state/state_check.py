@@ -10,8 +10,8 @@ through different batch boundaries agree. The schema is the state's key and valu
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from baton.checkpoints import state_operators
 from baton.records import StateDigest

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 log = logging.getLogger(__name__)
 
@@ -72,8 +72,9 @@ class StateImage:
     def fold(self, batch_id: int, output: Iterable[tuple[bytes | None, bytes | None]]) -> None:
         """Batch `batch_id`'s output records (all of them: emitted, skipped as emitted before, or the
         standby's). A batch out of sequence breaks the chain: the image is dropped."""
-        if not self.collecting or batch_id <= self.after:
+        if self.after is None or batch_id <= self.after:  # not collecting, or a batch the base holds
             return
+        assert self.through is not None  # set with after
         if batch_id != self.through + 1:
             self.drop(f"batch {batch_id} follows batch {self.through}: a batch was not folded in")
             return

@@ -11,7 +11,6 @@ import json
 from pathlib import Path
 
 from baton_airflow.ui import baton_page
-
 from spark_apps.runtime.source.input_check import decide
 from tests.support.browser import chromium_path
 

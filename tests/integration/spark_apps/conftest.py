@@ -15,8 +15,8 @@ def spark(tmp_path_factory):
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
 
-    from spark_apps.runtime.state.idle_counts import jar
     from spark_apps.runtime.spark import driver_java_options
+    from spark_apps.runtime.state.idle_counts import jar
 
     root = tmp_path_factory.mktemp("spark")
     # Baton's jar, as on a slot's classpath: the slots' checkpoints the tests read are of Baton's state store.

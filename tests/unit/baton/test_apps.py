@@ -3,7 +3,13 @@
 import pytest
 
 from baton.apps import (
-    APPS_DIR, AppDefinitionError, load_app, load_definition, load_registry, load_version, version_path,
+    APPS_DIR,
+    AppDefinitionError,
+    load_app,
+    load_definition,
+    load_registry,
+    load_version,
+    version_path,
 )
 
 GOOD = """name: demo
@@ -108,8 +114,8 @@ def test_the_state_row_count_is_on_unless_the_app_turns_it_off_and_reaches_the_s
 
 
 def test_a_state_ttl_is_read_in_event_time_and_brings_its_jvm_operator_to_the_slot(tmp_path):
-    from spark_apps.runtime.state.idle_counts import JAR
     from spark_apps.runtime.spark import session_conf
+    from spark_apps.runtime.state.idle_counts import JAR
 
     assert load_definition(write(tmp_path, GOOD)).state.ttl is None
     app = load_definition(write(tmp_path, GOOD + "state: {ttl: {idle: 7d, on: event_time}}\n"))
@@ -119,9 +125,14 @@ def test_a_state_ttl_is_read_in_event_time_and_brings_its_jvm_operator_to_the_sl
 
 
 def test_the_state_store_is_baton_s_cached_one_where_its_jar_is_built_and_cache_keys_sizes_it(tmp_path, monkeypatch):
+    from spark_apps.runtime.spark import (
+        CACHE_KEYS_CONF,
+        CACHED_STORE,
+        ROCKSDB_STORE,
+        SINGLE_PARTITION_STATE_RULE,
+        session_conf,
+    )
     from spark_apps.runtime.state import idle_counts
-    from spark_apps.runtime.spark import (CACHE_KEYS_CONF, CACHED_STORE, ROCKSDB_STORE, SINGLE_PARTITION_STATE_RULE,
-                                          session_conf)
 
     provider = "spark.sql.streaming.stateStore.providerClass"
     app = load_definition(write(tmp_path, GOOD))

@@ -6,7 +6,13 @@ import re
 import pytest
 
 from baton.generations import (
-    NOTE, archive_generation, archive_root, archive_unused, plan_confirmation, purge_expired, slot_root,
+    NOTE,
+    archive_generation,
+    archive_root,
+    archive_unused,
+    plan_confirmation,
+    purge_expired,
+    slot_root,
 )
 from baton.records import ControlRecord, Slot, SlotSpec, SlotState
 from baton.reprocess import RequestRefused

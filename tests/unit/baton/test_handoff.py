@@ -3,11 +3,26 @@
 import pytest
 
 from baton.control_plane import ControlPlane
-from baton.invariants import ask_invariants
 from baton.handoff import (
-    FAILOVER, TRAILING_STANDBY_FRESH_MS, HandoffError, ahead_s_for, cut_over, failover_fence,
-    fence_passed, fence_reached, finished, moved_fence, plan_ahead, plan_fence, saw_epoch, stale_fence, taken_over_at, with_fence, without_fence,
+    FAILOVER,
+    TRAILING_STANDBY_FRESH_MS,
+    HandoffError,
+    ahead_s_for,
+    cut_over,
+    failover_fence,
+    fence_passed,
+    fence_reached,
+    finished,
+    moved_fence,
+    plan_ahead,
+    plan_fence,
+    saw_epoch,
+    stale_fence,
+    taken_over_at,
+    with_fence,
+    without_fence,
 )
+from baton.invariants import ask_invariants
 from baton.records import CommitMarker, Handoff, Role, Slot, SlotState, StatusRecord
 from tests.support.fakes import MemoryControlStore
 

@@ -4,8 +4,17 @@ import pytest
 
 from baton.apps import APPS_DIR, AppDefinition, StateSettings, TopicRef, load_definition
 from baton.health import (
-    CANNOT_RESUME, Finding, HealthPolicy, RestartAction, Severity, SlotHealth, Verdict, assess, decide_restart,
-    prune_restarts, summarize,
+    CANNOT_RESUME,
+    Finding,
+    HealthPolicy,
+    RestartAction,
+    Severity,
+    SlotHealth,
+    Verdict,
+    assess,
+    decide_restart,
+    prune_restarts,
+    summarize,
 )
 from baton.records import Role, Slot, SlotSpec, SlotState, StatusRecord
 

@@ -20,8 +20,16 @@ import pytest
 
 from baton.apps import AppDefinitionError
 from baton.driver_wrapper import LAUNCH_ID_ENV
-from baton.launcher import (ForeignHost, Launcher, LaunchError, LaunchSpec, SlotBusy, SlotProcess, backend_of,
-                            driver_argv)
+from baton.launcher import (
+    ForeignHost,
+    Launcher,
+    LaunchError,
+    LaunchSpec,
+    SlotBusy,
+    SlotProcess,
+    backend_of,
+    driver_argv,
+)
 from baton.records import Slot
 from baton.settings import REPO_ROOT
 
@@ -414,7 +422,7 @@ def test_hook_conf_from_connection_under_the_call(hook_cls, monkeypatch, tmp_pat
 def test_hook_rejects_a_bad_connection_master(hook_cls, monkeypatch):
     set_conn(monkeypatch, extra={"master": "yarn"})
     with pytest.raises(ValueError, match="connection baton_spark: field 'master'"):
-        hook_cls().master
+        _ = hook_cls().master
 
 
 def test_hook_starts_and_stops_through_the_launcher(hook_cls, app_file, state):

@@ -6,8 +6,16 @@ import pytest
 
 from baton.control_plane import ControlPlane
 from baton.handoff import FAILOVER, HandoffError, take_over, taken_over_at
-from baton.leases import (RECOVERY_GRACE_MS, Lease, LeaseJudge, decide_takeover, decode_lease, max_gap_ms,
-                          proc_start_ticks, process_gone)
+from baton.leases import (
+    RECOVERY_GRACE_MS,
+    Lease,
+    LeaseJudge,
+    decide_takeover,
+    decode_lease,
+    max_gap_ms,
+    proc_start_ticks,
+    process_gone,
+)
 from baton.records import ControlRecord, RecordError, Role, Slot, SlotSpec, SlotState
 from tests.support.fakes import MemoryControlStore
 

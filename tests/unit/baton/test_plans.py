@@ -5,8 +5,17 @@ import json
 
 import pytest
 
-from baton.plans import (ConfirmPlan, Cutover, HandoffPlan, PlanError, ReprocessPlan, SlotRestart, StateCheckPlan,
-                         UpgradePlan, VersionChange)
+from baton.plans import (
+    ConfirmPlan,
+    Cutover,
+    HandoffPlan,
+    PlanError,
+    ReprocessPlan,
+    SlotRestart,
+    StateCheckPlan,
+    UpgradePlan,
+    VersionChange,
+)
 from baton.records import Slot
 
 EVERY_PLAN = [

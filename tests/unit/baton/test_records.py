@@ -6,8 +6,18 @@ import json
 import pytest
 
 from baton.records import (
-    CommitMarker, ControlRecord, Handoff, InvariantsCheck, RecordError, Role, Slot, SlotSpec, SlotState, StateDigest,
-    StatusRecord, covers,
+    CommitMarker,
+    ControlRecord,
+    Handoff,
+    InvariantsCheck,
+    RecordError,
+    Role,
+    Slot,
+    SlotSpec,
+    SlotState,
+    StateDigest,
+    StatusRecord,
+    covers,
 )
 
 

@@ -7,7 +7,13 @@ import pytest
 from baton.control_plane import ControlPlane
 from baton.records import ControlRecord, Slot, SlotSpec, SlotState
 from baton.reprocess import (
-    RequestRefused, Start, begin_operation, check_app_state, end_operation, parse_end, resolve_start,
+    RequestRefused,
+    Start,
+    begin_operation,
+    check_app_state,
+    end_operation,
+    parse_end,
+    resolve_start,
 )
 from tests.support.fakes import MemoryControlStore
 

@@ -8,8 +8,19 @@ from baton.conditions import Check
 from baton.control_plane import ControlPlane
 from baton.records import CommitMarker, Role, Slot, SlotState, StateDigest, StatusRecord
 from baton.upgrade import (
-    CORRECTION_GRACE_S, Policy, ask_state_check, compare, missed_state_check, move_state_check,
-    restore_check, settle_batch_limit, settle_check, settle_lag_limit, settle_record_cost, states_agree, too_slow,
+    CORRECTION_GRACE_S,
+    Policy,
+    ask_state_check,
+    compare,
+    missed_state_check,
+    move_state_check,
+    restore_check,
+    settle_batch_limit,
+    settle_check,
+    settle_lag_limit,
+    settle_record_cost,
+    states_agree,
+    too_slow,
 )
 from tests.support.fakes import MemoryControlStore
 

@@ -9,6 +9,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parents[3] / "bench"))  # throughput imports its neighbours by name, as when run
 
 import throughput  # noqa: E402
+
 from baton.records import Role, Slot, SlotState, StatusRecord  # noqa: E402
 
 

@@ -72,9 +72,9 @@ def test_the_warm_up_series_measures_each_minute_of_the_slots_own_processes(monk
     import subprocess
     import time
 
-    from baton.records import Slot
-
     import psutil
+
+    from baton.records import Slot
 
     monkeypatch.setattr(max_rate, "SERIES_S", 0.6)
     busy = [sys.executable, "-c", "import time\nt = time.time() + 30\nwhile time.time() < t: pass"]

@@ -4,7 +4,6 @@ import copy
 from datetime import timedelta
 
 import pytest
-
 from airflow.sdk.exceptions import ParamValidationError
 
 from baton.settings import REPO_ROOT

@@ -16,8 +16,13 @@ from baton.upgrade import ask_state_check
 from baton_airflow.triggers import base as trigger_base
 from baton_airflow.triggers.base import SlotWaitTrigger
 from baton_airflow.triggers.cutover import CutoverTrigger
-from baton_airflow.triggers.status import (InvariantsAnswerTrigger, PositionReachedTrigger, SlotHealthyTrigger, SlotRunningTrigger,
-                                           WarmUpTrigger)
+from baton_airflow.triggers.status import (
+    InvariantsAnswerTrigger,
+    PositionReachedTrigger,
+    SlotHealthyTrigger,
+    SlotRunningTrigger,
+    WarmUpTrigger,
+)
 from baton_airflow.triggers.upgrade import MAX_STATE_CHECK_MOVES, RestoreTrigger, SettleTrigger, StateCheckTrigger
 from tests.support.fakes import MemoryControlStore
 
@@ -67,7 +72,7 @@ def test_a_passed_check_position_is_asked_again_further_ahead_in_place(world):
     assert trigger.serialize()[1]["target"] == {"0": 500, "1": 500}
     assert planned == [4.0]  # twice the step's 2 s
     # The active passes P2 too: asked again, twice as far again; then the trigger gives up with the reason.
-    for moves in range(1, MAX_STATE_CHECK_MOVES):
+    for _ in range(1, MAX_STATE_CHECK_MOVES):
         active.append(missed_at(trigger.target))
         assert trigger.check().waiting
     assert planned == [4.0, 8.0, 16.0]

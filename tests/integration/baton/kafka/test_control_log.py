@@ -17,8 +17,15 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from baton.control_plane import ControlPlane, KafkaControlStore
 from baton.kafka import control_log
 from baton.kafka.admin import TopicMismatch, TopicSpec, delete_topics, ensure_topics
-from baton.kafka.control_log import (ControlWriter, WriteConflict, apply_records, control_transactional_id,
-                                     decode_for_app, read_control, write_control)
+from baton.kafka.control_log import (
+    ControlWriter,
+    WriteConflict,
+    apply_records,
+    control_transactional_id,
+    decode_for_app,
+    read_control,
+    write_control,
+)
 from baton.kafka.tail import read_tail
 from baton.records import ControlRecord, Slot, SlotState
 from tests.support.control_race import CYCLE, WriterStore, move_in_rounds

@@ -19,9 +19,9 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 from baton.apps import load_app
 from baton.kafka import fetch_wait
-from baton.kafka.fetch_wait import short_wait
 from baton.kafka.admin import TopicSpec, delete_topics, ensure_topics
 from baton.kafka.control_log import ControlWriter, close_writers, read_control
+from baton.kafka.fetch_wait import short_wait
 from baton.kafka.tail import probe_ends, read_tail
 from baton.local.broker import Broker
 from baton.local.procs import free_port
@@ -29,8 +29,8 @@ from baton.records import ControlRecord, Slot, SlotState
 from baton.settings import LEASES_TOPIC, LEASES_TOPIC_CONFIG
 from baton.status_feed import StatusFeed
 from spark_apps.runtime.coordination import lease as lease_module
-from spark_apps.runtime.source.input_ends import InputEnds
 from spark_apps.runtime.coordination.lease import LeaseKeeper
+from spark_apps.runtime.source.input_ends import InputEnds
 
 pytestmark = pytest.mark.integration
 

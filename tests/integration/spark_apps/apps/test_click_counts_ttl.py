@@ -12,22 +12,29 @@ import pytest
 from confluent_kafka import Producer
 
 from baton.apps import load_definition
+from baton.checkpoints import last_committed_batch
 from baton.control_plane import ControlPlane, KafkaControlStore
 from baton.fence_gate import FenceGate
+from baton.generations import slot_paths
 from baton.handoff import with_fence
 from baton.kafka.admin import delete_topics
 from baton.kafka.control_log import write_control
+from baton.kafka.markers import read_last_marker
 from baton.records import ControlRecord, Slot, SlotSpec, SlotState
 from baton.upgrade import restore_check
-from spark_apps.runtime.state.digests import live_rows
-from baton.generations import slot_paths
-from baton.kafka.markers import read_last_marker
 from spark_apps.apps import click_counts_ttl
+from spark_apps.runtime.state.digests import live_rows
 from spark_apps.runtime.state.invariant_check import check_state_at
 from spark_apps.runtime.state.state_check import digest_state
-from baton.checkpoints import last_committed_batch
 from tests.support.slots import (
-    kill_group, make_app, read_json_output, read_status, start_slot, stop_slot, wait_for, wait_until_emitted,
+    kill_group,
+    make_app,
+    read_json_output,
+    read_status,
+    start_slot,
+    stop_slot,
+    wait_for,
+    wait_until_emitted,
 )
 
 pytestmark = pytest.mark.integration

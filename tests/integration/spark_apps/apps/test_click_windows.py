@@ -10,13 +10,20 @@ from confluent_kafka import Producer
 
 from baton.kafka.admin import delete_topics
 from baton.kafka.control_log import write_control
+from baton.kafka.markers import read_last_marker
 from baton.records import ControlRecord, Slot, SlotSpec, SlotState
 from baton.tools.churn import Churn
 from baton.tools.verify import verify
 from spark_apps.apps.click_windows import WATERMARK_DELAY_S, WINDOW_S, max_windows_in_state, window_start
-from baton.kafka.markers import read_last_marker
 from tests.support.slots import (
-    kill_group, make_app, read_json_output, read_status, read_topic, start_slot, stop_slot, wait_until_emitted,
+    kill_group,
+    make_app,
+    read_json_output,
+    read_status,
+    read_topic,
+    start_slot,
+    stop_slot,
+    wait_until_emitted,
 )
 
 pytestmark = pytest.mark.integration

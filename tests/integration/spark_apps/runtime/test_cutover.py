@@ -13,15 +13,23 @@ import pytest
 
 from baton.control_plane import ControlPlane, KafkaControlStore
 from baton.fence_gate import FenceGate, holds_fence
-from baton.handoff import cut_over, fence_reached, plan_fence, saw_epoch, with_fence, without_fence
 from baton.generations import slot_paths
+from baton.handoff import cut_over, fence_reached, plan_fence, saw_epoch, with_fence, without_fence
+from baton.kafka.markers import read_last_marker
 from baton.kafka.tail import end_offsets
 from baton.records import CommitMarker, Slot, covers
 from baton.tools.verify import read_output, verify
-from baton.kafka.markers import read_last_marker
 from tests.support.late_position import fault_file
-from tests.support.slots import (produce_clicks, read_status, read_topic, start_slot, stop_slot, wait_for,
-                                 wait_until_emitted, wait_until_following)
+from tests.support.slots import (
+    produce_clicks,
+    read_status,
+    read_topic,
+    start_slot,
+    stop_slot,
+    wait_for,
+    wait_until_emitted,
+    wait_until_following,
+)
 
 pytestmark = pytest.mark.integration
 

@@ -14,13 +14,13 @@ import pytest
 
 from baton.apps import load_definition
 from baton.conditions import slot_running
+from baton.generations import slot_paths
 from baton.kafka.admin import TopicSpec
+from baton.kafka.markers import read_last_marker
 from baton.kafka.tail import end_offsets
 from baton.records import Slot, SlotState
 from baton.tools.verify import read_output, verify
 from spark_apps.runtime.frame import IDENTITY_FILE
-from baton.generations import slot_paths
-from baton.kafka.markers import read_last_marker
 from tests.support.slots import kill_group, produce_clicks, read_status, start_slot, stop_slot, wait_for
 from tests.support.topics import recreate_topic
 
@@ -62,7 +62,7 @@ def start_and_fail(bootstrap, app, path, state) -> tuple[str, float]:
         code = proc.wait(FAILS_WITHIN_S)
     except subprocess.TimeoutExpired:
         kill_group(proc)
-        raise AssertionError(f"the slot did not stop within {FAILS_WITHIN_S}s: it hangs on its broken input")
+        raise AssertionError(f"the slot did not stop within {FAILS_WITHIN_S}s: it hangs on its broken input") from None
     took = time.monotonic() - started
     assert code == 1, f"exit code {code}"
     history = read_status(bootstrap, app.name)

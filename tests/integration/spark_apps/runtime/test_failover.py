@@ -12,14 +12,22 @@ import pytest
 from baton.control_plane import ControlPlane, KafkaControlStore
 from baton.handoff import FAILOVER, take_over
 from baton.kafka.control_log import read_control
-from baton.records import CommitMarker, Role, Slot
-from baton.leases import RECOVERY_GRACE_MS
-from baton.tools.verify import read_output, verify
 from baton.kafka.markers import read_last_marker
+from baton.leases import RECOVERY_GRACE_MS
+from baton.records import CommitMarker, Role, Slot
+from baton.tools.verify import read_output, verify
 from spark_apps.runtime.coordination.lease import fence_writer
 from tests.integration.spark_apps.runtime.test_cutover import Load
-from tests.support.slots import (log_tail, read_status, read_topic, start_slot, stop_slot, wait_for, wait_until_emitted,
-                                 wait_until_following)
+from tests.support.slots import (
+    log_tail,
+    read_status,
+    read_topic,
+    start_slot,
+    stop_slot,
+    wait_for,
+    wait_until_emitted,
+    wait_until_following,
+)
 
 pytestmark = pytest.mark.integration
 

@@ -11,11 +11,11 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from baton.kafka.control_log import read_control, write_control
+from baton.kafka.markers import read_last_marker
 from baton.records import CommitMarker, Slot, covers
 from baton.tools.verify import read_output, verify
 from baton.upgrade import Policy, states_agree
 from baton_airflow.triggers.upgrade import StateCheckTrigger
-from baton.kafka.markers import read_last_marker
 from tests.support.slots import produce_clicks, read_status, read_topic, start_slot, stop_slot, wait_for
 
 pytestmark = pytest.mark.integration

@@ -8,11 +8,19 @@ import pytest
 
 from baton.kafka.admin import delete_topics
 from baton.kafka.control_log import write_control
+from baton.kafka.markers import read_last_marker
 from baton.records import ControlRecord, Slot, SlotSpec, SlotState
 from baton.tools.verify import read_output, verify
-from baton.kafka.markers import read_last_marker
-from tests.support.slots import (kill_group, make_app, produce_clicks, read_status, read_topic, start_slot, stop_slot,
-                                 wait_until_emitted)
+from tests.support.slots import (
+    kill_group,
+    make_app,
+    produce_clicks,
+    read_status,
+    read_topic,
+    start_slot,
+    stop_slot,
+    wait_until_emitted,
+)
 
 pytestmark = pytest.mark.integration
 

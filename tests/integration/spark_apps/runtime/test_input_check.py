@@ -11,7 +11,12 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from baton.kafka.admin import TopicSpec
 from spark_apps.runtime.source.input_check import (
-    BEYOND_END, RECREATED, InputDataLoss, observe, read_identity, write_identity,
+    BEYOND_END,
+    RECREATED,
+    InputDataLoss,
+    observe,
+    read_identity,
+    write_identity,
 )
 from spark_apps.runtime.source.kafka_driver_reader import DriverStreamReader
 from spark_apps.runtime.source.kafka_stream_reader import KafkaStreamReader
@@ -26,7 +31,7 @@ def produce(bootstrap, topic, per_partition: dict[int, list[int]]):
     p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50})  # each group one batch
     for part, sizes in per_partition.items():
         for n in sizes:
-            for i in range(n):
+            for _ in range(n):
                 p.produce(topic, b"x", partition=part)
             p.flush()
 

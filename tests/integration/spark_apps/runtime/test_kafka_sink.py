@@ -6,9 +6,9 @@ import uuid
 import pytest
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
+from baton.kafka.markers import read_last_marker
 from baton.records import Slot
 from spark_apps.runtime.sink.kafka_sink import ReplayConflict, TransactionalEmitter, WriterFenced
-from baton.kafka.markers import read_last_marker
 
 pytestmark = pytest.mark.integration
 

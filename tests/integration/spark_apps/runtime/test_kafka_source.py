@@ -12,7 +12,7 @@ import json
 import time
 import uuid
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -182,7 +182,7 @@ def test_starting_timestamp_reads_records_at_or_after_it(source, bootstrap, topi
            {(1, i) for i in range(150) if base + 7 * i >= T}
     assert {(r[0], r[1]) for r in rows} == want and len(rows) == len(want)
     stamp = {0: lambda i: base + 10 * (i // 2), 1: lambda i: base + 7 * i}
-    utc = timezone.utc
+    utc = UTC
     # the session time zone is UTC, so collected timestamps are naive UTC datetimes
     assert all(r[4] == datetime.fromtimestamp(stamp[r[0]](r[1]) / 1000, utc).replace(tzinfo=None) for r in rows)
 

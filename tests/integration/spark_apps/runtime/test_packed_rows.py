@@ -9,8 +9,8 @@ import math
 import pyarrow as pa
 import pytest
 
-from spark_apps.runtime.source.packed_rows import pack, packed_schema, unpack
 from spark_apps.runtime.source.decode import spark_type
+from spark_apps.runtime.source.packed_rows import pack, packed_schema, unpack
 
 pytestmark = pytest.mark.integration
 
@@ -26,10 +26,10 @@ def events(n: int) -> list[tuple]:
     out = []
     for i in range(n):
         null = i % 5 == 3
-        out.append((["", "ü-ß", "user-%d" % i, "\u0000x"][i % 4], (1 << 62) + i if i % 2 else -i,
+        out.append((["", "ü-ß", f"user-{i}", "\u0000x"][i % 4], (1 << 62) + i if i % 2 else -i,
                     None if null else [-128, 127, i % 100][i % 3], None if null else -32768 + i,
                     None if null else i * 1000, None if null else i / 4, None if null else math.pi * i,
-                    None if null else i % 2 == 0, None if i % 3 else "n%d" % i))
+                    None if null else i % 2 == 0, None if i % 3 else f"n{i}"))
     return out
 
 

@@ -5,8 +5,14 @@ from types import SimpleNamespace
 import pytest
 
 from baton.apps import APPS_DIR, load_registry
-from baton.kafka.admin import (REPLICATION_FACTOR_ENV, TopicMismatch, TopicSpec, listed_partitions, replication_factor,
-                               unique_specs)
+from baton.kafka.admin import (
+    REPLICATION_FACTOR_ENV,
+    TopicMismatch,
+    TopicSpec,
+    listed_partitions,
+    replication_factor,
+    unique_specs,
+)
 
 
 def test_the_shipped_apps_share_the_clicks_topic_and_ask_for_it_once():

@@ -6,8 +6,14 @@ import os
 
 import pytest
 
-from baton.kafka.client_config import (CLIENT_CONFIG_ENV, ClientConfigError, client_settings, kafka_config,
-                                       load_client_settings, redacted)
+from baton.kafka.client_config import (
+    CLIENT_CONFIG_ENV,
+    ClientConfigError,
+    client_settings,
+    kafka_config,
+    load_client_settings,
+    redacted,
+)
 
 
 def write(tmp_path, settings) -> str:

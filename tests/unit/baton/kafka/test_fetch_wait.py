@@ -4,8 +4,15 @@ import uuid
 
 from confluent_kafka import KafkaError, KafkaException
 
-from baton.kafka.fetch_wait import (FETCH_WAITS_MS, StallWatch, answered_high, fetch_wait_ms, lengthen, reopen_longer,
-                                    short_wait)
+from baton.kafka.fetch_wait import (
+    FETCH_WAITS_MS,
+    StallWatch,
+    answered_high,
+    fetch_wait_ms,
+    lengthen,
+    reopen_longer,
+    short_wait,
+)
 
 
 def a_topic() -> str:

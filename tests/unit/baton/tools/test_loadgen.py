@@ -8,7 +8,17 @@ import pytest
 
 from baton.tools import loadgen
 from baton.tools.loadgen import (
-    NO_TIMESTAMP, NO_USER, NOT_JSON, VALID, DeliveryFailed, LoadgenError, LoadSpec, SendLog, due, encode, plan,
+    NO_TIMESTAMP,
+    NO_USER,
+    NOT_JSON,
+    VALID,
+    DeliveryFailed,
+    LoadgenError,
+    LoadSpec,
+    SendLog,
+    due,
+    encode,
+    plan,
 )
 
 

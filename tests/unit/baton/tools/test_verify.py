@@ -7,10 +7,17 @@ import numpy as np
 import pytest
 
 from baton.tools.verify import (
-    Observations, align_users, event_latencies, latencies_by_user, latency_report, latency_timeline,
-    longest_gap, longest_gap_at, percentile, verify,
+    Observations,
+    align_users,
+    event_latencies,
+    latencies_by_user,
+    latency_report,
+    latency_timeline,
+    longest_gap,
+    longest_gap_at,
+    percentile,
+    verify,
 )
-
 
 # --- verdicts -----------------------------------------------------------------------------------
 

@@ -5,8 +5,8 @@ from types import SimpleNamespace
 import pytest
 
 from baton.apps import StateSettings, StateTtl
-from spark_apps.runtime.state.digests import live_rows
 from spark_apps.runtime.frame import app_transform
+from spark_apps.runtime.state.digests import live_rows
 
 
 def app(module: str, ttl: StateTtl | None):

@@ -4,9 +4,13 @@ events (not Spark's rows, which may be packed)."""
 
 import json
 
+from spark_apps.runtime.coordination.progress import (
+    batch_latencies,
+    batch_times_of,
+    status_from_progress,
+    with_event_count,
+)
 from spark_apps.runtime.source.batch_times import KEEP, BatchTimes, BatchTimesFile, read_batch_times
-from spark_apps.runtime.coordination.progress import (batch_latencies, batch_times_of, status_from_progress,
-                                                      with_event_count)
 
 
 def progress(batch_id, end, rows=10, started="2026-11-26T10:00:00.000Z", took=400, start=None, rate=None):

@@ -3,8 +3,14 @@ every range a batch read, replaced atomically, purged once handled."""
 
 import pytest
 
-from spark_apps.runtime.sink.dead_letters import (SpoolIncomplete, collect, purge, read_initial, write_initial,
-                                             write_spool)
+from spark_apps.runtime.sink.dead_letters import (
+    SpoolIncomplete,
+    collect,
+    purge,
+    read_initial,
+    write_initial,
+    write_spool,
+)
 
 
 def test_a_batch_collects_the_dead_letters_of_its_ranges_in_partition_and_offset_order(tmp_path):

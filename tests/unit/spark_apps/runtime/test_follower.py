@@ -2,10 +2,10 @@
 
 import json
 
+from baton.caps import compute_cap
 from baton.records import CommitMarker, ControlRecord, Slot
 from spark_apps.runtime.coordination.applied_cap import CAP_WRITE_KEY
 from spark_apps.runtime.coordination.follower import write_cap_file
-from baton.caps import compute_cap
 
 
 def control(active=Slot.BLUE, fence=None):

@@ -2,13 +2,12 @@
 which may be entering the sink (on_batch) right then."""
 
 import threading
+from types import SimpleNamespace
 
 import pytest
 
-from types import SimpleNamespace
-
-from spark_apps.runtime.sink.batch_sink import RoleGatedSink, SlotStopping
 from spark_apps.runtime.harness import Harness
+from spark_apps.runtime.sink.batch_sink import RoleGatedSink, SlotStopping
 
 
 class FakeQuery:

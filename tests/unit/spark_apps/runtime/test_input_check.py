@@ -9,14 +9,24 @@ import pytest
 from baton.apps import ON_DATA_LOSS, AppDefinitionError, parse_definition
 from baton.records import CommitMarker, Slot
 from spark_apps.runtime.coordination.progress import failure_reason
-from spark_apps.runtime.source.input_check import (
-    BEFORE_START, BEYOND_END, GONE, POLICIES, RECREATED, InputDataLoss, Loss, check_policy, decide, observe,
-    read_identity, skipped, write_identity,
-)
 from spark_apps.runtime.sink.kafka_sink import TransactionalEmitter, rewound
+from spark_apps.runtime.source.input_check import (
+    BEFORE_START,
+    BEYOND_END,
+    GONE,
+    POLICIES,
+    RECREATED,
+    InputDataLoss,
+    Loss,
+    check_policy,
+    decide,
+    observe,
+    read_identity,
+    skipped,
+    write_identity,
+)
 from spark_apps.runtime.source.kafka_stream_reader import KafkaStreamReader
 from spark_apps.runtime.source.source_options import parse_options
-
 
 # -- the decision
 

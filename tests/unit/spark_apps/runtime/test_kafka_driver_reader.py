@@ -8,7 +8,10 @@ import pytest
 
 from spark_apps.runtime.source import kafka_driver_reader
 from spark_apps.runtime.source.kafka_driver_reader import (
-    FOLLOW_FETCH_PACE_MS, FOLLOW_WINDOW_LEAD_S, TAIL_FETCH_LEAD_S, DriverStreamReader,
+    FOLLOW_FETCH_PACE_MS,
+    FOLLOW_WINDOW_LEAD_S,
+    TAIL_FETCH_LEAD_S,
+    DriverStreamReader,
 )
 from spark_apps.runtime.source.source_options import parse_options
 

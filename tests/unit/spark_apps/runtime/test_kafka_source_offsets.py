@@ -13,7 +13,14 @@ from spark_apps.runtime.source.kafka_stream_reader import KafkaStreamReader
 from spark_apps.runtime.source.source_columns import SCHEMA
 from spark_apps.runtime.source.source_options import EARLIEST, LATEST, parse_options
 from spark_apps.runtime.source.source_plan import (
-    BatchPacer, offsets_from_json, offsets_to_json, parse_cap, plan_end, plan_partitions, read_cap, resolve_starting,
+    BatchPacer,
+    offsets_from_json,
+    offsets_to_json,
+    parse_cap,
+    plan_end,
+    plan_partitions,
+    read_cap,
+    resolve_starting,
     split_limit,
 )
 
