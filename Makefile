@@ -10,7 +10,7 @@ JAR    := $(VENV)/baton-jvm.jar
 JAVA_SRC := $(shell find jvm/src -name '*.java')
 SPARK_READY := $(VENV)/.spark-home
 
-.PHONY: install test unit demo up down status reset bench lock clean
+.PHONY: install lint test unit demo up down status reset bench lock clean
 
 # Re-runs only when the lock or the package metadata changed: a repeat `make` installs nothing.
 install: $(STAMP) $(JAR) $(SPARK_READY)
