@@ -20,7 +20,9 @@ def log_line(line: Any) -> str:
     """One structured task-log record as text: its event, and a failure's exception type and message."""
     if not isinstance(line, dict):
         return str(line)
-    errors = [f"{e.get('exc_type')}: {e.get('exc_value')}" for e in line.get("error_detail") or [] if isinstance(e, dict)]
+    errors = [
+        f"{e.get('exc_type')}: {e.get('exc_value')}" for e in line.get("error_detail") or [] if isinstance(e, dict)
+    ]
     return " ".join([str(line.get("event", "")), *errors])
 
 
@@ -55,8 +57,9 @@ class AirflowClient:
     def dags(self) -> list[dict[str, Any]]:
         return self.request("GET", "/dags", "list DAGs", params={"limit": 100})["dags"]
 
-    def wait_for_dags(self, timeout_s: float = 120.0, prefix: str = "baton_",
-                      should_stop: Callable[[], bool] = lambda: False) -> list[dict[str, Any]]:
+    def wait_for_dags(
+        self, timeout_s: float = 120.0, prefix: str = "baton_", should_stop: Callable[[], bool] = lambda: False
+    ) -> list[dict[str, Any]]:
         """Wait until the DAG processor has parsed at least one DAG whose id starts with prefix (or until
         `should_stop()`, e.g. a Ctrl-C)."""
         deadline = time.monotonic() + timeout_s
@@ -77,8 +80,9 @@ class AirflowClient:
     def import_errors(self) -> list[dict[str, Any]]:
         return self.request("GET", "/importErrors", "list import errors")["import_errors"]
 
-    def trigger(self, dag_id: str, conf: dict[str, Any], run_id: str | None = None,
-                attempts: int = 4) -> dict[str, Any]:
+    def trigger(
+        self, dag_id: str, conf: dict[str, Any], run_id: str | None = None, attempts: int = 4
+    ) -> dict[str, Any]:
         """Create a run. A 5xx (an API server or database briefly unavailable) is retried with the same
         run id: a run the failed attempt did create is found (409) instead of doubled."""
         run_id = run_id or f"manual__{uuid.uuid4().hex[:12]}"
@@ -97,8 +101,9 @@ class AirflowClient:
     def dag_run(self, dag_id: str, run_id: str) -> dict[str, Any]:
         return self.request("GET", f"/dags/{dag_id}/dagRuns/{run_id}", f"get run {run_id}")
 
-    def wait_for_run(self, dag_id: str, run_id: str, timeout_s: float = 300.0,
-                     should_stop: Callable[[], bool] = lambda: False) -> dict[str, Any]:
+    def wait_for_run(
+        self, dag_id: str, run_id: str, timeout_s: float = 300.0, should_stop: Callable[[], bool] = lambda: False
+    ) -> dict[str, Any]:
         """The run once it ended, or as it stands after timeout_s (or when `should_stop()`)."""
         deadline = time.monotonic() + timeout_s
         while True:
@@ -108,17 +113,27 @@ class AirflowClient:
             time.sleep(2)
 
     def xcom(self, dag_id: str, run_id: str, task_id: str, key: str = "return_value", map_index: int = -1) -> Any:
-        return self.request("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/xcomEntries/{key}",
-                            f"xcom {task_id}", params={"map_index": map_index, "deserialize": True})["value"]
+        return self.request(
+            "GET",
+            f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/xcomEntries/{key}",
+            f"xcom {task_id}",
+            params={"map_index": map_index, "deserialize": True},
+        )["value"]
 
     def task_instances(self, dag_id: str, run_id: str) -> list[dict[str, Any]]:
-        return self.request("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances", f"tasks of {run_id}")["task_instances"]
+        return self.request("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances", f"tasks of {run_id}")[
+            "task_instances"
+        ]
 
     def task_log(self, dag_id: str, run_id: str, task_id: str, try_number: int, map_index: int = -1) -> list[str]:
         """A task try's log lines (Airflow 3 serves structured records: each one's event text)."""
-        body = self.request("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/logs/{try_number}",
-                            f"log of {task_id} try {try_number}", params={"map_index": map_index, "full_content": True},
-                            headers={"Accept": "application/json"})
+        body = self.request(
+            "GET",
+            f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/logs/{try_number}",
+            f"log of {task_id} try {try_number}",
+            params={"map_index": map_index, "full_content": True},
+            headers={"Accept": "application/json"},
+        )
         return [log_line(line) for line in (body or {}).get("content") or []]
 
     def failure_reasons(self, dag_id: str, run_id: str) -> list[str]:
@@ -143,8 +158,13 @@ class AirflowClient:
 
     def clear_tasks(self, dag_id: str, run_id: str, task_ids: list[str]) -> Any:
         """Clear (re-run) tasks of a run, as the UI's Clear does: the retry path of an operator."""
-        body = {"dry_run": False, "dag_run_id": run_id, "task_ids": task_ids, "only_failed": False,
-                "reset_dag_runs": True}
+        body = {
+            "dry_run": False,
+            "dag_run_id": run_id,
+            "task_ids": task_ids,
+            "only_failed": False,
+            "reset_dag_runs": True,
+        }
         return self.request("POST", f"/dags/{dag_id}/clearTaskInstances", f"clear {task_ids} of {run_id}", json=body)
 
     def close(self) -> None:

@@ -34,16 +34,21 @@ class Alert:
 
 def alerts_of(healths: Iterable[SlotHealth], failed: Mapping[str, str] | None = None) -> list[Alert]:
     """The CRITICAL findings of each slot, and `failed` ({"app/slot": reason}): slots marked FAILED now."""
-    out = [Alert(h.app, h.slot.value, f.rule, f.message)
-           for h in healths for f in h.findings if f.severity is Severity.CRITICAL]
+    out = [
+        Alert(h.app, h.slot.value, f.rule, f.message)
+        for h in healths
+        for f in h.findings
+        if f.severity is Severity.CRITICAL
+    ]
     for key, reason in (failed or {}).items():
         app, _, slot = key.partition("/")
         out.append(Alert(app, slot, "failed", reason))
     return out
 
 
-def due(alerts: Iterable[Alert], sent: Mapping[str, int], now_ms: int, repeat_s: float = REPEAT_S
-        ) -> tuple[list[Alert], dict[str, int]]:
+def due(
+    alerts: Iterable[Alert], sent: Mapping[str, int], now_ms: int, repeat_s: float = REPEAT_S
+) -> tuple[list[Alert], dict[str, int]]:
     """(the alerts to send now, when each alert still holding was last sent). An alert no longer
     holding is forgotten: if it comes back, it is sent at once."""
     send, keep = [], {}

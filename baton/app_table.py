@@ -30,15 +30,47 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
     return [fmt.format(*header), fmt.format(*("-" * w for w in widths)), *(fmt.format(*r) for r in rows)]
 
 
-SLOT_HEADER = ("app", "slot", "role", "desired", "reported", "version", "gen", "epoch", "lag", "lag s",
-               "in/s", "batch ms", "latency s", "state rows", "dead", "lease age", "restarts")
+SLOT_HEADER = (
+    "app",
+    "slot",
+    "role",
+    "desired",
+    "reported",
+    "version",
+    "gen",
+    "epoch",
+    "lag",
+    "lag s",
+    "in/s",
+    "batch ms",
+    "latency s",
+    "state rows",
+    "dead",
+    "lease age",
+    "restarts",
+)
 
 
 def _slot_row(app: str, s: SlotView) -> list[str]:
-    return [app, s.slot, s.role, s.desired, s.state or "-", s.version or "-", str(s.generation), str(s.epoch_seen),
-            _n(s.lag_records), _n(s.lag_s), _n(round(s.input_rate)), _n(s.batch_ms),
-            "-" if s.latency_ms is None else f"{s.latency_ms / 1000:.2f}", _n(s.state_rows),
-            _n(s.dead_letters), _n(s.lease_age_s, " s"), str(s.restarts)]
+    return [
+        app,
+        s.slot,
+        s.role,
+        s.desired,
+        s.state or "-",
+        s.version or "-",
+        str(s.generation),
+        str(s.epoch_seen),
+        _n(s.lag_records),
+        _n(s.lag_s),
+        _n(round(s.input_rate)),
+        _n(s.batch_ms),
+        "-" if s.latency_ms is None else f"{s.latency_ms / 1000:.2f}",
+        _n(s.state_rows),
+        _n(s.dead_letters),
+        _n(s.lease_age_s, " s"),
+        str(s.restarts),
+    ]
 
 
 def apps_table(views: Sequence[AppView]) -> str:
@@ -53,7 +85,7 @@ def apps_table(views: Sequence[AppView]) -> str:
 
 def app_detail(view: AppView) -> str:
     if not view.revision:
-        return f"{view.app}: never started (trigger baton_lifecycle with {{\"app\": \"{view.app}\", \"action\": \"start\"}})"
+        return f'{view.app}: never started (trigger baton_lifecycle with {{"app": "{view.app}", "action": "start"}})'
     head = f"{view.app}: epoch {view.epoch}, {view.active} active, control revision {view.revision}"
     if view.fence:
         head += f", fenced at {sum(view.fence.values()):,}"

@@ -31,28 +31,28 @@ def backlog(end: Positions | None, processed: Positions) -> int | None:
 @dataclass(frozen=True)
 class SlotView:
     slot: str
-    role: str                    # active / standby, as the control record says
-    desired: str                 # what the control plane wants of it
-    state: str                   # what it last reported ("" never reported)
+    role: str  # active / standby, as the control record says
+    desired: str  # what the control plane wants of it
+    state: str  # what it last reported ("" never reported)
     version: str
     generation: int
     epoch_seen: int
-    reason: str                  # why it is in the desired state (e.g. the crash-loop guard's)
-    restarts: int                # restarts the crash-loop guard still counts
+    reason: str  # why it is in the desired state (e.g. the crash-loop guard's)
+    restarts: int  # restarts the crash-loop guard still counts
     batch_id: int
     lag_records: int | None
     lag_s: float | None
     input_rate: float
     processing_rate: float
     batch_ms: int
-    latency_ms: int | None       # the last batch's oldest input record: its timestamp to the batch's end
+    latency_ms: int | None  # the last batch's oldest input record: its timestamp to the batch's end
     latency_newest_ms: int | None  # its newest record's
     state_rows: int | None  # None: not counted (the app's state.count_rows)
     state_bytes: int
-    state_memory_bytes: int      # RocksDB's memory
+    state_memory_bytes: int  # RocksDB's memory
     dead_letters: int
-    report_age_s: float | None   # since its last status record
-    lease_age_s: float | None    # since its last lease renewal
+    report_age_s: float | None  # since its last status record
+    lease_age_s: float | None  # since its last lease renewal
     error: str
     host: str
     pid: int
@@ -77,9 +77,9 @@ class Event:
 
     ts_ms: int
     revision: int
-    kind: str        # cutover, failover, fence, fence lifted, check, slot, operation
+    kind: str  # cutover, failover, fence, fence lifted, check, slot, operation
     text: str
-    writer: str      # who wrote it: "<dag_id>:<run_id>" for a DAG run, "<slot> (lease)" for a failover
+    writer: str  # who wrote it: "<dag_id>:<run_id>" for a DAG run, "<slot> (lease)" for a failover
     dag_id: str = ""
     run_id: str = ""
     # How long it took: a cutover or failover from its fence set to the epoch's change (the output's handoff), a fence
@@ -91,9 +91,9 @@ class Event:
 class HandoffStats:
     """The handoffs of one kind in the control history read: how many, and their durations."""
 
-    kind: str            # cutover, failover, fence lifted (an abandoned handoff)
+    kind: str  # cutover, failover, fence lifted (an abandoned handoff)
     count: int
-    timed: int           # how many of them have a duration (their fence was read too)
+    timed: int  # how many of them have a duration (their fence was read too)
     total_s: float
     last_s: float | None
 
@@ -130,8 +130,14 @@ class AppView:
         return d
 
 
-def slot_view(slot: Slot, record: ControlRecord | None, history: Sequence[StatusRecord], lease: Lease | None,
-              end: Positions | None, now_ms: int) -> SlotView:
+def slot_view(
+    slot: Slot,
+    record: ControlRecord | None,
+    history: Sequence[StatusRecord],
+    lease: Lease | None,
+    end: Positions | None,
+    now_ms: int,
+) -> SlotView:
     spec = record.slots.get(slot) if record else None
     last = history[-1] if history else None
     lag = backlog(end, last.processed) if last is not None and last.processed else None
@@ -140,20 +146,32 @@ def slot_view(slot: Slot, record: ControlRecord | None, history: Sequence[Status
     rate = sum(rates) / len(rates) if rates else 0.0
     lag_s = None if lag is None else (0.0 if lag == 0 else (lag / rate if rate > 0 else None))
     return SlotView(
-        slot=slot.value, role=record.role_of(slot).value if record else "",
+        slot=slot.value,
+        role=record.role_of(slot).value if record else "",
         desired=spec.desired.value if spec else SlotState.STOPPED.value,
-        state=last.state.value if last else "", version=(spec.version if spec else "") or (last.version if last else ""),
-        generation=spec.generation if spec else 0, epoch_seen=last.epoch_seen if last else 0,
-        reason=spec.reason if spec else "", restarts=len(spec.restarts) if spec else 0,
-        batch_id=last.batch_id if last else -1, lag_records=lag, lag_s=lag_s,
-        input_rate=last.input_rate if last else 0.0, processing_rate=last.processing_rate if last else 0.0,
-        batch_ms=last.batch_ms if last else 0, latency_ms=last.latency_ms if last else None,
-        latency_newest_ms=last.latency_newest_ms if last else None, state_rows=last.state_rows if last else 0,
-        state_bytes=last.state_bytes if last else 0, state_memory_bytes=last.state_memory_bytes if last else 0,
+        state=last.state.value if last else "",
+        version=(spec.version if spec else "") or (last.version if last else ""),
+        generation=spec.generation if spec else 0,
+        epoch_seen=last.epoch_seen if last else 0,
+        reason=spec.reason if spec else "",
+        restarts=len(spec.restarts) if spec else 0,
+        batch_id=last.batch_id if last else -1,
+        lag_records=lag,
+        lag_s=lag_s,
+        input_rate=last.input_rate if last else 0.0,
+        processing_rate=last.processing_rate if last else 0.0,
+        batch_ms=last.batch_ms if last else 0,
+        latency_ms=last.latency_ms if last else None,
+        latency_newest_ms=last.latency_newest_ms if last else None,
+        state_rows=last.state_rows if last else 0,
+        state_bytes=last.state_bytes if last else 0,
+        state_memory_bytes=last.state_memory_bytes if last else 0,
         dead_letters=last.dead_letters if last else 0,
         report_age_s=(now_ms - last.ts_ms) / 1000 if last else None,
         lease_age_s=(now_ms - lease.ts_ms) / 1000 if lease else None,
-        error=last.error if last else "", host=last.host if last else "", pid=last.pid if last else 0,
+        error=last.error if last else "",
+        host=last.host if last else "",
+        pid=last.pid if last else 0,
     )
 
 
@@ -176,8 +194,15 @@ class PlotPoints:
                 lag = earlier.lag_records  # not every record carries the input's end (runtime.source.input_ends)
             if earlier.latency_ms is not None:
                 latency = max(earlier.latency_ms, latency or 0)  # a plot of latency shows the step's worst
-        self._by_step[key] = Point(ts_ms=s.ts_ms, slot=s.slot.value, lag_records=lag, batch_ms=s.batch_ms,
-                                   input_rate=s.input_rate, processing_rate=s.processing_rate, latency_ms=latency)
+        self._by_step[key] = Point(
+            ts_ms=s.ts_ms,
+            slot=s.slot.value,
+            lag_records=lag,
+            batch_ms=s.batch_ms,
+            input_rate=s.input_rate,
+            processing_rate=s.processing_rate,
+            latency_ms=latency,
+        )
 
     def since(self, since_ms: int) -> list[Point]:
         return sorted((p for p in self._by_step.values() if p.ts_ms >= since_ms), key=lambda p: (p.ts_ms, p.slot))
@@ -222,7 +247,9 @@ def describe_change(prev: ControlRecord | None, cur: ControlRecord) -> list[tupl
     for slot in Slot:
         a = prev.slots.get(slot) if prev else None
         b = cur.slots.get(slot)
-        if b is None or (a is not None and (a.desired, a.version, a.generation) == (b.desired, b.version, b.generation)):
+        if b is None or (
+            a is not None and (a.desired, a.version, a.generation) == (b.desired, b.version, b.generation)
+        ):
             continue
         why = f" ({b.reason})" if b.reason else ""
         out.append(("slot", f"{slot.value}: {b.desired.value.lower()} {b.version} generation {b.generation}{why}"))
@@ -244,8 +271,18 @@ def events(records: Sequence[ControlRecord]) -> list[Event]:
                 duration = rec.ts_ms - fence_since
             elif kind == "operation" and operation_since is not None and prev is not None and prev.operation:
                 duration = rec.ts_ms - operation_since
-            out.append(Event(ts_ms=rec.ts_ms, revision=rec.revision, kind=kind, text=text, writer=rec.writer,
-                             dag_id=dag_id, run_id=run_id, duration_ms=duration))
+            out.append(
+                Event(
+                    ts_ms=rec.ts_ms,
+                    revision=rec.revision,
+                    kind=kind,
+                    text=text,
+                    writer=rec.writer,
+                    dag_id=dag_id,
+                    run_id=run_id,
+                    duration_ms=duration,
+                )
+            )
         if rec.fence and (prev is None or prev.fence != rec.fence):
             fence_since = rec.ts_ms
         elif not rec.fence:
@@ -256,20 +293,35 @@ def events(records: Sequence[ControlRecord]) -> list[Event]:
     return out
 
 
-def app_view(app: str, registered: bool, records: Sequence[ControlRecord], history: Sequence[StatusRecord],
-             leases: Mapping[Slot, Lease], end: Positions | None, now_ms: int, window_ms: int = 3_600_000,
-             plot: Sequence[Point] | None = None) -> AppView:
+def app_view(
+    app: str,
+    registered: bool,
+    records: Sequence[ControlRecord],
+    history: Sequence[StatusRecord],
+    leases: Mapping[Slot, Lease],
+    end: Positions | None,
+    now_ms: int,
+    window_ms: int = 3_600_000,
+    plot: Sequence[Point] | None = None,
+) -> AppView:
     """The view of one app: `records` its applied control records (oldest first, the last is current),
     `history` its status records (oldest first; the last few per slot are enough), `leases` the newest
     per slot, `end` its input's end now; `plot` its points if kept apart (PlotPoints), else from history."""
     record = records[-1] if records else None
     history_events = events(records)
-    slots = [slot_view(slot, record, [s for s in history if s.slot is slot], leases.get(slot), end, now_ms)
-             for slot in Slot]
+    slots = [
+        slot_view(slot, record, [s for s in history if s.slot is slot], leases.get(slot), end, now_ms) for slot in Slot
+    ]
     return AppView(
-        app=app, registered=registered, epoch=record.epoch if record else 0,
-        active=record.active.value if record else "", revision=record.revision if record else 0,
-        fence=record.fence if record else None, operation=record.operation if record else "", slots=slots,
-        points=list(plot) if plot is not None else points(history, now_ms - window_ms), events=history_events[-50:],
+        app=app,
+        registered=registered,
+        epoch=record.epoch if record else 0,
+        active=record.active.value if record else "",
+        revision=record.revision if record else 0,
+        fence=record.fence if record else None,
+        operation=record.operation if record else "",
+        slots=slots,
+        points=list(plot) if plot is not None else points(history, now_ms - window_ms),
+        events=history_events[-50:],
         handoffs=handoff_stats(history_events),
     )

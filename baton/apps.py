@@ -55,7 +55,7 @@ DURATION_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400
 
 
 def parse_duration_ms(value: Any, path: Path, name: str) -> int:
-    """"500ms", "60s", "5m", "2h", "7d" -> milliseconds (> 0)."""
+    """ "500ms", "60s", "5m", "2h", "7d" -> milliseconds (> 0)."""
     m = DURATION_RE.match(value) if isinstance(value, str) else None
     if m is None or int(m.group(1)) <= 0:
         raise AppDefinitionError(path, name, f"must be a positive duration such as 60s, 5m, 2h or 7d, got {value!r}")
@@ -66,24 +66,38 @@ def _ttl(raw: Any, path: Path) -> StateTtl | None:
     if raw is None:
         return None
     if not isinstance(raw, dict):
-        raise AppDefinitionError(path, "state.ttl", f"must be a mapping such as {{idle: 7d, on: event_time}}, got {raw!r}")
+        raise AppDefinitionError(
+            path, "state.ttl", f"must be a mapping such as {{idle: 7d, on: event_time}}, got {raw!r}"
+        )
     # YAML 1.1 reads a bare `on` key as the boolean true.
     raw = {("on" if k is True else k): v for k, v in raw.items()}
     unknown = sorted(str(k) for k in set(raw) - {"idle", "disorder", "on", "evicted"})
     if unknown:
-        raise AppDefinitionError(path, f"state.ttl.{unknown[0]}", "is not a known field (known: disorder, evicted, idle, on)")
+        raise AppDefinitionError(
+            path, f"state.ttl.{unknown[0]}", "is not a known field (known: disorder, evicted, idle, on)"
+        )
     if "idle" not in raw:
         raise AppDefinitionError(path, "state.ttl.idle", "is required (how long a key may go unseen, e.g. 7d)")
     on = raw.get("on", "event_time")
     if on != "event_time":
-        raise AppDefinitionError(path, "state.ttl.on", f"must be event_time, got {on!r}: a processing-time TTL drops a key "
-                                 "at a different input position on each slot, so their states and digests would differ")
+        raise AppDefinitionError(
+            path,
+            "state.ttl.on",
+            f"must be event_time, got {on!r}: a processing-time TTL drops a key "
+            "at a different input position on each slot, so their states and digests would differ",
+        )
     evicted = raw.get("evicted", "nothing")
     if evicted != "nothing":
-        raise AppDefinitionError(path, "state.ttl.evicted", f"must be nothing, got {evicted!r} (a tombstone on eviction is "
-                                 "not supported: slots drop a key's state at different input positions)")
-    return StateTtl(idle_ms=parse_duration_ms(raw["idle"], path, "state.ttl.idle"),
-                    disorder_ms=parse_duration_ms(raw.get("disorder", "10s"), path, "state.ttl.disorder"))
+        raise AppDefinitionError(
+            path,
+            "state.ttl.evicted",
+            f"must be nothing, got {evicted!r} (a tombstone on eviction is "
+            "not supported: slots drop a key's state at different input positions)",
+        )
+    return StateTtl(
+        idle_ms=parse_duration_ms(raw["idle"], path, "state.ttl.idle"),
+        disorder_ms=parse_duration_ms(raw.get("disorder", "10s"), path, "state.ttl.disorder"),
+    )
 
 
 @dataclass(frozen=True)
@@ -173,7 +187,9 @@ class AppDefinition:
         ]
 
 
-def _get(d: dict[str, Any], key: str, typ: type | tuple[type, ...], path: Path, prefix: str = "", default: Any = ...) -> Any:
+def _get(
+    d: dict[str, Any], key: str, typ: type | tuple[type, ...], path: Path, prefix: str = "", default: Any = ...
+) -> Any:
     name = f"{prefix}{key}"
     if key not in d:
         if default is ...:
@@ -207,13 +223,25 @@ def _state(raw: dict[str, Any], path: Path) -> StateSettings:
         raise AppDefinitionError(path, f"state.{unknown[0]}", f"is not a known field (known: {', '.join(known)})")
     count_rows = _get(raw, "count_rows", bool, path, "state.", StateSettings.count_rows)
     if "max_rows" in raw and not count_rows:
-        raise AppDefinitionError(path, "state.max_rows", "needs state.count_rows: a state store that keeps no row "
-                                 "count has no rows to budget (state.max_bytes budgets its size)")
-    cache_keys = _not_negative(_get(raw, "cache_keys", int, path, "state.", StateSettings.cache_keys), path,
-                               "state.cache_keys")
-    return StateSettings(ttl=_ttl(raw.get("ttl"), path), count_rows=count_rows, cache_keys=cache_keys, **{
-        name: _positive(_get(raw, name, int, path, "state.", getattr(StateSettings, name)), path, f"state.{name}")
-        for name in known if name not in ("ttl", "count_rows", "cache_keys")})
+        raise AppDefinitionError(
+            path,
+            "state.max_rows",
+            "needs state.count_rows: a state store that keeps no row "
+            "count has no rows to budget (state.max_bytes budgets its size)",
+        )
+    cache_keys = _not_negative(
+        _get(raw, "cache_keys", int, path, "state.", StateSettings.cache_keys), path, "state.cache_keys"
+    )
+    return StateSettings(
+        ttl=_ttl(raw.get("ttl"), path),
+        count_rows=count_rows,
+        cache_keys=cache_keys,
+        **{
+            name: _positive(_get(raw, name, int, path, "state.", getattr(StateSettings, name)), path, f"state.{name}")
+            for name in known
+            if name not in ("ttl", "count_rows", "cache_keys")
+        },
+    )
 
 
 def _topic(d: dict[str, Any], key: str, path: Path) -> TopicRef:
@@ -226,10 +254,22 @@ def _topic(d: dict[str, Any], key: str, path: Path) -> TopicRef:
 
 
 KNOWN_FIELDS = {
-    "name", "module", "version", "input", "output", "trigger_ms", "max_records_per_trigger",
-    "batch_ms_budget", "max_lag_records", "standby_pace_ms", "standby_nice", "on_data_loss", "lease_interval_ms",
+    "name",
+    "module",
+    "version",
+    "input",
+    "output",
+    "trigger_ms",
+    "max_records_per_trigger",
+    "batch_ms_budget",
+    "max_lag_records",
+    "standby_pace_ms",
+    "standby_nice",
+    "on_data_loss",
+    "lease_interval_ms",
     "lease_ttl_ms",
-    "state", "health",
+    "state",
+    "health",
 }
 ON_DATA_LOSS = ("fail", "earliest")
 
@@ -254,7 +294,9 @@ def _health(data: dict[str, Any], path: Path) -> dict[str, float]:
     known = {f.name for f in fields(HealthPolicy)}
     for key, value in section.items():
         if key not in known:
-            raise AppDefinitionError(path, f"health.{key}", f"is not a known setting (known: {', '.join(sorted(known))})")
+            raise AppDefinitionError(
+                path, f"health.{key}", f"is not a known setting (known: {', '.join(sorted(known))})"
+            )
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise AppDefinitionError(path, f"health.{key}", f"must be a number, got {type(value).__name__} {value!r}")
     try:
@@ -292,7 +334,9 @@ def parse_definition(data: Any, path: Path) -> AppDefinition:
         standby_pace_ms=_not_negative(_get(data, "standby_pace_ms", int, path, default=2000), path, "standby_pace_ms"),
         standby_nice=_standby_nice(data, path),
         on_data_loss=_on_data_loss(data, path),
-        lease_interval_ms=_positive(_get(data, "lease_interval_ms", int, path, default=1000), path, "lease_interval_ms"),
+        lease_interval_ms=_positive(
+            _get(data, "lease_interval_ms", int, path, default=1000), path, "lease_interval_ms"
+        ),
         lease_ttl_ms=_positive(_get(data, "lease_ttl_ms", int, path, default=4000), path, "lease_ttl_ms"),
         state=state,
         health=_health(data, path),
@@ -301,8 +345,11 @@ def parse_definition(data: Any, path: Path) -> AppDefinition:
     if app.lease_ttl_ms < 3 * app.lease_interval_ms:
         # The standby judges expiry by its own renewals since the active's last: fewer than three
         # intervals and one late renewal (a busy host) would read as a death.
-        raise AppDefinitionError(path, "lease_ttl_ms", f"must be at least 3 x lease_interval_ms "
-                                                       f"({3 * app.lease_interval_ms}), got {app.lease_ttl_ms}")
+        raise AppDefinitionError(
+            path,
+            "lease_ttl_ms",
+            f"must be at least 3 x lease_interval_ms ({3 * app.lease_interval_ms}), got {app.lease_ttl_ms}",
+        )
     if app.input.topic == app.output.topic:
         raise AppDefinitionError(path, "output.topic", "must differ from input.topic")
     return app
@@ -363,8 +410,12 @@ def load_version(app: str, version: str) -> AppDefinition:
     other = load_definition(path)
     for what in ("input", "output"):
         if getattr(other, what) != getattr(current, what):
-            raise AppDefinitionError(path, what, f"{getattr(other, what)} differs from {getattr(current, what)} "
-                                                 "in the registry: a new version keeps its app's topics")
+            raise AppDefinitionError(
+                path,
+                what,
+                f"{getattr(other, what)} differs from {getattr(current, what)} "
+                "in the registry: a new version keeps its app's topics",
+            )
     return other
 
 

@@ -15,9 +15,14 @@ from baton.records import CommitMarker, ControlRecord, Positions, Role, Slot, co
 FIRST_BATCH_FLOOR = 1000
 
 
-def compute_cap(control: ControlRecord | None, slot: Slot, marker: CommitMarker | None,
-                partitions: int, processed: Positions | None = None,
-                first_batch: Positions | None = None) -> Positions | None:
+def compute_cap(
+    control: ControlRecord | None,
+    slot: Slot,
+    marker: CommitMarker | None,
+    partitions: int,
+    processed: Positions | None = None,
+    first_batch: Positions | None = None,
+) -> Positions | None:
     """The cap for `slot` given the desired state, the last committed marker and what this slot has
     processed (None = no cap). `first_batch`: this slot is about to run its first batch as the
     active, which reads at most this many records per partition beyond `processed`.
@@ -40,8 +45,9 @@ def compute_cap(control: ControlRecord | None, slot: Slot, marker: CommitMarker 
         if reach is not None and processed is not None and not covers(processed, reach):
             return _lower(cap, reach)
         if first_batch is not None and processed is not None:
-            cap = _lower(cap, {p: processed.get(p, 0) + max(first_batch.get(p, 0), FIRST_BATCH_FLOOR)
-                               for p in range(partitions)})
+            cap = _lower(
+                cap, {p: processed.get(p, 0) + max(first_batch.get(p, 0), FIRST_BATCH_FLOOR) for p in range(partitions)}
+            )
         return cap
     emitted = marker.emitted if marker is not None else {}
     cap = {p: emitted.get(p, 0) for p in range(partitions)}

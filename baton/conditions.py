@@ -73,8 +73,15 @@ def known_at(history: Sequence[StatusRecord], ts_ms: int) -> Positions | None:
     return known[-1] if known else None
 
 
-def following(standby: Sequence[StatusRecord], marker: CommitMarker | None, rate: float, max_records: int,
-              max_seconds: float | None, pace_s: float, since_ms: int = 0) -> Check:
+def following(
+    standby: Sequence[StatusRecord],
+    marker: CommitMarker | None,
+    rate: float,
+    max_records: int,
+    max_seconds: float | None,
+    pace_s: float,
+    since_ms: int = 0,
+) -> Check:
     """The warm-up gate (invariant 5: the standby within an acceptable lag of the active): the slot's last
     batch since `since_ms` read to at most `max_records` and `max_seconds` of input short of what the
     active had emitted when that batch started, plus what the standby's pace holds it back by (`pace_s`
@@ -107,10 +114,13 @@ def following(standby: Sequence[StatusRecord], marker: CommitMarker | None, rate
     allowed_records = max_records + int(rate * pace_s)
     seconds = behind / rate if rate > 0 else 0.0  # no input arriving: the records bound alone
     allowed_s = None if max_seconds is None else max_seconds + pace_s
-    where = (f"{behind} records ({seconds:.1f} s of input) short of the active's output when its last "
-             f"batch started ({behind_now} of its output now; the batch took {last.batch_ms / 1000:.1f} s); "
-             f"limit {allowed_records} records" + (f" and {allowed_s:g} s" if allowed_s is not None else "")
-             + f" (a pace of {pace_s:g} s included)")
+    where = (
+        f"{behind} records ({seconds:.1f} s of input) short of the active's output when its last "
+        f"batch started ({behind_now} of its output now; the batch took {last.batch_ms / 1000:.1f} s); "
+        f"limit {allowed_records} records"
+        + (f" and {allowed_s:g} s" if allowed_s is not None else "")
+        + f" (a pace of {pace_s:g} s included)"
+    )
     if behind <= allowed_records and (allowed_s is None or seconds <= allowed_s):
         return Check(met=True, message=where)
     return Check(message=where)

@@ -92,9 +92,18 @@ class ControlPlane:
                 continue  # somebody else wrote first: re-read and decide again
         raise WriteConflict(f"{app}: control record changed under us {attempts} times; giving up")
 
-    def move_slot(self, app: str, slot: Slot, target: SlotState, *, version: str | None = None,
-                  reason: str = "", expected_epoch: int | None = None, if_unchanged: SlotSpec | None = None,
-                  **spec_fields) -> ControlRecord:
+    def move_slot(
+        self,
+        app: str,
+        slot: Slot,
+        target: SlotState,
+        *,
+        version: str | None = None,
+        reason: str = "",
+        expected_epoch: int | None = None,
+        if_unchanged: SlotSpec | None = None,
+        **spec_fields,
+    ) -> ControlRecord:
         """Record the slot's next lifecycle state (intent, before acting); IllegalTransition if not allowed.
         `if_unchanged`: the spec the caller decided on; SlotMoved if the slot's is another by now (a
         repair must not act on a slot a DAG's step moved meanwhile)."""
@@ -103,11 +112,17 @@ class ControlPlane:
         def change(rec: ControlRecord) -> ControlRecord:
             spec = rec.slots.get(slot, SlotSpec())
             if if_unchanged is not None and spec != if_unchanged:
-                raise SlotMoved(f"{app}/{slot.value} is {spec.desired.value} on {spec.version or '-'} since "
-                                f"{spec.started_ms or '-'} ({spec.reason or 'no reason'}), no longer as it was read")
+                raise SlotMoved(
+                    f"{app}/{slot.value} is {spec.desired.value} on {spec.version or '-'} since "
+                    f"{spec.started_ms or '-'} ({spec.reason or 'no reason'}), no longer as it was read"
+                )
             check_transition(spec.desired, target)
-            if (spec.desired is target and (version is None or version == spec.version) and not spec_fields
-                    and reason == spec.reason):
+            if (
+                spec.desired is target
+                and (version is None or version == spec.version)
+                and not spec_fields
+                and reason == spec.reason
+            ):
                 return rec  # already so: a retried step writes nothing
             updates = dict(desired=target, reason=reason, **spec_fields)
             if version is not None:

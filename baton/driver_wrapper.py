@@ -88,9 +88,17 @@ def supervise(argv: list[str], log: Path, pid_file: Path, exit_file: Path, lock_
     print(f"[baton] driver {driver.pid} exited with code {code}")
     if os.environ.get(JVM_TMPDIR_ENV):  # what its JVM's shutdown hooks did not delete (a kill -9 of the JVM)
         shutil.rmtree(os.environ[JVM_TMPDIR_ENV], ignore_errors=True)
-    write_json(exit_file, {"launch_id": launch_id, "code": code, "driver_pid": driver.pid,
-                           "stop_signal": stop_signals[0] if stop_signals else None,
-                           "started_at": started, "ended_at": time.time()})
+    write_json(
+        exit_file,
+        {
+            "launch_id": launch_id,
+            "code": code,
+            "driver_pid": driver.pid,
+            "stop_signal": stop_signals[0] if stop_signals else None,
+            "started_at": started,
+            "ended_at": time.time(),
+        },
+    )
     return 0 if code == 0 else 1
 
 

@@ -52,15 +52,24 @@ class FenceGate:
     failed (the gate failed, or the record moved on), or WAIT. `plane` is a
     baton.control_plane.ControlPlane; one gate serves one fence (it keeps what it learnt)."""
 
-    def __init__(self, plane, app: str, to: Slot, epoch: int, fence: Positions,
-                 read_marker: Callable[[], CommitMarker | None],
-                 read_active: Callable[[], Sequence[StatusRecord]],
-                 read_standby: Callable[[], Sequence[StatusRecord]], trail_records: int = 0, correct: bool = False):
+    def __init__(
+        self,
+        plane,
+        app: str,
+        to: Slot,
+        epoch: int,
+        fence: Positions,
+        read_marker: Callable[[], CommitMarker | None],
+        read_active: Callable[[], Sequence[StatusRecord]],
+        read_standby: Callable[[], Sequence[StatusRecord]],
+        trail_records: int = 0,
+        correct: bool = False,
+    ):
         self.plane, self.app, self.to, self.epoch, self.fence = plane, app, to, epoch, dict(fence)
         self.read_marker, self.read_active, self.read_standby = read_marker, read_active, read_standby
         self.trail_records, self.correct = trail_records, correct
         self.by: str | None = None  # whose fence it is (the record's handoff id), read once
-        self.held = False           # the active's word that it holds at the fence came
+        self.held = False  # the active's word that it holds at the fence came
 
     def look(self) -> Check:
         if self.by is None:
@@ -78,8 +87,14 @@ class FenceGate:
         rec = self.plane.current(self.app)
         if self._done(rec):
             return Check(met=True, message=f"{self.to.value} is active at epoch {rec.epoch}")
-        check = fence_reached(marker, self.read_standby(), self.fence, self.epoch, active_holds=self.held,
-                              trail_records=self.trail_records)
+        check = fence_reached(
+            marker,
+            self.read_standby(),
+            self.fence,
+            self.epoch,
+            active_holds=self.held,
+            trail_records=self.trail_records,
+        )
         if not check.met:
             return check
         try:

@@ -69,13 +69,20 @@ def plan_confirmation(rec: ControlRecord | None, now_ms: int, held_by: str = "")
     active, other = rec.slots[keep], rec.slots[rebuild]
     if active.generation == other.generation:
         raise RequestRefused(f"nothing to confirm: both slots run generation {active.generation}")
-    return Confirmation(keep=keep, rebuild=rebuild, generation=active.generation, version=active.version,
-                        drop_generation=other.generation, drop_version=other.version,
-                        discards_reprocess=active.generation < other.generation)
+    return Confirmation(
+        keep=keep,
+        rebuild=rebuild,
+        generation=active.generation,
+        version=active.version,
+        drop_generation=other.generation,
+        drop_version=other.version,
+        discards_reprocess=active.generation < other.generation,
+    )
 
 
-def archive_generation(state_dir: Path, app: str, slot: Slot, generation: int, why: str, keep_until_ms: int,
-                       now_ms: int, version: str = "") -> Path | None:
+def archive_generation(
+    state_dir: Path, app: str, slot: Slot, generation: int, why: str, keep_until_ms: int, now_ms: int, version: str = ""
+) -> Path | None:
     """Move a slot's generation out of the slots' tree into the archive, with its note; None if the
     slot never had that generation. An earlier note (an archive in place) keeps its fields."""
     source = slot_root(state_dir, app, slot, generation)
@@ -90,10 +97,17 @@ def archive_generation(state_dir: Path, app: str, slot: Slot, generation: int, w
         target = target.with_name(f"{slot.value}-gen-{generation}-{stamp}-{n}")
     target.parent.mkdir(parents=True, exist_ok=True)
     source.rename(target)  # same filesystem: atomic, no copy of a large state
-    note = {"app": app, "slot": slot.value, "generation": generation, "version": version or note.get("version", ""),
-            "why": note.get("why") or why, "archived_ms": note.get("archived_ms", now_ms),
-            **({"archived_at": note["archived_at"]} if "archived_at" in note else {}),
-            "moved_ms": now_ms, "keep_until_ms": keep_until_ms}
+    note = {
+        "app": app,
+        "slot": slot.value,
+        "generation": generation,
+        "version": version or note.get("version", ""),
+        "why": note.get("why") or why,
+        "archived_ms": note.get("archived_ms", now_ms),
+        **({"archived_at": note["archived_at"]} if "archived_at" in note else {}),
+        "moved_ms": now_ms,
+        "keep_until_ms": keep_until_ms,
+    }
     (target / NOTE).write_text(json.dumps(note, indent=1))
     return target
 

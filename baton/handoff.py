@@ -47,8 +47,9 @@ class HandoffError(RuntimeError):
     """A handoff cannot go on; the message says why. The active role has not moved."""
 
 
-def plan_fence(end: Mapping[int, int], active_processed: Mapping[int, int], rate_per_s: float,
-               ahead_s: float, partitions: int) -> Positions:
+def plan_fence(
+    end: Mapping[int, int], active_processed: Mapping[int, int], rate_per_s: float, ahead_s: float, partitions: int
+) -> Positions:
     """F per partition: the input's end now plus what arrives in `ahead_s` (at the measured rate),
     never behind what the active has already processed. With no input arriving, F is the end."""
     ahead = int(rate_per_s * ahead_s / max(partitions, 1) + 0.999) if rate_per_s > 0 else 0
@@ -69,15 +70,22 @@ def ahead_s_for(floor_s: float, active: Sequence[StatusRecord], last: int = 10, 
     """How far ahead (in seconds of input) to plan: the form's value as a floor, else AHEAD_BATCHES of
     the active's slowest recent batch interval (the time between its last batches' ends); `typical`:
     of the median one (a standby just warmed up: its catch-up batches are not what it does now)."""
-    ts = [r.ts_ms for r in active if r.batch_id >= 0][-(last + 1):]
+    ts = [r.ts_ms for r in active if r.batch_id >= 0][-(last + 1) :]
     intervals = sorted(b - a for a, b in zip(ts, ts[1:]))
     pick = intervals[len(intervals) // 2] if typical and intervals else max(intervals, default=0)
     return max(floor_s, AHEAD_BATCHES * pick / 1000)
 
 
-def plan_ahead(read_active: Callable[[], Sequence[StatusRecord]], input_end: Callable[[], Mapping[int, int]],
-               partitions: int, ahead_s: float, window_s: float = ARRIVAL_WINDOW_S, sleep=time.sleep,
-               clock=time.monotonic, read_standby: Callable[[], Sequence[StatusRecord]] | None = None) -> Positions:
+def plan_ahead(
+    read_active: Callable[[], Sequence[StatusRecord]],
+    input_end: Callable[[], Mapping[int, int]],
+    partitions: int,
+    ahead_s: float,
+    window_s: float = ARRIVAL_WINDOW_S,
+    sleep=time.sleep,
+    clock=time.monotonic,
+    read_standby: Callable[[], Sequence[StatusRecord]] | None = None,
+) -> Positions:
     """A position ahead of the input's end that the active has not read when it learns of it (a fence,
     or a state check position): ahead by what arrives in ahead_s_for(ahead_s, ...) at the input's
     arrival rate measured at its end over `window_s`, not at the active's reported rate: that is the rate
@@ -113,6 +121,7 @@ def with_fence(fence: Positions, epoch: int, expires_ms: int = 0, by: str = ""):
     """Change: set the fence at `epoch` for handoff `by` (a run id), to be lifted by the health DAG
     after `expires_ms` if its handoff has not finished by then (0: never). Re-running it is a no-op; a
     fence of another handoff in place is refused."""
+
     def change(rec: ControlRecord) -> ControlRecord:
         if rec.epoch != epoch:
             raise HandoffError(f"{rec.app}: epoch is {rec.epoch}, the fence was planned at epoch {epoch}")
@@ -120,20 +129,33 @@ def with_fence(fence: Positions, epoch: int, expires_ms: int = 0, by: str = ""):
             if rec.handoff is not None and rec.handoff.id == by:
                 return rec
             owner = rec.handoff.id if rec.handoff else "an unknown handoff"
-            raise HandoffError(f"{rec.app}: a fence {rec.fence} is already set by {owner} (another handoff is under way)")
-        return dataclasses.replace(rec, fence=dict(fence), fence_expires_ms=expires_ms,
-                                   handoff=Handoff(by, epoch, dict(fence), other(rec.active)))
+            raise HandoffError(
+                f"{rec.app}: a fence {rec.fence} is already set by {owner} (another handoff is under way)"
+            )
+        return dataclasses.replace(
+            rec,
+            fence=dict(fence),
+            fence_expires_ms=expires_ms,
+            handoff=Handoff(by, epoch, dict(fence), other(rec.active)),
+        )
+
     return change
 
 
 def failover_fence(fence: Positions, epoch: int, expires_ms: int = 0, reason: str = "", now_ms: int = 0):
     """Change: the fence of a failover, at what the dead active emitted, and why. It replaces a fence a
     handoff had set further ahead (the dead active will never reach that one)."""
+
     def change(rec: ControlRecord) -> ControlRecord:
         if rec.epoch != epoch:
             raise HandoffError(f"{rec.app}: epoch is {rec.epoch}, the failover was planned at epoch {epoch}")
-        return dataclasses.replace(rec, fence=dict(fence), fence_expires_ms=expires_ms,
-                                   handoff=Handoff(FAILOVER, epoch, dict(fence), other(rec.active), reason, now_ms))
+        return dataclasses.replace(
+            rec,
+            fence=dict(fence),
+            fence_expires_ms=expires_ms,
+            handoff=Handoff(FAILOVER, epoch, dict(fence), other(rec.active), reason, now_ms),
+        )
+
     return change
 
 
@@ -150,6 +172,7 @@ def cut_over(to: Slot, from_epoch: int, correct: bool = False, fence: Positions 
     """Change: `to` becomes active at from_epoch + 1 and the fence is lifted. Done already (a retry) = no-op.
     correct: the new active publishes its whole state as output on taking over (ControlRecord.correct_epoch).
     `fence`: the fence the gate was met at, which must still be the one set (not moved meanwhile)."""
+
     def change(rec: ControlRecord) -> ControlRecord:
         if rec.active is to and rec.epoch == from_epoch + 1:
             return rec
@@ -161,9 +184,17 @@ def cut_over(to: Slot, from_epoch: int, correct: bool = False, fence: Positions 
             raise HandoffError(f"{rec.app}: the fence is {dict(rec.fence)}, the cutover was planned at {dict(fence)}")
         if rec.active is to:
             raise HandoffError(f"{rec.app}: {to.value} is already active at epoch {rec.epoch}")
-        return dataclasses.replace(rec, active=to, epoch=from_epoch + 1, fence=None, fence_expires_ms=0,
-                                   correct_epoch=from_epoch + 1 if correct else rec.correct_epoch, check_at=None,
-                                   invariants_asked="")
+        return dataclasses.replace(
+            rec,
+            active=to,
+            epoch=from_epoch + 1,
+            fence=None,
+            fence_expires_ms=0,
+            correct_epoch=from_epoch + 1 if correct else rec.correct_epoch,
+            check_at=None,
+            invariants_asked="",
+        )
+
     return change
 
 
@@ -190,26 +221,37 @@ def fence_passed(rec: ControlRecord | None, epoch: int, fence: Positions, by: st
 def moved_fence(old: Positions, new: Positions, epoch: int, by: str):
     """Change: handoff `by` replaces its fence `old` at `epoch` with `new` in one write (a fence the
     active passed: fence_passed), keeping its expiry. Refused if anything else changed meanwhile."""
+
     def change(rec: ControlRecord) -> ControlRecord:
         if rec.fence is not None and dict(rec.fence) == dict(new) and rec.handoff is not None and rec.handoff.id == by:
             return rec  # done before (a retry)
-        if rec.epoch != epoch or rec.fence is None or dict(rec.fence) != dict(old) or rec.handoff is None \
-                or rec.handoff.id != by:
+        if (
+            rec.epoch != epoch
+            or rec.fence is None
+            or dict(rec.fence) != dict(old)
+            or rec.handoff is None
+            or rec.handoff.id != by
+        ):
             raise HandoffError(f"{rec.app}: the fence is no longer {dict(old)} of {by} at epoch {epoch}: not moving it")
         return dataclasses.replace(rec, fence=dict(new), handoff=dataclasses.replace(rec.handoff, fence=dict(new)))
+
     return change
 
 
 def without_fence(epoch: int, by: str | None = None):
     """Change: lift the fence, only at `epoch` (a newer epoch's fence belongs to someone else) and, if
     `by` is given, only the fence handoff `by` set."""
+
     def change(rec: ControlRecord) -> ControlRecord:
         if rec.epoch != epoch:
             raise HandoffError(f"{rec.app}: epoch is {rec.epoch}, not {epoch}: not lifting its fence")
         if by is not None and rec.fence is not None and (rec.handoff is None or rec.handoff.id != by):
-            raise HandoffError(f"{rec.app}: the fence was set by {rec.handoff.id if rec.handoff else 'another'} "
-                               f"handoff, not {by}: not lifting it")
+            raise HandoffError(
+                f"{rec.app}: the fence was set by {rec.handoff.id if rec.handoff else 'another'} "
+                f"handoff, not {by}: not lifting it"
+            )
         return dataclasses.replace(rec, fence=None, fence_expires_ms=0, handoff=None if rec.fence else rec.handoff)
+
     return change
 
 
@@ -229,9 +271,17 @@ def _last_batch(history: Sequence[StatusRecord]) -> StatusRecord | None:
     return next((r for r in reversed(history) if r.batch_id >= 0), None)
 
 
-def fence_reached(marker: CommitMarker | None, standby: Sequence[StatusRecord], fence: Positions,
-                  epoch: int, *, active_holds: bool, active_alive: bool = True, trail_records: int = 0,
-                  now_ms: int | None = None) -> Check:
+def fence_reached(
+    marker: CommitMarker | None,
+    standby: Sequence[StatusRecord],
+    fence: Positions,
+    epoch: int,
+    *,
+    active_holds: bool,
+    active_alive: bool = True,
+    trail_records: int = 0,
+    now_ms: int | None = None,
+) -> Check:
     """The cutover may be written: the active holds at F (its word, read before `marker`:
     baton.fence_gate), its commit marker says emitted == F (at `epoch`) and the standby's last status
     says processed == F, or that it is at most `trail_records` short of F (summed over partitions: the
@@ -241,12 +291,15 @@ def fence_reached(marker: CommitMarker | None, standby: Sequence[StatusRecord], 
     emitted = dict(marker.emitted) if marker is not None else {}
     if marker is not None and marker.epoch > epoch:
         return Check(failed=True, message=f"epoch {marker.epoch} wrote output: a newer handoff took over")
-    if (past := _passed(emitted, fence)):
-        return Check(failed=True, message=f"the active emitted past the fence before it saw it "
-                                          f"(partition: (emitted, fence) {past}); handoff aborted, nothing moved")
+    if past := _passed(emitted, fence):
+        return Check(
+            failed=True,
+            message=f"the active emitted past the fence before it saw it "
+            f"(partition: (emitted, fence) {past}); handoff aborted, nothing moved",
+        )
     last = _last_batch(standby)
     processed = dict(last.processed) if last is not None else {}
-    if (past := _passed(processed, fence)):
+    if past := _passed(processed, fence):
         return Check(failed=True, message=f"the standby processed past the fence {past}: it did not follow")
     active_at = all(emitted.get(p, 0) == f for p, f in fence.items())
     if active_at and not active_holds:
@@ -258,10 +311,16 @@ def fence_reached(marker: CommitMarker | None, standby: Sequence[StatusRecord], 
         now = now_ms if now_ms is not None else int(time.time() * 1000)
         latest = standby[-1]
         short = sum(f - processed.get(p, 0) for p, f in fence.items())
-        if (short <= trail_records and latest.state is SlotState.RUNNING
-                and now - latest.ts_ms <= TRAILING_STANDBY_FRESH_MS):
-            return Check(met=True, message=f"the active stands at the fence {dict(fence)}; the standby, {short} "
-                                           f"records short of it, reaches it before it emits")
+        if (
+            short <= trail_records
+            and latest.state is SlotState.RUNNING
+            and now - latest.ts_ms <= TRAILING_STANDBY_FRESH_MS
+        ):
+            return Check(
+                met=True,
+                message=f"the active stands at the fence {dict(fence)}; the standby, {short} "
+                f"records short of it, reaches it before it emits",
+            )
     if not active_at and not active_alive:
         return Check(failed=True, message=f"the active died at {emitted} before reaching the fence {dict(fence)}")
     return WAIT
@@ -281,8 +340,16 @@ def saw_epoch(history: Sequence[StatusRecord], epoch: int, since_ms: int = 0) ->
     return any(r.epoch_seen >= epoch and r.ts_ms >= since_ms for r in history)
 
 
-def fail_over(plane, app: str, partitions: int, dead: Slot, epoch: int, emitted: Mapping[int, int],
-              standby: Sequence[StatusRecord], reason: str = "") -> tuple[bool, str]:
+def fail_over(
+    plane,
+    app: str,
+    partitions: int,
+    dead: Slot,
+    epoch: int,
+    emitted: Mapping[int, int],
+    standby: Sequence[StatusRecord],
+    reason: str = "",
+) -> tuple[bool, str]:
     """The active `dead` is gone: fence at what it emitted (it cannot pass that any more) and cut over
     to the standby at once: capped at that fence already, it reaches it as the new active and emits
     from there (taken_over_at). (done, what happened). The caller makes sure the dead slot's process
@@ -292,15 +359,19 @@ def fail_over(plane, app: str, partitions: int, dead: Slot, epoch: int, emitted:
     fence = {p: emitted.get(p, 0) for p in range(partitions)}
     last = _last_batch(standby)
     processed = dict(last.processed) if last is not None else {}
-    if (past := _passed(processed, fence)):  # never expected: a standby never passes the active's output
-        return False, (f"no failover to {to.value}: it processed past what {dead.value} emitted {past}; "
-                       "its state holds input nobody emitted")
+    if past := _passed(processed, fence):  # never expected: a standby never passes the active's output
+        return False, (
+            f"no failover to {to.value}: it processed past what {dead.value} emitted {past}; "
+            "its state holds input nobody emitted"
+        )
     now = time.time()
     plane.update(app, failover_fence(fence, epoch, int((now + 180) * 1000), reason, int(now * 1000)))
     plane.update(app, cut_over(to, epoch))
     short = sum(f - processed.get(p, 0) for p, f in fence.items())
-    return True, (f"active {dead.value} died: failed over to {to.value} at {fence} (epoch {epoch + 1}; "
-                  f"it was {short} records short of it)")
+    return True, (
+        f"active {dead.value} died: failed over to {to.value} at {fence} (epoch {epoch + 1}; "
+        f"it was {short} records short of it)"
+    )
 
 
 def take_over(to: Slot, epoch: int, fence: Positions, reason: str, now_ms: int):
@@ -308,6 +379,7 @@ def take_over(to: Slot, epoch: int, fence: Positions, reason: str, now_ms: int):
     write (spark_apps.runtime.coordination.lease, once it has fenced the writer): epoch + 1, any fence lifted, the
     handoff names the failover fence F (what the dead active emitted: `to` reads up to exactly F first,
     taken_over_at), why and when. Done already (a retry) = no-op."""
+
     def change(rec: ControlRecord) -> ControlRecord:
         if rec.active is to and rec.epoch == epoch + 1 and rec.handoff is not None and rec.handoff.id == FAILOVER:
             return rec
@@ -315,6 +387,15 @@ def take_over(to: Slot, epoch: int, fence: Positions, reason: str, now_ms: int):
             raise HandoffError(f"{rec.app}: epoch is {rec.epoch}, the takeover was decided at epoch {epoch}")
         if rec.active is to:
             raise HandoffError(f"{rec.app}: {to.value} is already active at epoch {rec.epoch}")
-        return dataclasses.replace(rec, active=to, epoch=epoch + 1, fence=None, fence_expires_ms=0, check_at=None,
-                                   invariants_asked="", handoff=Handoff(FAILOVER, epoch, dict(fence), to, reason, now_ms))
+        return dataclasses.replace(
+            rec,
+            active=to,
+            epoch=epoch + 1,
+            fence=None,
+            fence_expires_ms=0,
+            check_at=None,
+            invariants_asked="",
+            handoff=Handoff(FAILOVER, epoch, dict(fence), to, reason, now_ms),
+        )
+
     return change

@@ -41,11 +41,11 @@ class Severity(str, enum.Enum):
 
 class Verdict(str, enum.Enum):
     HEALTHY = "healthy"
-    STARTING = "starting"   # within its start/restore grace: neither healthy nor dead yet
-    DEGRADED = "degraded"   # alive, with WARN/CRITICAL findings: an operator should look
-    DEAD = "dead"           # should run and does not: the DAG restarts it (see decide_restart)
-    STOPPED = "stopped"     # not desired running: not checked
-    FAILED = "failed"       # the crash-loop guard gave up: left alone until an operator starts it
+    STARTING = "starting"  # within its start/restore grace: neither healthy nor dead yet
+    DEGRADED = "degraded"  # alive, with WARN/CRITICAL findings: an operator should look
+    DEAD = "dead"  # should run and does not: the DAG restarts it (see decide_restart)
+    STOPPED = "stopped"  # not desired running: not checked
+    FAILED = "failed"  # the crash-loop guard gave up: left alone until an operator starts it
 
 
 @dataclass(frozen=True)
@@ -85,9 +85,13 @@ def lease_finding(spec: SlotSpec | None, lease: Lease | None, now_ms: int, polic
     age = now_ms - lease.ts_ms
     if age <= lease.ttl_ms + tolerance_ms:
         return None
-    return Finding("lease", Severity.CRITICAL, f"lease not renewed for {_s(age)} (ttl {lease.ttl_ms / 1000:g} s; "
-                                               f"launch {lease.launch[:8]}, pid {lease.pid} on {lease.host}, "
-                                               f"last {lease.state.value})")
+    return Finding(
+        "lease",
+        Severity.CRITICAL,
+        f"lease not renewed for {_s(age)} (ttl {lease.ttl_ms / 1000:g} s; "
+        f"launch {lease.launch[:8]}, pid {lease.pid} on {lease.host}, "
+        f"last {lease.state.value})",
+    )
 
 
 def failover_finding(record: ControlRecord, slot: Slot, now_ms: int) -> Finding | None:
@@ -97,8 +101,12 @@ def failover_finding(record: ControlRecord, slot: Slot, now_ms: int) -> Finding 
     if h is None or h.id != FAILOVER or record.active is not slot or record.epoch != h.epoch + 1:
         return None
     when = f", {_s(now_ms - h.ts_ms)} ago" if h.ts_ms else ""
-    return Finding("failover", Severity.INFO, f"took over from {slot.other.value} at epoch {record.epoch}{when}, "
-                                              f"at {dict(h.fence)}: {h.reason or 'no reason recorded'}")
+    return Finding(
+        "failover",
+        Severity.INFO,
+        f"took over from {slot.other.value} at epoch {record.epoch}{when}, "
+        f"at {dict(h.fence)}: {h.reason or 'no reason recorded'}",
+    )
 
 
 def _s(ms: float) -> str:
@@ -117,10 +125,21 @@ def _lag(end: Positions, cap: Positions | None, processed: Positions) -> int:
     return sum(max(0, e - processed.get(p, 0)) for p, e in reachable.items())
 
 
-def assess(app_def: AppDefinition, slot: Slot, desired: SlotSpec | None, history: Sequence[StatusRecord],
-           input_end: Positions | None, disk_bytes: int | None, now_ms: int, policy: HealthPolicy, *,
-           cap: Positions | None = None, started_ms: int | None = None, waiting_since_ms: int | None = None,
-           lag_history: Sequence[tuple[int, int]] = ()) -> SlotHealth:
+def assess(
+    app_def: AppDefinition,
+    slot: Slot,
+    desired: SlotSpec | None,
+    history: Sequence[StatusRecord],
+    input_end: Positions | None,
+    disk_bytes: int | None,
+    now_ms: int,
+    policy: HealthPolicy,
+    *,
+    cap: Positions | None = None,
+    started_ms: int | None = None,
+    waiting_since_ms: int | None = None,
+    lag_history: Sequence[tuple[int, int]] = (),
+) -> SlotHealth:
     """The health of one slot at now_ms (see the module docstring for liveness).
 
     cap: follower.compute_cap(control, slot, latest marker, partitions); None = no cap for an active slot,
@@ -143,11 +162,18 @@ def assess(app_def: AppDefinition, slot: Slot, desired: SlotSpec | None, history
     findings: list[Finding] = []
     tolerance_ms = policy.clock_skew_tolerance_s * 1000
     if last is not None and last.ts_ms - now_ms > tolerance_ms:
-        findings.append(Finding("clock_skew", Severity.WARN, f"last record is {_s(last.ts_ms - now_ms)} in the future "
-                                f"(tolerance {policy.clock_skew_tolerance_s:g} s): heartbeat ages are unreliable"))
+        findings.append(
+            Finding(
+                "clock_skew",
+                Severity.WARN,
+                f"last record is {_s(last.ts_ms - now_ms)} in the future "
+                f"(tolerance {policy.clock_skew_tolerance_s:g} s): heartbeat ages are unreliable",
+            )
+        )
 
-    def done(verdict: Verdict, lag: int | None = None, rule: str = "", severity: Severity = Severity.INFO,
-             message: str = "") -> SlotHealth:
+    def done(
+        verdict: Verdict, lag: int | None = None, rule: str = "", severity: Severity = Severity.INFO, message: str = ""
+    ) -> SlotHealth:
         if message:
             findings.append(Finding(rule, severity, message))
         if verdict in (Verdict.HEALTHY, Verdict.STARTING) and any(f.severity is not Severity.INFO for f in findings):
@@ -158,8 +184,13 @@ def assess(app_def: AppDefinition, slot: Slot, desired: SlotSpec | None, history
     # 1. Not started yet, or (re)started after its last record.
     if last is None or (started_ms is not None and last.ts_ms < started_ms - tolerance_ms):
         if started_ms is None:
-            return done(Verdict.DEAD, None, "liveness", dead, f"no status record of generation {desired.generation} "
-                        "and no start time known")
+            return done(
+                Verdict.DEAD,
+                None,
+                "liveness",
+                dead,
+                f"no status record of generation {desired.generation} and no start time known",
+            )
         since, grace = now_ms - started_ms, f"grace {policy.start_grace_s:g} s"
         if since > policy.start_grace_s * 1000:
             return done(Verdict.DEAD, None, "liveness", dead, f"no status record {_s(since)} after start ({grace})")
@@ -168,18 +199,25 @@ def assess(app_def: AppDefinition, slot: Slot, desired: SlotSpec | None, history
     age, wanted = max(0, now_ms - last.ts_ms), desired.desired.value
     if last.state in (SlotState.FAILED, SlotState.STOPPED):
         error = f": {last.error[:500]}" if last.error else ""  # the harness keeps up to 2000 chars
-        return done(Verdict.DEAD, None, "liveness", dead, f"slot is {last.state.value} since {_s(age)} "
-                    f"while desired {wanted}{error}")
+        return done(
+            Verdict.DEAD,
+            None,
+            "liveness",
+            dead,
+            f"slot is {last.state.value} since {_s(age)} while desired {wanted}{error}",
+        )
     if last.state is SlotState.STARTING:
         if age > policy.start_grace_s * 1000:
-            return done(Verdict.DEAD, None, "liveness", dead,
-                        f"starting for {_s(age)} (grace {policy.start_grace_s:g} s)")
+            return done(
+                Verdict.DEAD, None, "liveness", dead, f"starting for {_s(age)} (grace {policy.start_grace_s:g} s)"
+            )
         return done(Verdict.STARTING, None, "starting", message=f"starting for {_s(age)}")
     if last.state is SlotState.STOPPING:
         limit = f"limit {policy.heartbeat_max_age_s:g} s"
         if age > policy.heartbeat_max_age_s * 1000:
-            return done(Verdict.DEAD, None, "liveness", dead,
-                        f"stopping for {_s(age)} while desired {wanted} ({limit})")
+            return done(
+                Verdict.DEAD, None, "liveness", dead, f"stopping for {_s(age)} while desired {wanted} ({limit})"
+            )
         return done(Verdict.HEALTHY, None, "liveness", Severity.WARN, f"stopping for {_s(age)} while desired {wanted}")
 
     # 3. RESTORING or RUNNING: silence counts only while input is waiting.
@@ -189,8 +227,13 @@ def assess(app_def: AppDefinition, slot: Slot, desired: SlotSpec | None, history
     lag = None if input_end is None else _lag(input_end, cap, processed)
     limit_s = policy.restore_max_s if last.state is SlotState.RESTORING else policy.heartbeat_max_age_s
     if lag is None and age > limit_s * 1000:
-        findings.append(Finding("liveness", Severity.WARN, f"no status for {_s(age)} and input end unknown: "
-                                f"cannot tell idle from dead (limit {limit_s:g} s)"))
+        findings.append(
+            Finding(
+                "liveness",
+                Severity.WARN,
+                f"no status for {_s(age)} and input end unknown: cannot tell idle from dead (limit {limit_s:g} s)",
+            )
+        )
     elif lag:
         since = now_ms if waiting_since_ms is None else min(waiting_since_ms, now_ms)
         for t, n in lag_history if waiting_since_ms is None else ():
@@ -198,8 +241,14 @@ def assess(app_def: AppDefinition, slot: Slot, desired: SlotSpec | None, history
                 since = min(since, t) if n > 0 else now_ms
         silence = now_ms - max(last.ts_ms, since)
         if silence > limit_s * 1000:
-            return done(Verdict.DEAD, lag, "liveness", dead, f"no status for {_s(silence)} while {lag:,} records "
-                        f"wait (limit {limit_s:g} s, last record {_s(age)} ago, {last.state.value})")
+            return done(
+                Verdict.DEAD,
+                lag,
+                "liveness",
+                dead,
+                f"no status for {_s(silence)} while {lag:,} records "
+                f"wait (limit {limit_s:g} s, last record {_s(age)} ago, {last.state.value})",
+            )
     if last.state is SlotState.RESTORING:
         if lag != 0:
             waiting = "input end unknown" if lag is None else f"{lag:,} records waiting"
@@ -209,8 +258,14 @@ def assess(app_def: AppDefinition, slot: Slot, desired: SlotSpec | None, history
     # 4. Progress and budgets.
     k = policy.stuck_after_triggers
     if lag and len(progress) >= k and all(r.processed == processed for r in progress[-k:]):
-        findings.append(Finding("stuck", Severity.CRITICAL, f"processed unchanged over the last {k} batches "
-                                f"({progress[-k].batch_id}..{progress[-1].batch_id}) while {lag:,} records wait"))
+        findings.append(
+            Finding(
+                "stuck",
+                Severity.CRITICAL,
+                f"processed unchanged over the last {k} batches "
+                f"({progress[-k].batch_id}..{progress[-1].batch_id}) while {lag:,} records wait",
+            )
+        )
     if lag is not None and lag > policy.max_lag_records:
         findings.append(_lag_finding(lag, lag_history, now_ms, policy))
     findings.extend(_budget_findings(progress, disk_bytes, now_ms, policy))
@@ -224,8 +279,11 @@ def _lag_finding(lag: int, lag_history: Sequence[tuple[int, int]], now_ms: int, 
     series = [n for _, n in earlier] + [lag]
     growing = bool(earlier) and lag > series[0] and all(a <= b for a, b in zip(series, series[1:]))
     trend = f", up from {series[0]:,} {_s(now_ms - earlier[0][0])} ago" if growing else ""
-    return Finding("lag", Severity.CRITICAL if growing else Severity.WARN,
-                   f"lag {lag:,} records (limit {policy.max_lag_records:,}){trend}")
+    return Finding(
+        "lag",
+        Severity.CRITICAL if growing else Severity.WARN,
+        f"lag {lag:,} records (limit {policy.max_lag_records:,}){trend}",
+    )
 
 
 def _same_process(a: StatusRecord, b: StatusRecord) -> bool:
@@ -233,35 +291,63 @@ def _same_process(a: StatusRecord, b: StatusRecord) -> bool:
     return (a.host, a.pid) == (b.host, b.pid)
 
 
-def _budget_findings(progress: list[StatusRecord], disk_bytes: int | None, now_ms: int,
-                     policy: HealthPolicy) -> list[Finding]:
+def _budget_findings(
+    progress: list[StatusRecord], disk_bytes: int | None, now_ms: int, policy: HealthPolicy
+) -> list[Finding]:
     out = []
     window_start = now_ms - policy.recent_window_s * 1000
     in_window = [(prev, r) for prev, r in zip(progress, progress[1:]) if r.ts_ms >= window_start]
     # The first batch of a process is left out: it includes the state restore and warm-up (see restore_ms).
     times = [r.batch_ms for prev, r in in_window if _same_process(prev, r)]
     if len(times) >= policy.min_batch_samples and statistics.median(times) > policy.batch_ms_budget:
-        out.append(Finding("batch_time", Severity.WARN, f"median batch {statistics.median(times):,.0f} ms over the "
-                           f"last {len(times)} batches (budget {policy.batch_ms_budget:,} ms)"))
+        out.append(
+            Finding(
+                "batch_time",
+                Severity.WARN,
+                f"median batch {statistics.median(times):,.0f} ms over the "
+                f"last {len(times)} batches (budget {policy.batch_ms_budget:,} ms)",
+            )
+        )
     rows = progress[-1].state_rows if progress else None
     if rows is not None and rows > policy.state_max_rows:
-        out.append(Finding("state_rows", Severity.WARN,
-                           f"state holds {rows:,} rows (budget {policy.state_max_rows:,})"))
+        out.append(
+            Finding("state_rows", Severity.WARN, f"state holds {rows:,} rows (budget {policy.state_max_rows:,})")
+        )
     if progress and progress[-1].state_bytes > policy.state_max_bytes:
-        out.append(Finding("state_bytes", Severity.WARN,
-                           f"state uses {_mib(progress[-1].state_bytes)} (budget {_mib(policy.state_max_bytes)})"))
+        out.append(
+            Finding(
+                "state_bytes",
+                Severity.WARN,
+                f"state uses {_mib(progress[-1].state_bytes)} (budget {_mib(policy.state_max_bytes)})",
+            )
+        )
     if disk_bytes is not None and disk_bytes > policy.disk_max_bytes:
-        out.append(Finding("disk", Severity.WARN,
-                           f"checkpoint uses {_mib(disk_bytes)} on disk (budget {_mib(policy.disk_max_bytes)})"))
+        out.append(
+            Finding(
+                "disk",
+                Severity.WARN,
+                f"checkpoint uses {_mib(disk_bytes)} on disk (budget {_mib(policy.disk_max_bytes)})",
+            )
+        )
     # dead_letters is a running total per process (back to 0 when it restarts): a batch's count is the
     # difference from the batch before in the same process.
-    bad = sum(r.dead_letters - prev.dead_letters if _same_process(prev, r) and r.dead_letters >= prev.dead_letters
-              else r.dead_letters for prev, r in in_window)
+    bad = sum(
+        r.dead_letters - prev.dead_letters
+        if _same_process(prev, r) and r.dead_letters >= prev.dead_letters
+        else r.dead_letters
+        for prev, r in in_window
+    )
     rows = sum(r.input_rows for _, r in in_window)
     if rows >= policy.dead_letter_min_rows and bad > policy.dead_letter_max_share * rows:
-        out.append(Finding("dead_letters", Severity.WARN, f"{bad:,} of {rows:,} input rows ({bad / rows:.1%}) went to "
-                           f"the dead-letter topic in the last {len(in_window)} batches "
-                           f"(limit {policy.dead_letter_max_share:.0%})"))
+        out.append(
+            Finding(
+                "dead_letters",
+                Severity.WARN,
+                f"{bad:,} of {rows:,} input rows ({bad / rows:.1%}) went to "
+                f"the dead-letter topic in the last {len(in_window)} batches "
+                f"(limit {policy.dead_letter_max_share:.0%})",
+            )
+        )
     return out
 
 
@@ -274,7 +360,7 @@ class RestartAction(str, enum.Enum):
 @dataclass(frozen=True)
 class RestartDecision:
     action: RestartAction
-    at_ms: int       # when a restart is allowed (now for RESTART)
+    at_ms: int  # when a restart is allowed (now for RESTART)
     reason: str
 
 
@@ -288,8 +374,9 @@ def _recent(restarts: Sequence[int], now_ms: int, policy: HealthPolicy) -> list[
 CANNOT_RESUME = "The slot cannot resume from its checkpoint."
 
 
-def decide_restart(restarts_ms: Sequence[int], now_ms: int, policy: HealthPolicy,
-                   last_error: str = "") -> RestartDecision:
+def decide_restart(
+    restarts_ms: Sequence[int], now_ms: int, policy: HealthPolicy, last_error: str = ""
+) -> RestartDecision:
     """What to do with a DEAD slot, given the times of its earlier restarts (persisted by the caller).
 
     On RESTART the caller restarts the slot and appends now_ms to the list. On GIVE_UP it marks the
@@ -301,28 +388,38 @@ def decide_restart(restarts_ms: Sequence[int], now_ms: int, policy: HealthPolicy
     window = f"{policy.restart_window_s:g} s"
     if len(recent) >= policy.max_restarts:
         error = f"; last error: {last_error}" if last_error else ""
-        return RestartDecision(RestartAction.GIVE_UP, now_ms, f"crash loop: {len(recent)} restarts in {window} "
-                               f"(limit {policy.max_restarts}){error}")
+        return RestartDecision(
+            RestartAction.GIVE_UP,
+            now_ms,
+            f"crash loop: {len(recent)} restarts in {window} (limit {policy.max_restarts}){error}",
+        )
     backoff_s = policy.backoff_s(len(recent))
     at_ms = int(recent[-1] + backoff_s * 1000) if recent else now_ms
     if at_ms > now_ms:
-        return RestartDecision(RestartAction.WAIT, at_ms, f"backoff {backoff_s:g} s after restart {len(recent)} "
-                               f"in {window}: next restart in {(at_ms - now_ms) / 1000:.0f} s")
-    return RestartDecision(RestartAction.RESTART, now_ms, f"restart {len(recent) + 1} of {policy.max_restarts} "
-                           f"in {window}")
+        return RestartDecision(
+            RestartAction.WAIT,
+            at_ms,
+            f"backoff {backoff_s:g} s after restart {len(recent)} "
+            f"in {window}: next restart in {(at_ms - now_ms) / 1000:.0f} s",
+        )
+    return RestartDecision(
+        RestartAction.RESTART, now_ms, f"restart {len(recent) + 1} of {policy.max_restarts} in {window}"
+    )
 
 
 def prune_restarts(restarts_ms: Sequence[int], now_ms: int, policy: HealthPolicy) -> list[int]:
     """The restarts the guard still counts (inside the window), oldest first; at most max_restarts kept."""
-    return _recent(restarts_ms, now_ms, policy)[-policy.max_restarts:]
+    return _recent(restarts_ms, now_ms, policy)[-policy.max_restarts :]
 
 
 def summarize(healths: Sequence[SlotHealth]) -> str:
     """A table for the task log: one line per slot, then its findings indented below it."""
     counts = {v: sum(h.verdict is v for h in healths) for v in Verdict}
     head = ", ".join(f"{n} {v.value}" for v, n in counts.items() if n)
-    lines = [f"baton_health: {len(healths)} slot(s): {head or 'none'}",
-             f"{'APP':<24} {'SLOT':<6} {'VERDICT':<9} {'BATCH':>8} {'LAG':>12} {'LAST':>8}"]
+    lines = [
+        f"baton_health: {len(healths)} slot(s): {head or 'none'}",
+        f"{'APP':<24} {'SLOT':<6} {'VERDICT':<9} {'BATCH':>8} {'LAG':>12} {'LAST':>8}",
+    ]
     for h in sorted(healths, key=lambda h: (h.app, h.slot.value)):
         batch = str(h.last.batch_id) if h.last is not None and h.last.batch_id >= 0 else "-"
         lag = f"{h.lag:,}" if h.lag is not None else "-"

@@ -25,16 +25,16 @@ class HealthPolicy:
     # Ten completed batches in a row with no progress while input waits is not one slow or replayed batch.
     stuck_after_triggers: int = 10
     max_lag_records: int = 200_000
-    lag_window_s: float = 600.0         # growth is judged over the last ~10 runs of the every-minute DAG
+    lag_window_s: float = 600.0  # growth is judged over the last ~10 runs of the every-minute DAG
     batch_ms_budget: int = 2000
-    recent_window_s: float = 300.0      # only batches this recent count for the batch-time and dead-letter rules
-    min_batch_samples: int = 3          # a median of one or two batches is just noise
+    recent_window_s: float = 300.0  # only batches this recent count for the batch-time and dead-letter rules
+    min_batch_samples: int = 3  # a median of one or two batches is just noise
     state_max_rows: int = 5_000_000
     state_max_bytes: int = 2 * 1024**3
     disk_max_bytes: int = 6 * 1024**3
     # Some malformed events are normal; one in twenty means a producer or schema change broke the input.
     dead_letter_max_share: float = 0.05
-    dead_letter_min_rows: int = 100     # do not compute a share from a few rows (1 bad row in 3 is not "33%")
+    dead_letter_min_rows: int = 100  # do not compute a share from a few rows (1 bad row in 3 is not "33%")
     clock_skew_tolerance_s: float = 5.0
     # Restarts wait 0, 30, 60 s... A slot that dies three times in ten minutes will die again: FAILED with
     # its reason is better than an endless series of restore pauses (and output gaps while it is active).
@@ -44,19 +44,35 @@ class HealthPolicy:
     restart_window_s: float = 600.0
 
     def __post_init__(self) -> None:
-        for name in ("heartbeat_max_age_s", "start_grace_s", "restore_max_s", "stuck_after_triggers", "max_lag_records",
-                     "batch_ms_budget", "state_max_rows", "state_max_bytes", "disk_max_bytes", "max_restarts",
-                     "restart_window_s", "restart_backoff_s", "lag_window_s", "recent_window_s",
-                     "dead_letter_max_share", "min_batch_samples"):
+        for name in (
+            "heartbeat_max_age_s",
+            "start_grace_s",
+            "restore_max_s",
+            "stuck_after_triggers",
+            "max_lag_records",
+            "batch_ms_budget",
+            "state_max_rows",
+            "state_max_bytes",
+            "disk_max_bytes",
+            "max_restarts",
+            "restart_window_s",
+            "restart_backoff_s",
+            "lag_window_s",
+            "recent_window_s",
+            "dead_letter_max_share",
+            "min_batch_samples",
+        ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"HealthPolicy.{name} must be > 0, got {getattr(self, name)}")
         # The guard counts restarts inside the window. If the backoffs alone spread N restarts wider than
         # the window, the count never reaches N and a crash loop would go on forever.
         spread = sum(self.backoff_s(k) for k in range(1, self.max_restarts))
         if spread >= self.restart_window_s:
-            raise ValueError(f"HealthPolicy.restart_window_s={self.restart_window_s:g} must exceed the {spread:g} s "
-                             f"that backoff puts between {self.max_restarts} restarts, "
-                             "or the crash-loop guard never trips")
+            raise ValueError(
+                f"HealthPolicy.restart_window_s={self.restart_window_s:g} must exceed the {spread:g} s "
+                f"that backoff puts between {self.max_restarts} restarts, "
+                "or the crash-loop guard never trips"
+            )
 
     def backoff_s(self, recent_restarts: int) -> float:
         """How long to wait after the last restart when `recent_restarts` are in the window: 0, b, 2b, 4b ... cap."""
@@ -72,7 +88,12 @@ class HealthPolicy:
         # The checkpoint holds the live RocksDB files plus the snapshots and changelogs kept for
         # min_batches_to_retain. Three times the state budget leaves room for that and for compaction,
         # and still catches retention that grows without limit (the seed's disk lesson).
-        base = dict(heartbeat_max_age_s=heartbeat, batch_ms_budget=app.batch_ms_budget,
-                    max_lag_records=app.max_lag_records, state_max_rows=app.state.max_rows,
-                    state_max_bytes=app.state.max_bytes, disk_max_bytes=3 * app.state.max_bytes)
+        base = dict(
+            heartbeat_max_age_s=heartbeat,
+            batch_ms_budget=app.batch_ms_budget,
+            max_lag_records=app.max_lag_records,
+            state_max_rows=app.state.max_rows,
+            state_max_bytes=app.state.max_bytes,
+            disk_max_bytes=3 * app.state.max_bytes,
+        )
         return cls(**{**base, **app.health, **overrides})

@@ -21,10 +21,12 @@ from baton.records import ControlRecord, InvariantsCheck, StatusRecord
 def ask_invariants(asked: str):
     """Change: the standby checks the app's invariants on its state once for the request `asked` (a new
     id asks again; the same one, a retried write, is a no-op)."""
+
     def change(rec: ControlRecord) -> ControlRecord:
         if rec.invariants_asked == asked:
             return rec
         return dataclasses.replace(rec, invariants_asked=asked)
+
     return change
 
 
@@ -32,10 +34,12 @@ def answered(asked: str):
     """Change: the request `asked` was answered; no later launch of the standby answers it again (a new
     launch starts without an answer and would read its state once more). A newer request is kept. A
     role change clears any request too (baton.handoff): a check judges a standby's state."""
+
     def change(rec: ControlRecord) -> ControlRecord:
         if rec.invariants_asked != asked:
             return rec
         return dataclasses.replace(rec, invariants_asked="")
+
     return change
 
 
@@ -57,12 +61,15 @@ def answer_check(history: Sequence[StatusRecord], asked: str, generation: int, n
     if not own:
         return Check(message=f"no status from generation {generation} yet")
     last = own[-1]
-    return Check(message=f"no answer yet; generation {generation} last reported {last.state.value} at batch "
-                         f"{last.batch_id}, {max(0, now_ms - last.ts_ms) / 1000:.0f} s ago")
+    return Check(
+        message=f"no answer yet; generation {generation} last reported {last.state.value} at batch "
+        f"{last.batch_id}, {max(0, now_ms - last.ts_ms) / 1000:.0f} s ago"
+    )
 
 
 def violations_text(check: InvariantsCheck) -> str:
     """What a failed check found, for the run's reason."""
     examples = "; ".join(check.examples)
     return f"{check.violations} violation(s) in {check.rows} state rows of batch {check.batch_id}" + (
-        f", e.g. {examples}" if examples else "")
+        f", e.g. {examples}" if examples else ""
+    )

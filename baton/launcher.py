@@ -131,17 +131,19 @@ class LaunchSpec:
             raise ValueError(f"field 'slot': {self.slot!r} is not one of {[s.value for s in Slot]}") from None
         if not isinstance(self.generation, int) or self.generation < 0:
             raise ValueError(f"field 'generation': {self.generation!r} must be an integer >= 0")
-        if not isinstance(self.bootstrap, str) or not all(
-                _HOST_PORT.match(part) for part in self.bootstrap.split(",")):
+        if not isinstance(self.bootstrap, str) or not all(_HOST_PORT.match(part) for part in self.bootstrap.split(",")):
             raise ValueError(f"field 'bootstrap': {self.bootstrap!r} must be host:port[,host:port...]")
         backend_of(self.master)
         for k, v in self.conf.items():
             if not isinstance(k, str) or not k or "=" in k or not isinstance(v, str):
-                raise ValueError(f"field 'conf': {k!r}={v!r} must be a non-empty string key without '=' "
-                                 "and a string value")
+                raise ValueError(
+                    f"field 'conf': {k!r}={v!r} must be a non-empty string key without '=' and a string value"
+                )
         if self.conf.get("spark.master", self.master) != self.master:
-            raise ValueError(f"field 'conf': spark.master={self.conf['spark.master']!r} contradicts "
-                             f"master={self.master!r}; set the master once, in 'master'")
+            raise ValueError(
+                f"field 'conf': spark.master={self.conf['spark.master']!r} contradicts "
+                f"master={self.master!r}; set the master once, in 'master'"
+            )
         if not self.starting_offsets:
             raise ValueError("field 'starting_offsets': must not be empty")
         if self.state_dir is not None:
@@ -188,8 +190,10 @@ class SlotProcess:
             raw["slot"] = Slot(raw["slot"])
             return cls(**raw)
         except (ValueError, TypeError, KeyError) as exc:
-            raise LaunchError(f"{where}: unreadable slot identity record ({exc}); it was left in place "
-                              "for inspection: check whether its pid still runs, then remove it") from None
+            raise LaunchError(
+                f"{where}: unreadable slot identity record ({exc}); it was left in place "
+                "for inspection: check whether its pid still runs, then remove it"
+            ) from None
 
 
 @dataclass(frozen=True)
@@ -237,19 +241,41 @@ def driver_argv(spec: LaunchSpec, app: AppDefinition, state_dir: Path, python: s
     """`python -m spark_apps.runtime.run ...`: the slot's driver, for local and standalone masters."""
     backend = backend_of(spec.master)
     if backend == "kubernetes":
-        raise LaunchError("master k8s://...: Kubernetes is a documented backend (docs/backends.md) that "
-                          "this launcher does not start; use local[N] or spark://host:port")
-    argv = [python, "-m", "spark_apps.runtime.run", "--app", str(spec.definition_path),
-            "--slot", spec.slot.value, "--generation", str(spec.generation), "--bootstrap", spec.bootstrap,
-            "--state-dir", str(state_dir), "--starting-offsets", spec.starting_offsets]
+        raise LaunchError(
+            "master k8s://...: Kubernetes is a documented backend (docs/backends.md) that "
+            "this launcher does not start; use local[N] or spark://host:port"
+        )
+    argv = [
+        python,
+        "-m",
+        "spark_apps.runtime.run",
+        "--app",
+        str(spec.definition_path),
+        "--slot",
+        spec.slot.value,
+        "--generation",
+        str(spec.generation),
+        "--bootstrap",
+        spec.bootstrap,
+        "--state-dir",
+        str(state_dir),
+        "--starting-offsets",
+        spec.starting_offsets,
+    ]
     for k, v in driver_conf(spec, python).items():
         argv += ["--conf", f"{k}={v}"]
     return argv
 
 
 class Launcher:
-    def __init__(self, state_dir: Path, argv_builder: ArgvBuilder = driver_argv, python: str = sys.executable,
-                 lock_timeout_s: float = 120.0, spawn_timeout_s: float = 30.0):
+    def __init__(
+        self,
+        state_dir: Path,
+        argv_builder: ArgvBuilder = driver_argv,
+        python: str = sys.executable,
+        lock_timeout_s: float = 120.0,
+        spawn_timeout_s: float = 30.0,
+    ):
         self.state_dir = Path(state_dir).resolve()
         self.argv_builder = argv_builder
         self.python = python
@@ -284,8 +310,10 @@ class Launcher:
             deadline = time.monotonic() + self.lock_timeout_s
             while not _try_flock(fh):
                 if time.monotonic() > deadline:
-                    raise LaunchError(f"{path} is held by another start/stop of {app}/{slot.value} for "
-                                      f"more than {self.lock_timeout_s:.0f}s")
+                    raise LaunchError(
+                        f"{path} is held by another start/stop of {app}/{slot.value} for "
+                        f"more than {self.lock_timeout_s:.0f}s"
+                    )
                 time.sleep(0.1)
             try:
                 yield
@@ -306,9 +334,11 @@ class Launcher:
 
     def _check_host(self, rec: SlotProcess) -> None:
         if rec.host != self.host:
-            raise ForeignHost(f"{rec.app}/{rec.slot.value} was launched on host {rec.host!r} (pid {rec.pid}); "
-                              f"this is {self.host!r}: start/stop it there, or remove "
-                              f"{self.record_file(rec.app, rec.slot)} once that driver is known to be gone")
+            raise ForeignHost(
+                f"{rec.app}/{rec.slot.value} was launched on host {rec.host!r} (pid {rec.pid}); "
+                f"this is {self.host!r}: start/stop it there, or remove "
+                f"{self.record_file(rec.app, rec.slot)} once that driver is known to be gone"
+            )
 
     def _completed(self, rec: SlotProcess, wait_s: float = 0.0, pid_name: str = "driver.pid") -> SlotProcess:
         """rec with its pid, taken from the wrapper's pid file if the launcher did not record it."""
@@ -380,8 +410,10 @@ class Launcher:
             self._spawn(intent)
             rec = self._completed(intent, wait_s=self.spawn_timeout_s)
             if rec.pid is None:
-                raise LaunchError(f"{app.name}/{spec.slot.value}: the driver's wrapper did not report its pid "
-                                  f"within {self.spawn_timeout_s:.0f}s; see {intent.log_path}:\n{tail(Path(intent.log_path))}")
+                raise LaunchError(
+                    f"{app.name}/{spec.slot.value}: the driver's wrapper did not report its pid "
+                    f"within {self.spawn_timeout_s:.0f}s; see {intent.log_path}:\n{tail(Path(intent.log_path))}"
+                )
             self._write_record(rec)
             return rec
 
@@ -389,32 +421,49 @@ class Launcher:
         """A new launch's identity before it is spawned (no pid yet)."""
         slot_dir = self.slot_dir(app.name, spec.slot)
         return SlotProcess(
-            app=app.name, slot=spec.slot, generation=spec.generation, version=app.version,
-            definition=str(spec.definition_path), master=spec.master, launch_id=uuid.uuid4().hex,
-            argv=argv, log_path=str(slot_dir / "driver.log"), exit_file=str(slot_dir / "driver.exit.json"),
-            host=self.host, launched_at=time.time(), client_config_file=spec.client_config_file,
+            app=app.name,
+            slot=spec.slot,
+            generation=spec.generation,
+            version=app.version,
+            definition=str(spec.definition_path),
+            master=spec.master,
+            launch_id=uuid.uuid4().hex,
+            argv=argv,
+            log_path=str(slot_dir / "driver.log"),
+            exit_file=str(slot_dir / "driver.exit.json"),
+            host=self.host,
+            launched_at=time.time(),
+            client_config_file=spec.client_config_file,
         )
 
     @staticmethod
     def _launch_differs(rec: SlotProcess, spec: LaunchSpec, app: AppDefinition) -> dict[str, tuple]:
-        wanted = {"generation": spec.generation, "version": app.version, "definition": str(spec.definition_path),
-                  "master": spec.master}
+        wanted = {
+            "generation": spec.generation,
+            "version": app.version,
+            "definition": str(spec.definition_path),
+            "master": spec.master,
+        }
         return {k: (getattr(rec, k), v) for k, v in wanted.items() if getattr(rec, k) != v}
 
     def _check_same_launch(self, rec: SlotProcess, spec: LaunchSpec, app: AppDefinition) -> None:
         differs = self._launch_differs(rec, spec, app)
         if differs:
             what = ", ".join(f"{k} {have!r} (asked {want!r})" for k, (have, want) in differs.items())
-            raise SlotBusy(f"{rec.app}/{rec.slot.value} already runs pid {rec.pid} with {what}; "
-                           "stop it before starting a different launch in this slot")
+            raise SlotBusy(
+                f"{rec.app}/{rec.slot.value} already runs pid {rec.pid} with {what}; "
+                "stop it before starting a different launch in this slot"
+            )
 
     def _live_launch_ids(self, app: str, slot: Slot) -> set[str]:
         """The launches of the slot that may still run: the recorded one and a staged one, each if its
         lock is held or a process of it is left."""
         live = set()
         slot_dir = self.slot_dir(app, slot)
-        for record, lock, pid_name in ((self.record_file(app, slot), "driver.lock", "driver.pid"),
-                                       (slot_dir / STAGED_RECORD, STAGED_LOCK, STAGED_PID)):
+        for record, lock, pid_name in (
+            (self.record_file(app, slot), "driver.lock", "driver.pid"),
+            (slot_dir / STAGED_RECORD, STAGED_LOCK, STAGED_PID),
+        ):
             try:
                 rec = SlotProcess.from_json(record.read_text(), str(record))
             except FileNotFoundError:
@@ -452,31 +501,58 @@ class Launcher:
             env["PYSPARK_PYTHON"] = self.python  # else the environment's (e.g. the cluster image's python3)
         staged = " (staged: held until it is the slot's recorded launch)" if lock_name != "driver.lock" else ""
         with open(rec.log_path, "ab") as log, open(slot_dir / lock_name, "a+") as lock:
-            log.write(f"[baton] launch {rec.launch_id}{staged} of {rec.app}/{rec.slot.value} generation {rec.generation} "
-                      f"on {rec.master} at {time.strftime('%Y-%m-%dT%H:%M:%S%z')}\n".encode())
+            log.write(
+                f"[baton] launch {rec.launch_id}{staged} of {rec.app}/{rec.slot.value} generation {rec.generation} "
+                f"on {rec.master} at {time.strftime('%Y-%m-%dT%H:%M:%S%z')}\n".encode()
+            )
             log.flush()
             deadline = time.monotonic() + 2  # a concurrent find() may be probing the lock
             while not _try_flock(lock):
                 if time.monotonic() < deadline:
                     time.sleep(0.05)
                     continue
-                raise LaunchError(f"{slot_dir / lock_name} is held: a launch of {rec.app}/{rec.slot.value} "
-                                  "is alive although its identity record says otherwise")
-            wrapper = [self.python, "-m", "baton.driver_wrapper", "--log", rec.log_path,
-                       "--pid-file", str(slot_dir / pid_name), "--exit-file", rec.exit_file,
-                       "--lock-fd", str(lock.fileno()), "--", *rec.argv]
+                raise LaunchError(
+                    f"{slot_dir / lock_name} is held: a launch of {rec.app}/{rec.slot.value} "
+                    "is alive although its identity record says otherwise"
+                )
+            wrapper = [
+                self.python,
+                "-m",
+                "baton.driver_wrapper",
+                "--log",
+                rec.log_path,
+                "--pid-file",
+                str(slot_dir / pid_name),
+                "--exit-file",
+                rec.exit_file,
+                "--lock-fd",
+                str(lock.fileno()),
+                "--",
+                *rec.argv,
+            ]
             # The lock's file description goes to the wrapper; closing our copy (never unlocking:
             # that would release it for the wrapper too) leaves it held by the launch alone.
-            proc = subprocess.Popen(wrapper, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env,
-                                    cwd=REPO_ROOT, start_new_session=True, pass_fds=(lock.fileno(),))
+            proc = subprocess.Popen(
+                wrapper,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                env=env,
+                cwd=REPO_ROOT,
+                start_new_session=True,
+                pass_fds=(lock.fileno(),),
+            )
         try:
             proc.wait(self.spawn_timeout_s)  # the wrapper forks and exits at once
         except subprocess.TimeoutExpired:
-            raise LaunchError(f"{rec.app}/{rec.slot.value}: the driver's wrapper did not detach; "
-                              f"see {rec.log_path}") from None
+            raise LaunchError(
+                f"{rec.app}/{rec.slot.value}: the driver's wrapper did not detach; see {rec.log_path}"
+            ) from None
         if proc.returncode != 0:
-            raise LaunchError(f"{rec.app}/{rec.slot.value}: the driver's wrapper failed (exit {proc.returncode}); "
-                              f"see {rec.log_path}:\n{tail(Path(rec.log_path))}")
+            raise LaunchError(
+                f"{rec.app}/{rec.slot.value}: the driver's wrapper failed (exit {proc.returncode}); "
+                f"see {rec.log_path}:\n{tail(Path(rec.log_path))}"
+            )
 
     # --- staged next launch -------------------------------------------------------------------
     def stage(self, spec: LaunchSpec, hold_timeout_s: float = 600.0) -> SlotProcess | None:
@@ -498,16 +574,23 @@ class Launcher:
                     return staged
                 self._discard(staged)
             slot_dir = self.slot_dir(app.name, spec.slot)
-            argv = [*self.argv_builder(spec, app, state_dir, self.python),
-                    HOLD_ARG, str(self.record_file(app.name, spec.slot)), HOLD_TIMEOUT_ARG, f"{hold_timeout_s:g}"]
+            argv = [
+                *self.argv_builder(spec, app, state_dir, self.python),
+                HOLD_ARG,
+                str(self.record_file(app.name, spec.slot)),
+                HOLD_TIMEOUT_ARG,
+                f"{hold_timeout_s:g}",
+            ]
             intent = self._intent(spec, app, argv)
             (slot_dir / STAGED_PID).unlink(missing_ok=True)
             write_json_text(slot_dir / STAGED_RECORD, intent.to_json())  # intent first, as for a launch
             self._spawn(intent, lock_name=STAGED_LOCK, pid_name=STAGED_PID)
             rec = self._completed(intent, wait_s=self.spawn_timeout_s, pid_name=STAGED_PID)
             if rec.pid is None:
-                raise LaunchError(f"{app.name}/{spec.slot.value}: the staged driver's wrapper did not report its "
-                                  f"pid within {self.spawn_timeout_s:.0f}s; see {intent.log_path}")
+                raise LaunchError(
+                    f"{app.name}/{spec.slot.value}: the staged driver's wrapper did not report its "
+                    f"pid within {self.spawn_timeout_s:.0f}s; see {intent.log_path}"
+                )
             write_json_text(slot_dir / STAGED_RECORD, rec.to_json())
             return rec
 
@@ -564,8 +647,9 @@ class Launcher:
         for pid in [staged.pid] if staged.pid in live else live:
             _signal(pid, signal.SIGTERM)
         deadline = time.monotonic() + grace_s
-        while (self._held(staged.app, staged.slot, STAGED_LOCK) or self._leftovers(staged)) \
-                and time.monotonic() < deadline:
+        while (
+            self._held(staged.app, staged.slot, STAGED_LOCK) or self._leftovers(staged)
+        ) and time.monotonic() < deadline:
             time.sleep(0.2)
         for pid in self._leftovers(staged):
             _signal(pid, signal.SIGKILL)
@@ -580,11 +664,13 @@ class Launcher:
             return None
         if raw.get("launch_id") != rec.launch_id:
             return None
-        return ExitInfo(code=raw.get("code"), ended_at=raw.get("ended_at"),
-                        killed_by_stop=bool(raw.get("killed_by_stop")))
+        return ExitInfo(
+            code=raw.get("code"), ended_at=raw.get("ended_at"), killed_by_stop=bool(raw.get("killed_by_stop"))
+        )
 
-    def stop(self, app: str, slot: Slot | str, grace_s: float = 60.0, self_stop_s: float = 0.0,
-             keep_staged: bool = False) -> StopResult:
+    def stop(
+        self, app: str, slot: Slot | str, grace_s: float = 60.0, self_stop_s: float = 0.0, keep_staged: bool = False
+    ) -> StopResult:
         """Stop the slot: wait up to self_stop_s for it to end by itself, then SIGTERM (a graceful stop
         at a batch boundary), then SIGKILL whatever is left after grace_s. A staged next launch is
         discarded too, unless keep_staged (the restart that staged it stops the slot to promote it).
@@ -628,12 +714,22 @@ class Launcher:
                     _signal(pid, signal.SIGKILL)
                 time.sleep(0.1)
             if not self._wait_gone(rec, 5):
-                raise LaunchError(f"{app}/{slot.value}: launch {rec.launch_id} still alive after SIGKILL "
-                                  f"(processes {self._leftovers(rec)})")
+                raise LaunchError(
+                    f"{app}/{slot.value}: launch {rec.launch_id} still alive after SIGKILL "
+                    f"(processes {self._leftovers(rec)})"
+                )
             if self.exit_info(rec) is None:
-                write_json_text(Path(rec.exit_file), json.dumps(
-                    {"launch_id": rec.launch_id, "code": -signal.SIGKILL, "ended_at": time.time(),
-                     "killed_by_stop": True}))
+                write_json_text(
+                    Path(rec.exit_file),
+                    json.dumps(
+                        {
+                            "launch_id": rec.launch_id,
+                            "code": -signal.SIGKILL,
+                            "ended_at": time.time(),
+                            "killed_by_stop": True,
+                        }
+                    ),
+                )
         return StopResult(True, graceful, self.exit_info(rec), rec.pid)
 
     def _wait_gone(self, rec: SlotProcess, timeout_s: float) -> bool:
@@ -656,6 +752,7 @@ class Launcher:
 
 
 # --- helpers ------------------------------------------------------------------------------------------
+
 
 def write_json_text(path: Path, text: str) -> None:
     tmp = path.with_name(path.name + ".tmp")

@@ -44,15 +44,15 @@ RELEASED = (SlotState.STOPPING, SlotState.STOPPED)
 class Lease:
     app: str
     slot: Slot
-    launch: str          # the launch renewing it (BATON_LAUNCH_ID): a restart is a new launch
+    launch: str  # the launch renewing it (BATON_LAUNCH_ID): a restart is a new launch
     host: str
     pid: int
-    pid_start: int       # the process's start time (clock ticks since boot, /proc/<pid>/stat): pids are reused
+    pid_start: int  # the process's start time (clock ticks since boot, /proc/<pid>/stat): pids are reused
     state: SlotState
     role: Role
     epoch_seen: int
-    seq: int             # renewals of this launch so far
-    ts_ms: int           # when the renewal was made, by the renewer's clock
+    seq: int  # renewals of this launch so far
+    ts_ms: int  # when the renewal was made, by the renewer's clock
     ttl_ms: int
     interval_ms: int
 
@@ -72,13 +72,21 @@ class Lease:
     def from_bytes(cls, raw: bytes | None) -> Lease:
         d, what = _load(raw, "lease"), "lease"
         try:
-            return cls(app=_req(d, "app", str, what), slot=Slot(_req(d, "slot", str, what)),
-                       launch=_req(d, "launch", str, what), host=_req(d, "host", str, what),
-                       pid=_req(d, "pid", int, what), pid_start=_req(d, "pid_start", int, what),
-                       state=SlotState(_req(d, "state", str, what)), role=Role(_req(d, "role", str, what)),
-                       epoch_seen=_req(d, "epoch_seen", int, what), seq=_req(d, "seq", int, what),
-                       ts_ms=_req(d, "ts_ms", int, what), ttl_ms=_req(d, "ttl_ms", int, what),
-                       interval_ms=_req(d, "interval_ms", int, what))
+            return cls(
+                app=_req(d, "app", str, what),
+                slot=Slot(_req(d, "slot", str, what)),
+                launch=_req(d, "launch", str, what),
+                host=_req(d, "host", str, what),
+                pid=_req(d, "pid", int, what),
+                pid_start=_req(d, "pid_start", int, what),
+                state=SlotState(_req(d, "state", str, what)),
+                role=Role(_req(d, "role", str, what)),
+                epoch_seen=_req(d, "epoch_seen", int, what),
+                seq=_req(d, "seq", int, what),
+                ts_ms=_req(d, "ts_ms", int, what),
+                ttl_ms=_req(d, "ttl_ms", int, what),
+                interval_ms=_req(d, "interval_ms", int, what),
+            )
         except ValueError as exc:
             if isinstance(exc, RecordError):
                 raise
@@ -114,8 +122,8 @@ class LeaseJudge:
 
     def __init__(self, app: str, me: Slot, launch: str, interval_ms: int):
         self.app, self.me, self.launch, self.interval_ms = app, me, launch, interval_ms
-        self.other: Lease | None = None      # the other slot's newest lease
-        self.mine: Lease | None = None       # this launch's newest renewal seen in the log
+        self.other: Lease | None = None  # the other slot's newest lease
+        self.mine: Lease | None = None  # this launch's newest renewal seen in the log
         self._chain: tuple[int, int] | None = None  # (first, last) ts of my unbroken renewals since the other's
         self._after_gap = False  # the chain began after a gap in my own renewals (a stall) since the other's last
 
@@ -165,9 +173,16 @@ def process_gone(lease: Lease, host: str, start_of) -> bool:
     return started is None or started != lease.pid_start
 
 
-def decide_takeover(control: ControlRecord | None, me: Slot, my_state: SlotState, judge: LeaseJudge,
-                    active_gone: bool, processed: Positions | None, emitted: Positions,
-                    max_lag_records: int) -> Takeover:
+def decide_takeover(
+    control: ControlRecord | None,
+    me: Slot,
+    my_state: SlotState,
+    judge: LeaseJudge,
+    active_gone: bool,
+    processed: Positions | None,
+    emitted: Positions,
+    max_lag_records: int,
+) -> Takeover:
     """Whether the standby `me` takes the active role now (the caller fences the writer, reads the
     final emitted position and writes the control record: spark_apps.runtime.coordination.lease).
 
@@ -203,11 +218,16 @@ def decide_takeover(control: ControlRecord | None, me: Slot, my_state: SlotState
         return Takeover(False, f"this standby processed past what the active emitted {past}")
     short = sum(max(0, o - processed.get(p, 0)) for p, o in emitted.items())
     if short > max_lag_records:
-        return Takeover(False, f"this standby is {short} records behind the active's output "
-                               f"(more than max_lag_records {max_lag_records})")
-    why = (f"the active's process (pid {lease.pid} on {lease.host}) is gone" if active_gone else
-           f"the active's lease expired: no renewal for {silent / 1000:.1f} s (ttl {lease.ttl_ms / 1000:g} s) "
-           f"while {me.value} renewed")
+        return Takeover(
+            False,
+            f"this standby is {short} records behind the active's output (more than max_lag_records {max_lag_records})",
+        )
+    why = (
+        f"the active's process (pid {lease.pid} on {lease.host}) is gone"
+        if active_gone
+        else f"the active's lease expired: no renewal for {silent / 1000:.1f} s (ttl {lease.ttl_ms / 1000:g} s) "
+        f"while {me.value} renewed"
+    )
     return Takeover(True, why)
 
 
@@ -222,7 +242,7 @@ def proc_start_ticks(pid: int) -> int | None:
         return None
     # The command name (field 2) may hold spaces and parentheses: split after its last ')'. Then the
     # state (field 3) and, 19 fields on, the start time (field 22).
-    rest = stat[stat.rindex(b")") + 2:].split()
+    rest = stat[stat.rindex(b")") + 2 :].split()
     if rest[0] in (b"Z", b"X"):
         return None
     return int(rest[19])

@@ -22,9 +22,18 @@ SLOT_GAUGES = (
     ("baton_slot_lag_records", "Input records not yet processed by the slot", "lag_records", 1),
     ("baton_slot_lag_seconds", "The backlog at the slot's recent input rate (estimate)", "lag_s", 1),
     ("baton_slot_batch_duration_seconds", "The slot's last batch, trigger to commit", "batch_ms", 0.001),
-    ("baton_slot_latency_seconds", "End-to-end latency at the slot's last batch: its oldest input record's "
-     "timestamp to the batch's end", "latency_ms", 0.001),
-    ("baton_slot_latency_newest_seconds", "The same for the last batch's newest input record", "latency_newest_ms", 0.001),
+    (
+        "baton_slot_latency_seconds",
+        "End-to-end latency at the slot's last batch: its oldest input record's timestamp to the batch's end",
+        "latency_ms",
+        0.001,
+    ),
+    (
+        "baton_slot_latency_newest_seconds",
+        "The same for the last batch's newest input record",
+        "latency_newest_ms",
+        0.001,
+    ),
     ("baton_slot_input_rate", "Records per second arriving, over the slot's last batch", "input_rate", 1),
     ("baton_slot_processing_rate", "Records per second the slot processed in its last batch", "processing_rate", 1),
     ("baton_slot_state_rows", "Rows in the slot's state store", "state_rows", 1),
@@ -52,27 +61,43 @@ class ViewCollector(Collector):
                 if value is not None:
                     g.add_metric([v.app, s.slot], value * scale)
             yield g
-        active = GaugeMetricFamily("baton_slot_active", "1 if the slot is the app's active slot", labels=["app", "slot"])
-        up = GaugeMetricFamily("baton_slot_desired_running", "1 if the control plane wants the slot running",
-                               labels=["app", "slot"])
-        state = GaugeMetricFamily("baton_slot_state", "1 for the state the slot last reported",
-                                  labels=["app", "slot", "state"])
+        active = GaugeMetricFamily(
+            "baton_slot_active", "1 if the slot is the app's active slot", labels=["app", "slot"]
+        )
+        up = GaugeMetricFamily(
+            "baton_slot_desired_running", "1 if the control plane wants the slot running", labels=["app", "slot"]
+        )
+        state = GaugeMetricFamily(
+            "baton_slot_state", "1 for the state the slot last reported", labels=["app", "slot", "state"]
+        )
         for v, s in slots:
             active.add_metric([v.app, s.slot], 1.0 if s.role == "active" else 0.0)
             up.add_metric([v.app, s.slot], 1.0 if s.desired == "running" else 0.0)
             if s.state:
                 state.add_metric([v.app, s.slot, s.state], 1.0)
         yield from (active, up, state)
-        epoch = GaugeMetricFamily("baton_app_epoch", "The app's control epoch (one more per cutover or failover)",
-                                  labels=["app"])
-        fenced = GaugeMetricFamily("baton_app_fenced", "1 while a handoff's fence holds the app's output", labels=["app"])
-        handoffs = CounterMetricFamily("baton_handoffs", "Handoffs in the control history read (cutover, failover, fence lifted: abandoned)",
-                                       labels=["app", "kind"])
-        took = SummaryMetricFamily("baton_handoff_duration_seconds", "Handoffs from their fence set to the epoch's "
-                                   "change (cutover, failover) or to the fence lifted without one (abandoned)",
-                                   labels=["app", "kind"])
-        last = GaugeMetricFamily("baton_last_handoff_duration_seconds", "The app's last handoff of each kind, fence "
-                                 "set to its end", labels=["app", "kind"])
+        epoch = GaugeMetricFamily(
+            "baton_app_epoch", "The app's control epoch (one more per cutover or failover)", labels=["app"]
+        )
+        fenced = GaugeMetricFamily(
+            "baton_app_fenced", "1 while a handoff's fence holds the app's output", labels=["app"]
+        )
+        handoffs = CounterMetricFamily(
+            "baton_handoffs",
+            "Handoffs in the control history read (cutover, failover, fence lifted: abandoned)",
+            labels=["app", "kind"],
+        )
+        took = SummaryMetricFamily(
+            "baton_handoff_duration_seconds",
+            "Handoffs from their fence set to the epoch's "
+            "change (cutover, failover) or to the fence lifted without one (abandoned)",
+            labels=["app", "kind"],
+        )
+        last = GaugeMetricFamily(
+            "baton_last_handoff_duration_seconds",
+            "The app's last handoff of each kind, fence set to its end",
+            labels=["app", "kind"],
+        )
         for v in self.views:
             if not v.revision:
                 continue

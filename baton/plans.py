@@ -73,12 +73,14 @@ class Plan:
             return raw
         name = cls.__name__
         if not isinstance(raw, Mapping):
-            raise PlanError(f"{name}: expected the previous step's plan (an object), got {raw!r:.200}; "
-                            "did that step succeed?")
+            raise PlanError(
+                f"{name}: expected the previous step's plan (an object), got {raw!r:.200}; did that step succeed?"
+            )
         hints = typing.get_type_hints(cls)
         values, missing = {}, []
-        raw = {field: raw[old] for field, olds in cls.aliases.items() for old in olds
-               if field not in raw and old in raw} | dict(raw)
+        raw = {
+            field: raw[old] for field, olds in cls.aliases.items() for old in olds if field not in raw and old in raw
+        } | dict(raw)
         for f in dataclasses.fields(cls):
             if f.name not in raw:
                 if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:

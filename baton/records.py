@@ -115,8 +115,14 @@ class Handoff:
     ts_ms: int = 0
 
     def to_json(self) -> dict[str, Any]:
-        return {"id": self.id, "epoch": self.epoch, "fence": positions_to_json(self.fence), "to": self.to.value,
-                "reason": self.reason, "ts_ms": self.ts_ms}
+        return {
+            "id": self.id,
+            "epoch": self.epoch,
+            "fence": positions_to_json(self.fence),
+            "to": self.to.value,
+            "reason": self.reason,
+            "ts_ms": self.ts_ms,
+        }
 
     @classmethod
     def from_json(cls, raw: Any) -> Handoff | None:
@@ -125,10 +131,14 @@ class Handoff:
         what = "control record field 'handoff'"
         if not isinstance(raw, dict):
             raise RecordError(f"{what}: expected an object")
-        return cls(id=_req(raw, "id", str, what), epoch=_req(raw, "epoch", int, what),
-                   fence=positions_from_json(_req(raw, "fence", dict, what), what) or {},
-                   to=Slot(_req(raw, "to", str, what)), reason=str(raw.get("reason", "")),
-                   ts_ms=int(raw.get("ts_ms", 0)))
+        return cls(
+            id=_req(raw, "id", str, what),
+            epoch=_req(raw, "epoch", int, what),
+            fence=positions_from_json(_req(raw, "fence", dict, what), what) or {},
+            to=Slot(_req(raw, "to", str, what)),
+            reason=str(raw.get("reason", "")),
+            ts_ms=int(raw.get("ts_ms", 0)),
+        )
 
 
 @dataclass(frozen=True)
@@ -175,8 +185,10 @@ class ControlRecord:
             "revision": self.revision,
             "epoch": self.epoch,
             "active": self.active.value,
-            "slots": {s.value: {**asdict(spec), "desired": spec.desired.value, "restarts": list(spec.restarts)}
-                      for s, spec in self.slots.items()},
+            "slots": {
+                s.value: {**asdict(spec), "desired": spec.desired.value, "restarts": list(spec.restarts)}
+                for s, spec in self.slots.items()
+            },
             "fence": positions_to_json(self.fence),
             "fence_expires_ms": self.fence_expires_ms,
             "handoff": self.handoff.to_json() if self.handoff else None,
@@ -257,10 +269,15 @@ class StateDigest:
         if not isinstance(raw, dict):
             raise RecordError(f"{what}: expected an object, got {type(raw).__name__}")
         try:
-            d = cls(at=_req(raw, "at", str, what), batch_id=_req(raw, "batch_id", int, what),
-                    rows=_req(raw, "rows", int, what), digest=_req(raw, "digest", str, what),
-                    schema=_req(raw, "schema", str, what), ts_ms=int(raw.get("ts_ms", 0)),
-                    position=positions_from_json(raw.get("position"), f"{what} field 'position'"))
+            d = cls(
+                at=_req(raw, "at", str, what),
+                batch_id=_req(raw, "batch_id", int, what),
+                rows=_req(raw, "rows", int, what),
+                digest=_req(raw, "digest", str, what),
+                schema=_req(raw, "schema", str, what),
+                ts_ms=int(raw.get("ts_ms", 0)),
+                position=positions_from_json(raw.get("position"), f"{what} field 'position'"),
+            )
         except (TypeError, ValueError) as exc:
             if isinstance(exc, RecordError):
                 raise
@@ -298,12 +315,18 @@ class InvariantsCheck:
         if not isinstance(raw, dict):
             raise RecordError(f"{what}: expected an object, got {type(raw).__name__}")
         try:
-            return cls(asked=_req(raw, "asked", str, what), ok=bool(_req(raw, "ok", bool, what)),
-                       batch_id=int(raw.get("batch_id", -1)), rows=int(raw.get("rows", 0)),
-                       violations=int(raw.get("violations", 0)),
-                       examples=tuple(str(e) for e in raw.get("examples") or ()),
-                       unchecked=bool(raw.get("unchecked", False)), error=str(raw.get("error", "")),
-                       note=str(raw.get("note", "")), ts_ms=int(raw.get("ts_ms", 0)))
+            return cls(
+                asked=_req(raw, "asked", str, what),
+                ok=bool(_req(raw, "ok", bool, what)),
+                batch_id=int(raw.get("batch_id", -1)),
+                rows=int(raw.get("rows", 0)),
+                violations=int(raw.get("violations", 0)),
+                examples=tuple(str(e) for e in raw.get("examples") or ()),
+                unchecked=bool(raw.get("unchecked", False)),
+                error=str(raw.get("error", "")),
+                note=str(raw.get("note", "")),
+                ts_ms=int(raw.get("ts_ms", 0)),
+            )
         except (TypeError, ValueError) as exc:
             if isinstance(exc, RecordError):
                 raise
@@ -431,7 +454,12 @@ class CommitMarker:
         return self.app.encode()
 
     def to_bytes(self) -> bytes:
-        body = {**asdict(self), "v": FORMAT_VERSION, "slot": self.slot.value, "emitted": positions_to_json(self.emitted)}
+        body = {
+            **asdict(self),
+            "v": FORMAT_VERSION,
+            "slot": self.slot.value,
+            "emitted": positions_to_json(self.emitted),
+        }
         return json.dumps(body, separators=(",", ":")).encode()
 
     @classmethod

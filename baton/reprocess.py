@@ -42,7 +42,9 @@ class Start:
             raise RequestRefused(f"start {kind!r} is not one of {', '.join(STARTS)}")
         if kind == "timestamp":
             if isinstance(timestamp_ms, bool) or not isinstance(timestamp_ms, int) or timestamp_ms < 0:
-                raise RequestRefused(f"start 'timestamp' needs start_timestamp_ms (epoch ms >= 0), got {timestamp_ms!r}")
+                raise RequestRefused(
+                    f"start 'timestamp' needs start_timestamp_ms (epoch ms >= 0), got {timestamp_ms!r}"
+                )
             return cls(kind, timestamp_ms=timestamp_ms)
         if kind == "offsets":
             if not isinstance(offsets, Mapping) or not offsets:
@@ -63,8 +65,14 @@ def parse_end(value: Any) -> str:
     return value
 
 
-def resolve_start(start: Start, partitions: int, lows: Positions, ends: Positions, now_ms: int,
-                  for_timestamp: Callable[[int], Positions]) -> Positions:
+def resolve_start(
+    start: Start,
+    partitions: int,
+    lows: Positions,
+    ends: Positions,
+    now_ms: int,
+    for_timestamp: Callable[[int], Positions],
+) -> Positions:
     """The start offset of every partition, or RequestRefused. `for_timestamp(ts)` asks the broker
     (baton.kafka.positions.offsets_for_timestamp) and is only called for a valid timestamp."""
     if start.kind == "earliest":
@@ -73,8 +81,10 @@ def resolve_start(start: Start, partitions: int, lows: Positions, ends: Position
         timestamp_ms = start.timestamp_ms
         assert timestamp_ms is not None  # Start.parse sets it for this kind
         if timestamp_ms > now_ms:
-            raise RequestRefused(f"start_timestamp_ms {timestamp_ms} is in the future (now {now_ms}): "
-                                 "there is nothing to replay from there")
+            raise RequestRefused(
+                f"start_timestamp_ms {timestamp_ms} is in the future (now {now_ms}): "
+                "there is nothing to replay from there"
+            )
         return for_timestamp(timestamp_ms)
     offsets = start.offsets
     assert offsets is not None  # Start.parse sets them for the remaining kind, "offsets"
@@ -88,8 +98,9 @@ def resolve_start(start: Start, partitions: int, lows: Positions, ends: Position
         if o > ends.get(p, 0):
             raise RequestRefused(f"offset {o} on partition {p} is beyond the log end {ends.get(p, 0)}")
         if o < lows.get(p, 0):
-            raise RequestRefused(f"offset {o} on partition {p} is before the log start {lows.get(p, 0)} "
-                                 "(deleted by retention)")
+            raise RequestRefused(
+                f"offset {o} on partition {p} is before the log start {lows.get(p, 0)} (deleted by retention)"
+            )
     return dict(offsets)
 
 
@@ -111,19 +122,23 @@ def check_app_state(rec: ControlRecord | None, now_ms: int) -> None:
 def begin_operation(name: str, expires_ms: int, now_ms: int):
     """Change: mark `name` under way (refused if another one is and has not expired). A retry with the
     same name is a no-op."""
+
     def change(rec: ControlRecord) -> ControlRecord:
         if rec.operation == name:
             return rec
         if rec.operation and rec.operation_expires_ms > now_ms:
             raise RequestRefused(f"{rec.operation} is under way: one at a time")
         return dataclasses.replace(rec, operation=name, operation_expires_ms=expires_ms)
+
     return change
 
 
 def end_operation(name: str):
     """Change: `name` is over (a no-op if it is not the one under way)."""
+
     def change(rec: ControlRecord) -> ControlRecord:
         if rec.operation != name:
             return rec
         return dataclasses.replace(rec, operation="", operation_expires_ms=0)
+
     return change

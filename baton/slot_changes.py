@@ -39,7 +39,7 @@ RECENT_UP_MS = 120_000
 class SlotChange:
     app: str
     slot: Slot
-    kind: str      # DIED or UP
+    kind: str  # DIED or UP
     launch: str
     why: str
 
@@ -60,7 +60,7 @@ class SlotChangeWatch:
         # The judge of a slot's silence counts the other slot's renewals (keyed by the slot judged).
         self.judges: dict[tuple[str, Slot], LeaseJudge] = {}
         self.running_launches: dict[tuple[str, Slot, str], int] = {}  # launches seen RUNNING: since (ts)
-        self.reported: set[tuple[str, Slot, str, str]] = set()     # (app, slot, launch, kind): baseline or told
+        self.reported: set[tuple[str, Slot, str, str]] = set()  # (app, slot, launch, kind): baseline or told
 
     def observe(self, lease: Lease) -> None:
         key = (lease.app, lease.slot)
@@ -81,15 +81,18 @@ class SlotChangeWatch:
     def recently_up(self) -> set[tuple[str, Slot]]:
         """Slots whose current launch came up within RECENT_UP_MS of the newest renewal read."""
         newest = max((lease.ts_ms for lease in self.newest.values()), default=0)
-        return {(app, slot) for (app, slot, launch), since in self.running_launches.items()
-                if self._current(app, slot, launch) and since >= newest - RECENT_UP_MS}
+        return {
+            (app, slot)
+            for (app, slot, launch), since in self.running_launches.items()
+            if self._current(app, slot, launch) and since >= newest - RECENT_UP_MS
+        }
 
     def begin(self, awaiting_check: Collection[tuple[str, Slot]] = frozenset()) -> None:
         """The look-back is read: every slot dead now, and every launch running now, is the baseline,
         except a running one whose slot is `awaiting_check` (desired STARTING in its control record)."""
         for change in self._current_deaths():
             self.reported.add((change.app, change.slot, change.launch, DIED))
-        for (app, slot, launch) in self.running_launches:
+        for app, slot, launch in self.running_launches:
             if not ((app, slot) in awaiting_check and self._current(app, slot, launch)):
                 self.reported.add((app, slot, launch, UP))
 
@@ -100,11 +103,14 @@ class SlotChangeWatch:
     def changes(self) -> list[SlotChange]:
         """What changed since the baseline and was not reported yet (each change once)."""
         found = list(self._current_deaths())
-        for (app, slot, launch) in self.running_launches:
+        for app, slot, launch in self.running_launches:
             if self._current(app, slot, launch):
                 lease = self.newest[(app, slot)]
-                found.append(SlotChange(app, slot, UP, launch, f"launch {launch[:8]} (pid {lease.pid} on "
-                                                               f"{lease.host}) is running"))
+                found.append(
+                    SlotChange(
+                        app, slot, UP, launch, f"launch {launch[:8]} (pid {lease.pid} on {lease.host}) is running"
+                    )
+                )
         new = [c for c in found if (c.app, c.slot, c.launch, c.kind) not in self.reported]
         self.reported.update((c.app, c.slot, c.launch, c.kind) for c in new)
         return sorted(new, key=lambda c: (c.app, c.slot.value, c.kind))
@@ -115,12 +121,18 @@ class SlotChangeWatch:
                 continue
             if lease.host == self.host:
                 if process_gone(lease, self.host, self.start_of):
-                    yield SlotChange(app, slot, DIED, lease.launch,
-                                     f"its process (pid {lease.pid} on {lease.host}) is gone")
+                    yield SlotChange(
+                        app, slot, DIED, lease.launch, f"its process (pid {lease.pid} on {lease.host}) is gone"
+                    )
                 continue
             judge = self.judges.get((app, slot))
             silent = judge.silent_ms() if judge is not None and judge.other is lease else 0
             if silent >= lease.ttl_ms:
-                yield SlotChange(app, slot, DIED, lease.launch,
-                                 f"its lease was not renewed for {silent / 1000:.1f} s (ttl {lease.ttl_ms / 1000:g} s) "
-                                 f"while {slot.other.value} renewed")
+                yield SlotChange(
+                    app,
+                    slot,
+                    DIED,
+                    lease.launch,
+                    f"its lease was not renewed for {silent / 1000:.1f} s (ttl {lease.ttl_ms / 1000:g} s) "
+                    f"while {slot.other.value} renewed",
+                )

@@ -48,8 +48,14 @@ class _AppState:
 class StatusFeed:
     """One reader of Baton's topics for many views; thread-safe (the API server answers concurrently)."""
 
-    def __init__(self, bootstrap: str, status_tail: int = 20_000, lease_tail: int = 2_000,
-                 window_ms: int = 3_600_000, timeout_s: float = 10.0):
+    def __init__(
+        self,
+        bootstrap: str,
+        status_tail: int = 20_000,
+        lease_tail: int = 2_000,
+        window_ms: int = 3_600_000,
+        timeout_s: float = 10.0,
+    ):
         self.bootstrap, self.window_ms, self.timeout_s = bootstrap, window_ms, timeout_s
         self.tails = {CONTROL_TOPIC: None, STATUS_TOPIC: status_tail, LEASES_TOPIC: lease_tail}
         self.next: dict[str, int] = {}  # the next offset to read per topic, once read
@@ -75,8 +81,10 @@ class StatusFeed:
             watch = StallWatch()
             while pending:
                 if time.monotonic() > deadline:
-                    raise TimeoutError(f"{', '.join(sorted(pending))} not read to the end within {self.timeout_s}s "
-                                       f"(broker {self.bootstrap}, fetch.wait.max.ms={wait})")
+                    raise TimeoutError(
+                        f"{', '.join(sorted(pending))} not read to the end within {self.timeout_s}s "
+                        f"(broker {self.bootstrap}, fetch.wait.max.ms={wait})"
+                    )
                 for m in c.consume(10_000, 0.05):
                     if err := m.error():
                         if err.code() == KafkaError._PARTITION_EOF:
@@ -85,10 +93,20 @@ class StatusFeed:
                         raise KafkaException(err)
                     position[topic_of(m)] = offset_of(m) + 1
                     self._take(topic_of(m), m.key(), m.value())
-                if pending and watch.stalled() and (reopened := reopen_longer(
-                        c, lambda w: tail_consumer(self.bootstrap, w, logger=KAFKA_LOG), self.bootstrap,
-                        [t for t in pending if short_wait(c, t, 0, position[t])], wait,
-                        [TopicPartition(t, 0, position[t]) for t in pending])):
+                if (
+                    pending
+                    and watch.stalled()
+                    and (
+                        reopened := reopen_longer(
+                            c,
+                            lambda w: tail_consumer(self.bootstrap, w, logger=KAFKA_LOG),
+                            self.bootstrap,
+                            [t for t in pending if short_wait(c, t, 0, position[t])],
+                            wait,
+                            [TopicPartition(t, 0, position[t]) for t in pending],
+                        )
+                    )
+                ):
                     c, wait = reopened
             self.next.update(position)
             self._forget_before(int(time.time() * 1000) - self.window_ms)
@@ -147,9 +165,20 @@ class StatusFeed:
         ends = input_ends(self.bootstrap, registry.values())
         with self.lock:
             names = sorted(set(registry) | {a for a, s in self.apps.items() if s.records})
-            return [app_view(name, name in registry, list(st.records), st.history(), dict(st.leases), ends.get(name),
-                             now_ms, self.window_ms, plot=st.plot.since(now_ms - self.window_ms))
-                    for name, st in ((n, self.apps[n]) for n in names)]
+            return [
+                app_view(
+                    name,
+                    name in registry,
+                    list(st.records),
+                    st.history(),
+                    dict(st.leases),
+                    ends.get(name),
+                    now_ms,
+                    self.window_ms,
+                    plot=st.plot.since(now_ms - self.window_ms),
+                )
+                for name, st in ((n, self.apps[n]) for n in names)
+            ]
 
 
 def input_ends(bootstrap: str, apps, timeout_s: float = 3.0) -> dict[str, dict[int, int]]:

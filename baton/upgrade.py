@@ -35,11 +35,16 @@ def compare(old: StateDigest, new: StateDigest, policy: Policy, what: str) -> Ch
     if old.rows != new.rows:
         return Check(failed=True, message=f"{what}: {old.rows} state rows vs {new.rows}")
     if policy is Policy.EXACT and old.digest != new.digest:
-        return Check(failed=True, message=f"{what}: same {old.rows} keys but different values (digest "
-                                          f"{old.digest} vs {new.digest}); policy 'exact' requires the same "
-                                          "state (use 'compatible' for a version that changes results)")
-    return Check(met=True, message=f"{what}: {new.rows} rows, schema and "
-                                   f"{'digest' if policy is Policy.EXACT else 'key count'} agree")
+        return Check(
+            failed=True,
+            message=f"{what}: same {old.rows} keys but different values (digest "
+            f"{old.digest} vs {new.digest}); policy 'exact' requires the same "
+            "state (use 'compatible' for a version that changes results)",
+        )
+    return Check(
+        met=True,
+        message=f"{what}: {new.rows} rows, schema and {'digest' if policy is Policy.EXACT else 'key count'} agree",
+    )
 
 
 def restore_check(left: StateDigest | None, history: Sequence[StatusRecord], since_ms: int) -> Check:
@@ -48,33 +53,48 @@ def restore_check(left: StateDigest | None, history: Sequence[StatusRecord], sin
     recent = [r for r in history if r.ts_ms >= since_ms]
     if recent and recent[-1].state is SlotState.FAILED:
         return Check(failed=True, message=f"the restarted slot failed: {recent[-1].error or 'no error reported'}")
-    restored = next((r.state_digest for r in reversed(recent)
-                     if r.state_digest is not None and r.state_digest.at == "restore"), None)
+    restored = next(
+        (r.state_digest for r in reversed(recent) if r.state_digest is not None and r.state_digest.at == "restore"),
+        None,
+    )
     if restored is None:
         return WAIT
     if left is None:
         return Check(failed=True, message="no digest of the state before the restart to compare with")
     if not left.digest:  # the stopped query's own row count at its last batch (StateDigests.note_left)
         if (restored.batch_id, restored.rows) != (left.batch_id, left.rows):
-            return Check(failed=True, message=f"restored {restored.rows} rows at batch {restored.batch_id}; the "
-                                              f"slot's query held {left.rows} rows at its last batch {left.batch_id}")
-        return Check(met=True, message=f"restored the {left.rows} state rows of batch {left.batch_id} its query "
-                                       f"held at the stop (digest {restored.digest})")
+            return Check(
+                failed=True,
+                message=f"restored {restored.rows} rows at batch {restored.batch_id}; the "
+                f"slot's query held {left.rows} rows at its last batch {left.batch_id}",
+            )
+        return Check(
+            met=True,
+            message=f"restored the {left.rows} state rows of batch {left.batch_id} its query "
+            f"held at the stop (digest {restored.digest})",
+        )
     if (restored.batch_id, restored.rows, restored.digest) != (left.batch_id, left.rows, left.digest):
-        return Check(failed=True, message=f"restored {restored.rows} rows at batch {restored.batch_id} (digest "
-                                          f"{restored.digest}); the slot left {left.rows} rows at batch "
-                                          f"{left.batch_id} (digest {left.digest})")
-    return Check(met=True, message=f"restored the {left.rows} state rows of batch {left.batch_id} it left (digest {left.digest})")
+        return Check(
+            failed=True,
+            message=f"restored {restored.rows} rows at batch {restored.batch_id} (digest "
+            f"{restored.digest}); the slot left {left.rows} rows at batch "
+            f"{left.batch_id} (digest {left.digest})",
+        )
+    return Check(
+        met=True, message=f"restored the {left.rows} state rows of batch {left.batch_id} it left (digest {left.digest})"
+    )
 
 
 def ask_state_check(position: Positions):
     """Change: every slot ends a batch at exactly `position` (ahead of the input when asked) and reads
     on; the standby digests its state and the active's there (ControlRecord.check_at;
     baton.caps.compute_cap, spark_apps.runtime.state.digests.StateDigests.at_check)."""
+
     def change(rec: ControlRecord) -> ControlRecord:
         if rec.check_at == dict(position):
             return rec
         return dataclasses.replace(rec, check_at=dict(position))
+
     return change
 
 
@@ -88,8 +108,9 @@ def _check_digest(history: Sequence[StatusRecord], position: Positions, of_activ
     return None
 
 
-def _active_check_digest(active: Sequence[StatusRecord], standby: Sequence[StatusRecord],
-                         position: Positions) -> StateDigest | None:
+def _active_check_digest(
+    active: Sequence[StatusRecord], standby: Sequence[StatusRecord], position: Positions
+) -> StateDigest | None:
     """The active's state at `position`: digested by the standby from the active's checkpoint (so the
     active's batches keep their task slots), or by the active itself (a slot of an earlier Baton)."""
     return _check_digest(standby, position, of_active=True) or _check_digest(active, position)
@@ -99,26 +120,32 @@ def move_state_check(passed: Positions, position: Positions):
     """Change: a state check position `passed` was read past by a slot; ask at `position` instead. Only
     while `passed` is still the one asked for: a check asked again meanwhile (a retry, another trigger
     of the same step) is kept (re-running the change is then a no-op)."""
+
     def change(rec: ControlRecord) -> ControlRecord:
         if rec.check_at != dict(passed):
             return rec
         return dataclasses.replace(rec, check_at=dict(position))
+
     return change
 
 
-def missed_state_check(active: Sequence[StatusRecord], standby: Sequence[StatusRecord],
-                       position: Positions) -> str | None:
+def missed_state_check(
+    active: Sequence[StatusRecord], standby: Sequence[StatusRecord], position: Positions
+) -> str | None:
     """Why no state check can happen at `position`: a slot read past it within a batch, so it has no
     state there (its "missed" digest). None while that is not known."""
-    for name, d in (("active", _active_check_digest(active, standby, position)),
-                    ("standby", _check_digest(standby, position))):
+    for name, d in (
+        ("active", _active_check_digest(active, standby, position)),
+        ("standby", _check_digest(standby, position)),
+    ):
         if d is not None and d.at == "missed":
             return f"the {name} slot read past the check position {dict(position)} within a batch"
     return None
 
 
-def states_agree(active: Sequence[StatusRecord], standby: Sequence[StatusRecord], position: Positions,
-                 policy: Policy) -> Check:
+def states_agree(
+    active: Sequence[StatusRecord], standby: Sequence[StatusRecord], position: Positions, policy: Policy
+) -> Check:
     """Both slots digested their state at `position` (ask_state_check) and the digests agree under the
     policy. Taken while both slots run on: the output does not wait for it. Failed if a slot read past
     the position (the caller may ask again further ahead: move_state_check)."""
@@ -167,8 +194,9 @@ BASELINE_MIN_BATCHES = 5
 
 def baseline_batches(old_active: Sequence[StatusRecord], before_ms: int) -> list[StatusRecord]:
     """The old active's own batches with input before the cutover at `before_ms`: the settle's baseline."""
-    return [r for r in old_active
-            if r.role is Role.ACTIVE and r.batch_id >= 0 and r.input_rows > 0 and r.ts_ms < before_ms]
+    return [
+        r for r in old_active if r.role is Role.ACTIVE and r.batch_id >= 0 and r.input_rows > 0 and r.ts_ms < before_ms
+    ]
 
 
 def cost_per_record_us(r: StatusRecord) -> int | None:
@@ -184,8 +212,10 @@ def settle_batch_limit(old_active: Sequence[StatusRecord], before_ms: int, budge
         return budget_ms, f"the budget ({n} batches of the old active to compare with)"
     if p90 <= budget_ms:
         return budget_ms, f"the budget (the old active's p90 was {p90} ms)"
-    return p90, (f"the old active's p90 over its last {n} batches before the cutover, "
-                 f"above the budget of {budget_ms} ms (a busy host slows both versions)")
+    return p90, (
+        f"the old active's p90 over its last {n} batches before the cutover, "
+        f"above the budget of {budget_ms} ms (a busy host slows both versions)"
+    )
 
 
 # A batch over the limit that cost no more per input record than the old active's did (the p90 of its
@@ -201,7 +231,9 @@ def settle_record_cost(old_active: Sequence[StatusRecord], before_ms: int) -> tu
     the cutover at `before_ms` (its status records `old_active`, in order), and what it is; None below
     BASELINE_MIN_BATCHES of them."""
     # Every baseline batch had input: each has a cost.
-    p90, n = recent_p90([c for r in baseline_batches(old_active, before_ms) if (c := cost_per_record_us(r)) is not None])
+    p90, n = recent_p90(
+        [c for r in baseline_batches(old_active, before_ms) if (c := cost_per_record_us(r)) is not None]
+    )
     if p90 is None:
         return None, f"none ({n} batches of the old active to compare with)"
     return p90, f"the old active's p90 of {p90} us a record over its last {n} batches"
@@ -241,15 +273,22 @@ def settle_lag_limit(old_active: Sequence[StatusRecord], before_ms: int, max_lag
     p90, n = recent_p90(lags)
     if p90 is None:
         return max_lag, f"the app's budget ({n} batches of the old active to compare with)"
-    return max_lag + p90, (f"the app's budget of {max_lag} beyond the old active's p90 lag of {p90} records after "
-                           f"its last {n} batches before the cutover")
+    return max_lag + p90, (
+        f"the app's budget of {max_lag} beyond the old active's p90 lag of {p90} records after "
+        f"its last {n} batches before the cutover"
+    )
 
 
-def too_slow(batches: Sequence[StatusRecord], max_batch_ms: int, arrival_per_s: float | None = None,
-             record_cost_us: int | None = None) -> str | None:
+def too_slow(
+    batches: Sequence[StatusRecord],
+    max_batch_ms: int,
+    arrival_per_s: float | None = None,
+    record_cost_us: int | None = None,
+) -> str | None:
     """Why these batches (in order) break the batch-time limit, or None. `arrival_per_s`: the input's
     arrival rate, to tell a catching-up batch (excused) from a slow one. `record_cost_us`: the old
     active's cost per input record (settle_record_cost); a batch that cost no more is excused."""
+
     def catching_up(i: int) -> bool:
         if not arrival_per_s or i == 0 or batches[i].ts_ms <= batches[i - 1].ts_ms:
             return False
@@ -268,14 +307,28 @@ def too_slow(batches: Sequence[StatusRecord], max_batch_ms: int, arrival_per_s: 
     for r in judged:  # a catching-up batch neither counts nor breaks a run
         run = run + [r] if r.batch_ms > max_batch_ms else []
         if len(run) >= SLOW_STRIKES:
-            return (f"batches {run[0].batch_id}-{run[-1].batch_id} took {', '.join(str(b.batch_ms) for b in run)} ms "
-                    f"(limit {max_batch_ms} ms, {SLOW_STRIKES} in a row)")
+            return (
+                f"batches {run[0].batch_id}-{run[-1].batch_id} took {', '.join(str(b.batch_ms) for b in run)} ms "
+                f"(limit {max_batch_ms} ms, {SLOW_STRIKES} in a row)"
+            )
     return None
 
 
-def settle_check(history: Sequence[StatusRecord], marker: CommitMarker | None, epoch: int, fence: Positions,
-                 end: Positions, health: Check, now_ms: int, since_ms: int, settle_s: float,
-                 max_batch_ms: int, max_lag: int, correct: bool = False, record_cost_us: int | None = None) -> Check:
+def settle_check(
+    history: Sequence[StatusRecord],
+    marker: CommitMarker | None,
+    epoch: int,
+    fence: Positions,
+    end: Positions,
+    health: Check,
+    now_ms: int,
+    since_ms: int,
+    settle_s: float,
+    max_batch_ms: int,
+    max_lag: int,
+    correct: bool = False,
+    record_cost_us: int | None = None,
+) -> Check:
     """The new active (records since the cutover at `since_ms`, role epoch `epoch`) keeps the SLA for
     `settle_s`: alive (`health` is the health gate's check now), its batches within max_batch_ms (too_slow), its
     output flowing (what its batches read past the fence is emitted at `epoch`), at most max_lag records
@@ -301,21 +354,28 @@ def settle_check(history: Sequence[StatusRecord], marker: CommitMarker | None, e
         arrival = max(0, sum(end.values()) - sum(fence.values())) / elapsed_s if elapsed_s > 0 else None
         corrected = next((r for r in history if r.ts_ms >= since_ms and r.corrected_epoch >= epoch), None)
         if corrected is None and now_ms - since_ms < (settle_s + CORRECTION_GRACE_S) * 1000:
-            return Check(message=f"waiting for its corrected output ({(now_ms - since_ms) / 1000:.0f} s since the "
-                                 f"cutover, at most {settle_s + CORRECTION_GRACE_S:.0f}), {len(own)} batches")
+            return Check(
+                message=f"waiting for its corrected output ({(now_ms - since_ms) / 1000:.0f} s since the "
+                f"cutover, at most {settle_s + CORRECTION_GRACE_S:.0f}), {len(own)} batches"
+            )
         if corrected is not None:
             settle_from, since = max(since_ms, corrected.ts_ms), "after its corrected output went in"
     if (slow := too_slow(judged, max_batch_ms, arrival, record_cost_us)) is not None:
         return Check(failed=True, message=slow)
     if now_ms - settle_from < settle_s * 1000:
-        return Check(message=f"settling: {(now_ms - settle_from) / 1000:.0f} of {settle_s:.0f} s {since}, "
-                             f"{len(own)} batches, slowest {max((r.batch_ms for r in own), default=0)} ms")
+        return Check(
+            message=f"settling: {(now_ms - settle_from) / 1000:.0f} of {settle_s:.0f} s {since}, "
+            f"{len(own)} batches, slowest {max((r.batch_ms for r in own), default=0)} ms"
+        )
     # Judged by its own progress: quiet input is no failure, batches that read past F and emitted
     # nothing are (a status record follows its batch's commit, marker included).
     past = own[-1] if own else None
     if past is not None and (marker is None or marker.epoch < epoch):
-        return Check(failed=True, message=f"no output at epoch {epoch}: its batches read past the fence (batch "
-                                          f"{past.batch_id} to {past.processed}) and emitted nothing")
+        return Check(
+            failed=True,
+            message=f"no output at epoch {epoch}: its batches read past the fence (batch "
+            f"{past.batch_id} to {past.processed}) and emitted nothing",
+        )
     # Its lag as the limit's baseline measures the old active's: the backlog its last batch started from.
     # The input's end now, against what that batch read, also counts what arrived while it ran: seen in
     # the product-path reprocess bench on a busy host, the new active's 15 s batches stood 602k records
@@ -329,7 +389,13 @@ def settle_check(history: Sequence[StatusRecord], marker: CommitMarker | None, e
     if correct and (marker is None or marker.corrected_epoch < epoch):
         if now_ms - since_ms < (settle_s + CORRECTION_GRACE_S) * 1000:
             return WAIT
-        return Check(failed=True, message=f"the corrected output of epoch {epoch} is not in the output "
-                                          f"{settle_s + CORRECTION_GRACE_S:.0f} s after the cutover")
-    return Check(met=True, message=f"settled for {settle_s:.0f} s: {len(own)} batches, slowest "
-                                   f"{max((r.batch_ms for r in own), default=0)} ms, lag {lag} records")
+        return Check(
+            failed=True,
+            message=f"the corrected output of epoch {epoch} is not in the output "
+            f"{settle_s + CORRECTION_GRACE_S:.0f} s after the cutover",
+        )
+    return Check(
+        met=True,
+        message=f"settled for {settle_s:.0f} s: {len(own)} batches, slowest "
+        f"{max((r.batch_ms for r in own), default=0)} ms, lag {lag} records",
+    )

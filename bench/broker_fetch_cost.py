@@ -38,10 +38,10 @@ PARTITIONS = 4
 
 @dataclass(frozen=True)
 class Window:
-    t_s: float              # its start, seconds since the load started
-    reading: bool           # the reader fetched in it
+    t_s: float  # its start, seconds since the load started
+    reading: bool  # the reader fetched in it
     broker_cores: float
-    fetches_per_s: float    # the reader's fetch requests (0 while paused)
+    fetches_per_s: float  # the reader's fetch requests (0 while paused)
 
 
 def fetch_costs(windows: list[Window]) -> list[dict]:
@@ -56,8 +56,14 @@ def fetch_costs(windows: list[Window]) -> list[dict]:
             continue
         extra = max(0.0, w.broker_cores - sum(quiet) / len(quiet))
         per_fetch = extra / w.fetches_per_s * 1000 if w.fetches_per_s > 0 else None
-        out.append({"t_s": w.t_s, "reader_cores": round(extra, 3), "fetches_per_s": round(w.fetches_per_s, 1),
-                    "broker_ms_per_fetch": None if per_fetch is None else round(per_fetch, 2)})
+        out.append(
+            {
+                "t_s": w.t_s,
+                "reader_cores": round(extra, 3),
+                "fetches_per_s": round(w.fetches_per_s, 1),
+                "broker_ms_per_fetch": None if per_fetch is None else round(per_fetch, 2),
+            }
+        )
     return out
 
 
@@ -74,9 +80,17 @@ def reader(bootstrap: str, topic: str, flag: Path, counts: Path) -> None:
         tmp.write_text(json.dumps({"fetches": fetches[0], "t": time.time()}))
         os.replace(tmp, counts)
 
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "broker-fetch-cost", "enable.auto.commit": False,
-                  "isolation.level": "read_committed", "fetch.wait.max.ms": 200,
-                  "statistics.interval.ms": 500, "stats_cb": on_stats})
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "broker-fetch-cost",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+            "fetch.wait.max.ms": 200,
+            "statistics.interval.ms": 500,
+            "stats_cb": on_stats,
+        }
+    )
     parts = [TopicPartition(topic, p, OFFSET_END) for p in range(PARTITIONS)]
     c.assign(parts)
     c.pause(parts)
@@ -105,16 +119,47 @@ def read_count(path: Path) -> tuple[int, float]:
 def run(args) -> dict:
     with bench("broker-fetch-cost") as b:
         if b.broker_pid is None:
-            raise SystemExit("the broker's CPU is the measurement: give BATON_BENCH_KAFKA_PID with BATON_KAFKA_BOOTSTRAP")
+            raise SystemExit(
+                "the broker's CPU is the measurement: give BATON_BENCH_KAFKA_PID with BATON_KAFKA_BOOTSTRAP"
+            )
         topic = f"fetch-cost-{int(time.time())}"
         ensure_topics(b.bootstrap, [TopicSpec(topic, PARTITIONS)])
         flag, counts = b.tmp / "reading", b.tmp / "fetches.json"
         py = sys.executable
-        rd = b.procs.start("reader", [py, __file__, "--reader", "--bootstrap", b.bootstrap, "--topic", topic,
-                                      "--flag", str(flag), "--counts", str(counts)])
+        rd = b.procs.start(
+            "reader",
+            [
+                py,
+                __file__,
+                "--reader",
+                "--bootstrap",
+                b.bootstrap,
+                "--topic",
+                topic,
+                "--flag",
+                str(flag),
+                "--counts",
+                str(counts),
+            ],
+        )
         windows = int(args.seconds // args.window_s)
-        b.procs.start("loadgen", [py, "-m", "baton.tools.loadgen", "--bootstrap", b.bootstrap, "--topic", topic,
-                                  "--rate", str(args.rate), "--seconds", str(windows * args.window_s + 5), "--quiet"])
+        b.procs.start(
+            "loadgen",
+            [
+                py,
+                "-m",
+                "baton.tools.loadgen",
+                "--bootstrap",
+                b.bootstrap,
+                "--topic",
+                topic,
+                "--rate",
+                str(args.rate),
+                "--seconds",
+                str(windows * args.window_s + 5),
+                "--quiet",
+            ],
+        )
         log(f"load {args.rate:.0f}/s for {windows} windows of {args.window_s:.0f} s; the reader in every other one")
         t0, rows = time.time(), []
         for k in range(windows):
@@ -129,19 +174,31 @@ def run(args) -> dict:
             if rd.poll() is not None:
                 raise RuntimeError(f"the reader stopped:\n{b.procs.tail('reader')}")
             span = max(1e-3, f1[1] - f0[1])
-            w = Window(round(w0 - t0, 1), reading, round((c1 - c0) / (w1 - w0), 3),
-                       round((f1[0] - f0[0]) / span, 1) if reading else 0.0)
+            w = Window(
+                round(w0 - t0, 1),
+                reading,
+                round((c1 - c0) / (w1 - w0), 3),
+                round((f1[0] - f0[0]) / span, 1) if reading else 0.0,
+            )
             rows.append(w)
             log(json.dumps(asdict(w)))
         flag.unlink(missing_ok=True)
         costs = fetch_costs(rows)
         quiet = [w.broker_cores for w in rows if not w.reading]
-        return {"rate": args.rate, "window_s": args.window_s, "partitions": PARTITIONS, "broker": b.broker_kind,
-                "produce_cores_first": quiet[0] if quiet else None, "produce_cores_last": quiet[-1] if quiet else None,
-                "broker_ms_per_fetch_first": costs[0]["broker_ms_per_fetch"] if costs else None,
-                "broker_ms_per_fetch_last": costs[-1]["broker_ms_per_fetch"] if costs else None,
-                "reader_cores_last": costs[-1]["reader_cores"] if costs else None,
-                "costs": costs, "windows": [asdict(w) for w in rows], "machine": machine()}
+        return {
+            "rate": args.rate,
+            "window_s": args.window_s,
+            "partitions": PARTITIONS,
+            "broker": b.broker_kind,
+            "produce_cores_first": quiet[0] if quiet else None,
+            "produce_cores_last": quiet[-1] if quiet else None,
+            "broker_ms_per_fetch_first": costs[0]["broker_ms_per_fetch"] if costs else None,
+            "broker_ms_per_fetch_last": costs[-1]["broker_ms_per_fetch"] if costs else None,
+            "reader_cores_last": costs[-1]["reader_cores"] if costs else None,
+            "costs": costs,
+            "windows": [asdict(w) for w in rows],
+            "machine": machine(),
+        }
 
 
 def plot(result: dict, path: Path) -> None:
@@ -185,8 +242,10 @@ def main(argv: list[str] | None = None) -> int:
     result = run(args)
     path = write_result(args.name, result)
     plot(result, RESULTS / f"{args.name}.png")
-    log(f"wrote {path}: producing {result['produce_cores_first']} -> {result['produce_cores_last']} cores, "
-        f"a fetch {result['broker_ms_per_fetch_first']} -> {result['broker_ms_per_fetch_last']} ms of broker CPU")
+    log(
+        f"wrote {path}: producing {result['produce_cores_first']} -> {result['produce_cores_last']} cores, "
+        f"a fetch {result['broker_ms_per_fetch_first']} -> {result['broker_ms_per_fetch_last']} ms of broker CPU"
+    )
     return 0
 
 

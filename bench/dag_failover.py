@@ -138,29 +138,47 @@ def kill_active(plat, active: str, stall_s: float = 0.0) -> dict:
         if stall_s:
             os.killpg(group, signal.SIGCONT)
     decided = rec.handoff.ts_ms / 1000 if rec.handoff is not None and rec.handoff.ts_ms else rec.ts_ms / 1000
-    log(f"epoch {rec.epoch}: {rec.active.value} active, {decided - t_kill:.2f}s after the kill; "
-        f"{rec.handoff.reason if rec.handoff else ''}")
-    return {"killed": active, "how": f"SIGSTOP {stall_s:g} s" if stall_s else "SIGKILL", "pid": pid,
-            "t_kill": t_kill, "epoch": rec.epoch, "writer": rec.writer,
-            "reason": rec.handoff.reason if rec.handoff else "", "detect_s": round(decided - t_kill, 3)}
+    log(
+        f"epoch {rec.epoch}: {rec.active.value} active, {decided - t_kill:.2f}s after the kill; "
+        f"{rec.handoff.reason if rec.handoff else ''}"
+    )
+    return {
+        "killed": active,
+        "how": f"SIGSTOP {stall_s:g} s" if stall_s else "SIGKILL",
+        "pid": pid,
+        "t_kill": t_kill,
+        "epoch": rec.epoch,
+        "writer": rec.writer,
+        "reason": rec.handoff.reason if rec.handoff else "",
+        "detect_s": round(decided - t_kill, 3),
+    }
 
 
 def around(timeline: list[dict], t_s: float, before_s: float = 60.0, after_s: float = 30.0) -> dict:
     """A fault's own mark on latency, apart from the host's load: the worst latency of the events sent
     from 5 s before it to after_s after it, against the p99 of each second in the before_s before."""
+
     def worst(a: float, b: float, key: str) -> float | None:
         xs = [r[key] for r in timeline if a <= r["t_s"] < b and not math.isnan(r[key])]
         return round(max(xs)) if xs else None
-    return {"max_ms_around": worst(t_s - 5, t_s + after_s, "max_ms"),
-            "p99_ms_before": worst(t_s - before_s, t_s - 5, "p99_ms")}
+
+    return {
+        "max_ms_around": worst(t_s - 5, t_s + after_s, "max_ms"),
+        "p99_ms_before": worst(t_s - before_s, t_s - 5, "p99_ms"),
+    }
 
 
 def markers(bootstrap: str, app) -> list[CommitMarker]:
     from baton.kafka.tail import read_tail
 
     key = app.name.encode()
-    return read_tail(bootstrap, app.commits_topic, lambda m: CommitMarker.from_bytes(m.value()) if m.key() == key
-                     else None, last_n=None, timeout_s=60)
+    return read_tail(
+        bootstrap,
+        app.commits_topic,
+        lambda m: CommitMarker.from_bytes(m.value()) if m.key() == key else None,
+        last_n=None,
+        timeout_s=60,
+    )
 
 
 def measure(plat, client, procs: Procs, args) -> dict:
@@ -175,17 +193,52 @@ def measure(plat, client, procs: Procs, args) -> dict:
     watch = StatusWatch(bootstrap, APP)
     try:
         run_dag(client, "baton_lifecycle", {"app": APP, "action": "start", "slot": "both"}, 600)
-        prewarm = produce(LoadSpec(rate=math.inf, keys=args.users, events=args.prewarm, malformed=args.malformed,
-                                   seed=1000), bootstrap, app.input.topic)
+        prewarm = produce(
+            LoadSpec(rate=math.inf, keys=args.users, events=args.prewarm, malformed=args.malformed, seed=1000),
+            bootstrap,
+            app.input.topic,
+        )
         for s in Slot:
             wait_processed(watch, s, args.prewarm, 600)
         work = Path(tempfile.mkdtemp(prefix="failover-bench-", dir=plat.settings.state_dir))
         seen_path, sends_dir, py = work / "seen.npz", work / "sends", sys.executable
-        procs.start("verifier", [py, "-m", "baton.tools.verify", "tail", "--bootstrap", bootstrap, "--topic",
-                                 app.output.topic, "--partitions", str(app.output.partitions), "--out", str(seen_path)])
-        procs.start("loadgen", [py, str(Path(__file__).resolve().parent / "dag_handoff.py"), "_load", "--bootstrap",
-                                bootstrap, "--topic", app.input.topic, "--rate", str(args.rate), "--keys",
-                                str(args.users), "--malformed", str(args.malformed), "--out-dir", str(sends_dir)])
+        procs.start(
+            "verifier",
+            [
+                py,
+                "-m",
+                "baton.tools.verify",
+                "tail",
+                "--bootstrap",
+                bootstrap,
+                "--topic",
+                app.output.topic,
+                "--partitions",
+                str(app.output.partitions),
+                "--out",
+                str(seen_path),
+            ],
+        )
+        procs.start(
+            "loadgen",
+            [
+                py,
+                str(Path(__file__).resolve().parent / "dag_handoff.py"),
+                "_load",
+                "--bootstrap",
+                bootstrap,
+                "--topic",
+                app.input.topic,
+                "--rate",
+                str(args.rate),
+                "--keys",
+                str(args.users),
+                "--malformed",
+                str(args.malformed),
+                "--out-dir",
+                str(sends_dir),
+            ],
+        )
         t_load = time.time()
         log(f"load {args.rate:.0f}/s over {args.users} users; warm-up {args.warm:.0f}s")
         time.sleep(args.warm)
@@ -208,8 +261,7 @@ def measure(plat, client, procs: Procs, args) -> dict:
             raise RuntimeError(f"load generator failed:\n{procs.tail('loadgen')}")
         t_load_end = time.time()
         sent, pieces = load_sends(sends_dir)
-        wait_processed(watch, control_record(bootstrap).active, int(sent.users.size) + args.prewarm,
-                       args.drain_timeout)
+        wait_processed(watch, control_record(bootstrap).active, int(sent.users.size) + args.prewarm, args.drain_timeout)
         time.sleep(2)
         if procs.stop("verifier", 180) != 0:
             raise RuntimeError(f"verifier failed:\n{procs.tail('verifier')}")
@@ -233,11 +285,19 @@ def measure(plat, client, procs: Procs, args) -> dict:
         result["p99_99_ms_stalls"] = result["latency_windows"].get("stalls", {}).get("p99_99_ms")
         for k in kills:
             k.update(around(result["timeline"]["latency"], k["t_kill_s"]))
-        result.update({"kind": "failover", "path": "platform: make up's processes, baton_lifecycle start, "
-                       "kill -9 of the active's process group, nothing in the benchmark acting on it",
-                       "broker": broker_kind(plat.settings), "kills": kills, "cpu": cpu, "lease": lease,
-                       "slot_batches": slot_batches(watch, t0),
-                       "duration_s": round(t_end - t0, 1)})
+        result.update(
+            {
+                "kind": "failover",
+                "path": "platform: make up's processes, baton_lifecycle start, "
+                "kill -9 of the active's process group, nothing in the benchmark acting on it",
+                "broker": broker_kind(plat.settings),
+                "kills": kills,
+                "cpu": cpu,
+                "lease": lease,
+                "slot_batches": slot_batches(watch, t0),
+                "duration_s": round(t_end - t0, 1),
+            }
+        )
         for k in kills:  # the dead slot's first batch in a new launch (a new pid): its restart's way back
             later = [b for b in result["slot_batches"][k["killed"]] if b[0] > k["t_kill_s"] and b[4] != k["pid"]]
             k["restarted_s"] = round(later[0][0] - k["t_kill_s"], 1) if later else None
@@ -280,8 +340,9 @@ def lease_worker(bootstrap: str) -> int:
     app = dataclasses.replace(load_registry()[APP], name="bench_lease_cost")  # its renewals are no slot's
     # A stand-in for the Follower: the two members LeaseKeeper reads.
     follower = cast("Follower", SimpleNamespace(snapshot=lambda: (None, None), processed=None))
-    keeper = LeaseKeeper(app, Slot.GREEN, bootstrap, follower, lambda: SlotState.RUNNING, lambda: True,
-                         launch="bench-lease-cost")
+    keeper = LeaseKeeper(
+        app, Slot.GREEN, bootstrap, follower, lambda: SlotState.RUNNING, lambda: True, launch="bench-lease-cost"
+    )
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
     keeper.start()
@@ -292,16 +353,23 @@ def lease_worker(bootstrap: str) -> int:
 
 
 def targets(result: dict) -> dict:
-    met = {"exact": result["lost"] == result["duplicated"] == result["wrong"] == 0,
-           "resume_s_max": result["resume_s_max"] is not None and result["resume_s_max"] <= RESUME_TARGET_S,
-           "p99_99": result["p99_99_ms_kills"] <= P99_99_TARGET_MS,  # over the kills (module docstring)
-           "lease_cores": result["lease"]["cores"] <= LEASE_TARGET_CORES,
-           "stall_resume_s": result["stall_resume_s_max"] is None
-           or result["stall_resume_s_max"] <= result["lease_ttl_s"] + STALL_SLACK_S}
-    return {"resume_s_max": RESUME_TARGET_S, "p99_99_ms": P99_99_TARGET_MS, "p99_99_over": "p99_99_ms_kills",
-            "lease_cores": LEASE_TARGET_CORES,
-            "stall_resume_s": result["lease_ttl_s"] + STALL_SLACK_S,
-            "met": met, "all_met": all(met.values())}
+    met = {
+        "exact": result["lost"] == result["duplicated"] == result["wrong"] == 0,
+        "resume_s_max": result["resume_s_max"] is not None and result["resume_s_max"] <= RESUME_TARGET_S,
+        "p99_99": result["p99_99_ms_kills"] <= P99_99_TARGET_MS,  # over the kills (module docstring)
+        "lease_cores": result["lease"]["cores"] <= LEASE_TARGET_CORES,
+        "stall_resume_s": result["stall_resume_s_max"] is None
+        or result["stall_resume_s_max"] <= result["lease_ttl_s"] + STALL_SLACK_S,
+    }
+    return {
+        "resume_s_max": RESUME_TARGET_S,
+        "p99_99_ms": P99_99_TARGET_MS,
+        "p99_99_over": "p99_99_ms_kills",
+        "lease_cores": LEASE_TARGET_CORES,
+        "stall_resume_s": result["lease_ttl_s"] + STALL_SLACK_S,
+        "met": met,
+        "all_met": all(met.values()),
+    }
 
 
 def plot(result: dict, path: Path) -> None:
@@ -314,16 +382,24 @@ def plot(result: dict, path: Path) -> None:
     for k in result["kills"]:
         for ax in (ax1, ax2):
             ax.axvline(k["t_kill_s"], color="k", lw=0.8)
-        ax1.text(k["t_kill_s"], 8, f" {k['how']} {k['killed']}\n detect {k['detect_s']}s\n "
-                 f"resume {k['resume_s']}s", fontsize=7, va="top")
+        ax1.text(
+            k["t_kill_s"],
+            8,
+            f" {k['how']} {k['killed']}\n detect {k['detect_s']}s\n resume {k['resume_s']}s",
+            fontsize=7,
+            va="top",
+        )
     ax1.set_yscale("log")
     ax1.set_ylabel("send -> readable (s)")
     ax1.legend(loc="upper right", fontsize=8)
-    ax1.set_title(f"failover, the platform's own: {len(result['kills'])} kills at {result['rate']:.0f} ev/s; "
-                  f"resume max {result['resume_s_max']}s, p50 {result['resume_s_p50']}s; lost/dup/wrong "
-                  f"{result['lost']}/{result['duplicated']}/{result['wrong']}; p99.99 kills {result['p99_99_ms_kills'] / 1000:.2f}s, "
-                  f"all {result['p99_99_ms'] / 1000:.2f}s; "
-                  f"gap {result['max_gap_ms'] / 1000:.1f}s; lease {result['lease']['cores']} cores", fontsize=9)
+    ax1.set_title(
+        f"failover, the platform's own: {len(result['kills'])} kills at {result['rate']:.0f} ev/s; "
+        f"resume max {result['resume_s_max']}s, p50 {result['resume_s_p50']}s; lost/dup/wrong "
+        f"{result['lost']}/{result['duplicated']}/{result['wrong']}; p99.99 kills {result['p99_99_ms_kills'] / 1000:.2f}s, "
+        f"all {result['p99_99_ms'] / 1000:.2f}s; "
+        f"gap {result['max_gap_ms'] / 1000:.1f}s; lease {result['lease']['cores']} cores",
+        fontsize=9,
+    )
     for slot, rows in result["slot_batches"].items():
         xs, ys = [], []
         for a, b in zip(rows, rows[1:]):
@@ -352,8 +428,12 @@ def main() -> int:
     ap.add_argument("--prewarm", type=int, default=100_000)
     ap.add_argument("--warm", type=float, default=60.0)
     ap.add_argument("--tail", type=float, default=20.0)
-    ap.add_argument("--ready-lag", type=int, default=100_000,
-                    help="records the standby may trail the active's output (and the active the input) before a kill")
+    ap.add_argument(
+        "--ready-lag",
+        type=int,
+        default=100_000,
+        help="records the standby may trail the active's output (and the active the input) before a kill",
+    )
     ap.add_argument("--ready-timeout", type=float, default=900.0)
     ap.add_argument("--drain-timeout", type=float, default=300.0)
     ap.add_argument("--logs", type=Path, default=None)
@@ -367,11 +447,33 @@ def main() -> int:
     result["machine"] = {**machine(), "load_avg_at_start": [round(x, 2) for x in load]}
     path = write_result(args.name, result)
     plot(result, RESULTS / f"{args.name}.png")
-    keys = ["rate", "lost", "duplicated", "wrong", "detect_s_p50", "detect_s_max", "resume_s_p50", "resume_s_max",
-            "next_output_s_max", "stall_resume_s_max", "p99_99_ms_kills", "p99_99_ms_stalls", "p99_99_ms", "max_gap_ms"]
-    print(json.dumps({**{k: result.get(k) for k in keys}, "lease_cores": result["lease"]["cores"],
-                      "kills": [(k["killed"], k["detect_s"], k["resume_s"]) for k in result["kills"]],
-                      "targets_met": result["targets"]["met"]}, indent=1))
+    keys = [
+        "rate",
+        "lost",
+        "duplicated",
+        "wrong",
+        "detect_s_p50",
+        "detect_s_max",
+        "resume_s_p50",
+        "resume_s_max",
+        "next_output_s_max",
+        "stall_resume_s_max",
+        "p99_99_ms_kills",
+        "p99_99_ms_stalls",
+        "p99_99_ms",
+        "max_gap_ms",
+    ]
+    print(
+        json.dumps(
+            {
+                **{k: result.get(k) for k in keys},
+                "lease_cores": result["lease"]["cores"],
+                "kills": [(k["killed"], k["detect_s"], k["resume_s"]) for k in result["kills"]],
+                "targets_met": result["targets"]["met"],
+            },
+            indent=1,
+        )
+    )
     log(f"wrote {path} and {path.with_suffix('.png')}")
     return 0 if result["targets"]["met"]["exact"] else 1
 

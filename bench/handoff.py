@@ -61,7 +61,7 @@ GAP_TARGET_S, P99_99_TARGET_MS = 2.0, 5000
 def wait(what: str, check, timeout_s: float):
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if (value := check()):
+        if value := check():
             return value
         time.sleep(0.1)
     raise TimeoutError(f"timed out after {timeout_s:.0f}s waiting for {what}")
@@ -70,9 +70,13 @@ def wait(what: str, check, timeout_s: float):
 def plan_ahead(b, app, watch, rate: float, ahead_s: float) -> dict[int, int]:
     """A position `ahead_s` of input beyond its end, never behind the active (blue): a fence or a check position."""
     done = [r for r in watch.of(Slot.BLUE) if r.batch_id >= 0]
-    return plan_fence(end_offsets(b.bootstrap, app.input.topic, range(app.input.partitions)),
-                      done[-1].processed if done else {}, rate_per_s=rate, ahead_s=ahead_s,
-                      partitions=app.input.partitions)
+    return plan_fence(
+        end_offsets(b.bootstrap, app.input.topic, range(app.input.partitions)),
+        done[-1].processed if done else {},
+        rate_per_s=rate,
+        ahead_s=ahead_s,
+        partitions=app.input.partitions,
+    )
 
 
 def check_states(b, app, watch, rate: float, ahead_s: float) -> list[tuple[float, str]]:
@@ -88,6 +92,7 @@ def check_states(b, app, watch, rate: float, ahead_s: float) -> list[tuple[float
         if check.failed:
             raise RuntimeError(check.message)
         return check.met
+
     wait("both slots' state digests", agree, 180)
     marks.append((time.time(), "states agree"))
     log(f"state check at {position}: agreed +{marks[-1][0] - marks[0][0]:.1f}s")
@@ -103,16 +108,25 @@ def cutover(b, app, procs, watch, rate: float, ahead_s: float, correct: bool = F
 
     # The DAG's gate (baton.fence_gate): blue's word that it holds at F, its marker at F, green on its
     # way; it writes the cutover the moment that is met.
-    gate = FenceGate(plane, app.name, Slot.GREEN, rec.epoch, fence,
-                     lambda: read_last_marker(b.bootstrap, app.commits_topic, app.name),
-                     lambda: watch.of(Slot.BLUE), lambda: watch.of(Slot.GREEN),
-                     trail_records=app.max_lag_records, correct=correct)
+    gate = FenceGate(
+        plane,
+        app.name,
+        Slot.GREEN,
+        rec.epoch,
+        fence,
+        lambda: read_last_marker(b.bootstrap, app.commits_topic, app.name),
+        lambda: watch.of(Slot.BLUE),
+        lambda: watch.of(Slot.GREEN),
+        trail_records=app.max_lag_records,
+        correct=correct,
+    )
 
     def at_fence() -> bool:
         check: Check = gate.look()
         if check.failed:
             raise RuntimeError(check.message)
         return check.met
+
     try:
         wait("blue at the fence, green on its way", at_fence, 120)
     except (TimeoutError, RuntimeError) as exc:
@@ -121,14 +135,22 @@ def cutover(b, app, procs, watch, rate: float, ahead_s: float, correct: bool = F
         marks.append((time.time(), "fence lifted"))
         marker = read_last_marker(b.bootstrap, app.commits_topic, app.name)
         last = next((r for r in reversed(watch.of(Slot.GREEN)) if r.batch_id >= 0), None)
-        err = type(exc)(f"{exc}: fence {fence}, blue emitted {marker.emitted if marker else None}, green processed "
-                        f"{last.processed if last else None} (batch {last.batch_id if last else None})")
+        err = type(exc)(
+            f"{exc}: fence {fence}, blue emitted {marker.emitted if marker else None}, green processed "
+            f"{last.processed if last else None} (batch {last.batch_id if last else None})"
+        )
         err.marks = marks  # type: ignore[union-attr]  # read back with getattr by the report
         raise err from None
     marks.append((time.time(), "cutover"))
     if correct:
-        wait("green's corrected output", lambda: (m := read_last_marker(b.bootstrap, app.commits_topic, app.name))
-             is not None and m.corrected_epoch > rec.epoch, 120)
+        wait(
+            "green's corrected output",
+            lambda: (
+                (m := read_last_marker(b.bootstrap, app.commits_topic, app.name)) is not None
+                and m.corrected_epoch > rec.epoch
+            ),
+            120,
+        )
         marks.append((time.time(), "corrected output in"))
     log(f"cutover at {fence}: " + ", ".join(f"{label} +{t - marks[0][0]:.2f}s" for t, label in marks))
     return marks
@@ -138,8 +160,14 @@ def upgrade_slot(b, app, procs, watch, slot: Slot, definition: Path, conf) -> in
     """Stop `slot` at a batch boundary (it reports the state it leaves), start `definition` on its
     checkpoint, wait for the restore check; returns when it was launched (ms)."""
     b.procs.stop(slot.value)
-    left = next((r.state_digest for r in reversed(watch.of(slot))
-                 if r.state_digest is not None and r.state_digest.at == "stop"), None)
+    left = next(
+        (
+            r.state_digest
+            for r in reversed(watch.of(slot))
+            if r.state_digest is not None and r.state_digest.at == "stop"
+        ),
+        None,
+    )
     launched_ms = int(time.time() * 1000)
     procs[slot] = start_slot(b, definition, slot, conf)
 
@@ -148,6 +176,7 @@ def upgrade_slot(b, app, procs, watch, slot: Slot, definition: Path, conf) -> in
         if check.failed:
             raise RuntimeError(f"{slot.value}: {check.message}")
         return check.met
+
     wait(f"{slot.value}'s restore check", restored, 300)
     return launched_ms
 
@@ -155,12 +184,21 @@ def upgrade_slot(b, app, procs, watch, slot: Slot, definition: Path, conf) -> in
 def warm(b, app, watch, slot: Slot, since_ms: int) -> None:
     """The DAG's warm-up gate with the form's defaults (50,000 records, 10 s, the app's pace on top), a
     batch of the new code since its start included (its state-schema check)."""
+
     def within() -> bool:
-        check = following(watch.of(slot), read_last_marker(b.bootstrap, app.commits_topic, app.name),
-                          arrival_rate(watch.of(slot.other)), 50_000, 10.0, app.standby_pace_ms / 1000, since_ms)
+        check = following(
+            watch.of(slot),
+            read_last_marker(b.bootstrap, app.commits_topic, app.name),
+            arrival_rate(watch.of(slot.other)),
+            50_000,
+            10.0,
+            app.standby_pace_ms / 1000,
+            since_ms,
+        )
         if check.failed:
             raise RuntimeError(f"{slot.value}: {check.message}")
         return check.met
+
     wait(f"{slot.value} warm", within, 600)
 
 
@@ -184,8 +222,12 @@ def standby_restart(b, app, procs, watch, conf, down_s: float) -> list[tuple[flo
 def rolling_upgrade(b, app, procs, watch, rate: float, ahead_s: float, conf, settle_s: float = 10.0):
     v2 = Path(app.path).parent / "versions" / app.name / "v2.yaml"
     v2.parent.mkdir(parents=True, exist_ok=True)
-    v2.write_text(Path(app.path).read_text().replace("version: v1", "version: v2")
-                  .replace("module: spark_apps.apps.click_counts\n", "module: spark_apps.apps.click_counts_v2\n"))
+    v2.write_text(
+        Path(app.path)
+        .read_text()
+        .replace("version: v1", "version: v2")
+        .replace("module: spark_apps.apps.click_counts\n", "module: spark_apps.apps.click_counts_v2\n")
+    )
     marks = [(time.time(), "preflight")]
     try:
         _upgrade_both(b, app, procs, watch, rate, ahead_s, conf, settle_s, v2, marks)
@@ -217,11 +259,13 @@ def gap_end_s(result: dict) -> float | None:
 
 if __name__ == "__main__":
     if sys.argv[1:3] == ["--kind", "failover"]:  # the platform's own failover: bench/dag_failover.py
-        os.execv(sys.executable, [sys.executable, str(Path(__file__).resolve().parent / "dag_failover.py"),
-                                  *sys.argv[3:]])
+        os.execv(
+            sys.executable, [sys.executable, str(Path(__file__).resolve().parent / "dag_failover.py"), *sys.argv[3:]]
+        )
     ap = parser(__doc__)
-    ap.add_argument("--kind", choices=["cutover", "corrected_cutover", "rolling_upgrade", "standby_restart"],
-                    default="cutover")
+    ap.add_argument(
+        "--kind", choices=["cutover", "corrected_cutover", "rolling_upgrade", "standby_restart"], default="cutover"
+    )
     ap.add_argument("--handoff-at", type=float, default=40.0, help="seconds into the measured window")
     ap.add_argument("--ahead-s", type=float, default=2.0, help="cutover: fence this much input ahead")
     ap.add_argument("--down-s", type=float, default=60.0, help="standby_restart: seconds the standby stays dead")
@@ -239,29 +283,43 @@ if __name__ == "__main__":
         args.ahead_s = 5.0
     name = args.name if args.name != "throughput" else f"handoff_{args.kind}"
     with bench(name, keep=args.logs) as b:
-        during = {"cutover": partial(cutover, rate=args.rate, ahead_s=args.ahead_s),
-                  "corrected_cutover": partial(cutover, rate=args.rate, ahead_s=args.ahead_s, correct=True),
-                  "rolling_upgrade": partial(rolling_upgrade, rate=args.rate, ahead_s=args.ahead_s, conf=args.conf),
-                  "standby_restart": partial(standby_restart, conf=args.conf, down_s=args.down_s),
-                  }[args.kind]
+        during = {
+            "cutover": partial(cutover, rate=args.rate, ahead_s=args.ahead_s),
+            "corrected_cutover": partial(cutover, rate=args.rate, ahead_s=args.ahead_s, correct=True),
+            "rolling_upgrade": partial(rolling_upgrade, rate=args.rate, ahead_s=args.ahead_s, conf=args.conf),
+            "standby_restart": partial(standby_restart, conf=args.conf, down_s=args.down_s),
+        }[args.kind]
         result = run(b, args, during=during)
     marks = result["marks"]
-    result.update({
-        "kind": args.kind,
-        "rate": result["rate_input"],
-        "lost": result["verdict"]["lost"], "duplicated": result["verdict"]["duplicated"],
-        "wrong": result["verdict"]["wrong"],
-        "max_gap_ms": round(result["latency"]["longest_output_gap_s"] * 1000),
-        # where it ended, in the run's seconds (the marks' clock): at a handoff step, or elsewhere
-        "max_gap_end_s": gap_end_s(result),
-        "targets": {"p99_99_ms": P99_99_TARGET_MS, "max_gap_s": GAP_TARGET_S},
-        "machine": machine(),
-    })
+    result.update(
+        {
+            "kind": args.kind,
+            "rate": result["rate_input"],
+            "lost": result["verdict"]["lost"],
+            "duplicated": result["verdict"]["duplicated"],
+            "wrong": result["verdict"]["wrong"],
+            "max_gap_ms": round(result["latency"]["longest_output_gap_s"] * 1000),
+            # where it ended, in the run's seconds (the marks' clock): at a handoff step, or elsewhere
+            "max_gap_end_s": gap_end_s(result),
+            "targets": {"p99_99_ms": P99_99_TARGET_MS, "max_gap_s": GAP_TARGET_S},
+            "machine": machine(),
+        }
+    )
     path = write_result(name, result)
     plot(result, RESULTS / f"{name}.png")
-    keys = ["rate", "lost", "duplicated", "wrong", "p50_ms", "p99_ms", "p99_99_ms", "max_gap_ms", "max_gap_end_s",
-            "marks",
-            "handoff_error"]
+    keys = [
+        "rate",
+        "lost",
+        "duplicated",
+        "wrong",
+        "p50_ms",
+        "p99_ms",
+        "p99_99_ms",
+        "max_gap_ms",
+        "max_gap_end_s",
+        "marks",
+        "handoff_error",
+    ]
     print(json.dumps({k: result.get(k) for k in keys}, indent=1))
     log(f"wrote {path} and {path.with_suffix('.png')}")
     if result["handoff_error"]:

@@ -46,8 +46,12 @@ def _tree(root: int) -> dict[int, tuple[int, int]]:
 def connections(port: int, ss: str = "ss") -> dict[tuple[str, str], tuple[int, int, int]]:
     """(local, peer) -> (pid, bytes sent, bytes received) of every established TCP connection from or to
     `port` on this host (both ends of a local connection appear, each with its own process)."""
-    out = subprocess.run([ss, "-tinpH", "state", "established", f"( sport = :{port} or dport = :{port} )"],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [ss, "-tinpH", "state", "established", f"( sport = :{port} or dport = :{port} )"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     found: dict[tuple[str, str], tuple[int, int, int]] = {}
     key: tuple[str, str] | None = None
     pid: int | None = None
@@ -73,8 +77,10 @@ class IoMeter:
     def __init__(self, broker_port: int | None = None):
         self.ss = shutil.which("ss")
         if broker_port is not None and self.ss is None:
-            log("bytes over Kafka connections not measured: no `ss` on this host (Debian: apt-get install -y "
-                "iproute2); files and pipes only")
+            log(
+                "bytes over Kafka connections not measured: no `ss` on this host (Debian: apt-get install -y "
+                "iproute2); files and pipes only"
+            )
             broker_port = None
         self.broker_port = broker_port
         self.roots: dict[str, int] = {}

@@ -67,7 +67,7 @@ from baton.tools.loadgen import run as produce  # noqa: E402
 from baton.tools.verify import Observations, align_users, event_latencies, latency_report, verify  # noqa: E402
 
 P99_TARGET_MS = 2000
-BEHIND_S = 3.0   # a step falls behind when blue is more than this much of its input short, 5 s after it
+BEHIND_S = 3.0  # a step falls behind when blue is more than this much of its input short, 5 s after it
 # The standby follows closely in a step when it never trailed blue by more than this much of the step's input:
 # its cap moves to blue's last commit every standby_pace_ms (2 s), and that commit is a batch (1 s) behind what
 # blue has read. Further back, a failover replays what it trails before its first output.
@@ -82,16 +82,24 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--step", type=float, default=5000.0)
     ap.add_argument("--step-s", type=float, default=60.0)
     ap.add_argument("--max", type=float, default=60000.0, help="stop stepping up at this rate")
-    ap.add_argument("--warmup", type=float, default=240.0,
-                    help="seconds at --start before the first step is measured (the JVMs' JIT is still at "
-                         "~0.06 cores each 4 min in, ~0.01-0.02 after 20: `cpu_warmup_series`)")
+    ap.add_argument(
+        "--warmup",
+        type=float,
+        default=240.0,
+        help="seconds at --start before the first step is measured (the JVMs' JIT is still at "
+        "~0.06 cores each 4 min in, ~0.01-0.02 after 20: `cpu_warmup_series`)",
+    )
     ap.add_argument("--keys", type=int, default=100_000)
     ap.add_argument("--malformed", type=float, default=0.01)
     ap.add_argument("--prewarm", type=int, default=100_000)
     ap.add_argument("--drain-timeout", type=float, default=600.0)
     ap.add_argument("--logs", type=Path, default=None)
-    ap.add_argument("--count-rows", action=argparse.BooleanOptionalAction, default=None,
-                    help="the app's state.count_rows (default: what include/apps/click_counts.yaml says)")
+    ap.add_argument(
+        "--count-rows",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="the app's state.count_rows (default: what include/apps/click_counts.yaml says)",
+    )
     ap.add_argument("--name", default="max_rate")
     return ap
 
@@ -106,9 +114,23 @@ def main() -> int:
     result["machine"] = machine()
     path = write_result(args.name, result)
     plot(result, RESULTS / f"{args.name}.png")
-    print(json.dumps({k: result[k] for k in ("max_rate", "p99_ms_at_max", "max_rate_keeps_pace", "max_rate_standby_close",
-                                             "slot_cores_at_start",
-                                             "slot_cores_warmup", "verdict")}, indent=1))
+    print(
+        json.dumps(
+            {
+                k: result[k]
+                for k in (
+                    "max_rate",
+                    "p99_ms_at_max",
+                    "max_rate_keeps_pace",
+                    "max_rate_standby_close",
+                    "slot_cores_at_start",
+                    "slot_cores_warmup",
+                    "verdict",
+                )
+            },
+            indent=1,
+        )
+    )
     log(f"wrote {path} and {path.with_suffix('.png')}")
     return 0 if result["verdict"]["ok"] else 1
 
@@ -121,20 +143,57 @@ def run(b, args) -> dict:
     procs = {s: start_slot(b, path, s) for s in slots}
     for s in slots:
         watch.wait(reports(s, SlotState.RESTORING), 180, f"of {s.value} starting", alive=running(procs[s]))
-    prewarm = produce(LoadSpec(rate=math.inf, keys=args.keys, events=args.prewarm, malformed=args.malformed, seed=1000),
-                      b.bootstrap, app.input.topic)
+    prewarm = produce(
+        LoadSpec(rate=math.inf, keys=args.keys, events=args.prewarm, malformed=args.malformed, seed=1000),
+        b.bootstrap,
+        app.input.topic,
+    )
     for s in slots:
         wait_processed(watch, s, args.prewarm, 600, alive=lambda s=s: procs[s].poll() is None)
     py, sends = sys.executable, b.tmp / "sends"
-    b.procs.start("verifier", [py, "-m", "baton.tools.verify", "tail", "--bootstrap", b.bootstrap,
-                                          "--topic", app.output.topic, "--partitions", str(app.output.partitions),
-                                          "--out", str(b.tmp / "seen.npz")])
-    loadgen = b.procs.start("loadgen", [py, str(Path(__file__).resolve().parent / "dag_handoff.py"), "_load",
-                                        "--bootstrap", b.bootstrap, "--topic", app.input.topic,
-                                        "--rate", str(args.start), "--step", str(args.step), "--step-s", str(args.step_s),
-                                        "--warm-s", str(args.warmup),
-                                        "--keys", str(args.keys), "--malformed", str(args.malformed),
-                                        "--out-dir", str(sends)])
+    b.procs.start(
+        "verifier",
+        [
+            py,
+            "-m",
+            "baton.tools.verify",
+            "tail",
+            "--bootstrap",
+            b.bootstrap,
+            "--topic",
+            app.output.topic,
+            "--partitions",
+            str(app.output.partitions),
+            "--out",
+            str(b.tmp / "seen.npz"),
+        ],
+    )
+    loadgen = b.procs.start(
+        "loadgen",
+        [
+            py,
+            str(Path(__file__).resolve().parent / "dag_handoff.py"),
+            "_load",
+            "--bootstrap",
+            b.bootstrap,
+            "--topic",
+            app.input.topic,
+            "--rate",
+            str(args.start),
+            "--step",
+            str(args.step),
+            "--step-s",
+            str(args.step_s),
+            "--warm-s",
+            str(args.warmup),
+            "--keys",
+            str(args.keys),
+            "--malformed",
+            str(args.malformed),
+            "--out-dir",
+            str(sends),
+        ],
+    )
     t0 = time.time() + args.warmup  # the first step's start
     log(f"load from {args.start:.0f}/s ({args.warmup:.0f} s of warm-up), +{args.step:.0f}/s every {args.step_s:.0f} s")
     warm_cpu, warm_io = meters(b, procs)
@@ -157,11 +216,22 @@ def run(b, args) -> dict:
         sent_by = int((sent_times <= stood).sum())
         lag = max(0, sent_by - ((total(at[-1].processed) if at else 0) - args.prewarm))
         behind = lag > BEHIND_S * rate
-        steps.append({"rate": rate, "t_start_s": round(args.warmup + k * args.step_s, 1), "sent_total": sent_by,
-                      "lag_records": lag, "lag_s": round(lag / rate, 2), "behind": behind, "cpu": cpu_report,
-                      "io": io_report})
-        log(f"step {k}: {rate:.0f}/s: blue {lag} records ({lag / rate:.1f} s of input) behind"
-            f"{' : falling behind' if behind else ''}; cores used {cpu_report['cores_used']:.2f}")
+        steps.append(
+            {
+                "rate": rate,
+                "t_start_s": round(args.warmup + k * args.step_s, 1),
+                "sent_total": sent_by,
+                "lag_records": lag,
+                "lag_s": round(lag / rate, 2),
+                "behind": behind,
+                "cpu": cpu_report,
+                "io": io_report,
+            }
+        )
+        log(
+            f"step {k}: {rate:.0f}/s: blue {lag} records ({lag / rate:.1f} s of input) behind"
+            f"{' : falling behind' if behind else ''}; cores used {cpu_report['cores_used']:.2f}"
+        )
         behind_in_a_row = behind_in_a_row + 1 if behind else 0
         if behind_in_a_row >= 2 or rate + args.step > args.max or any(p.poll() is not None for p in procs.values()):
             break
@@ -216,9 +286,14 @@ def slot_cpu_series(procs, load_started: float, until: float) -> list[dict]:
         cpu.start()
         time.sleep(max(0.0, min(until, time.time() + SERIES_S) - time.time()))
         report = cpu.stop()
-        series.append({"t_s": round(time.time() - load_started, 1), "slot_cores": slot_cores(report),
-                       "jit_cores": jit_cores(report),
-                       "by_role": {role: v["cores"] for role, v in report["by_role"].items()}})
+        series.append(
+            {
+                "t_s": round(time.time() - load_started, 1),
+                "slot_cores": slot_cores(report),
+                "jit_cores": jit_cores(report),
+                "by_role": {role: v["cores"] for role, v in report["by_role"].items()},
+            }
+        )
     return series
 
 
@@ -229,8 +304,9 @@ def jit_cores(cpu_report: dict) -> float:
 
 def slot_cores(cpu_report: dict) -> float:
     """Active + standby: both slots' JVMs (JIT and GC included) and Python."""
-    return round(sum(v["cores"] for role, v in cpu_report["by_role"].items()
-                     if role.split(".")[0] in ("blue", "green")), 3)
+    return round(
+        sum(v["cores"] for role, v in cpu_report["by_role"].items() if role.split(".")[0] in ("blue", "green")), 3
+    )
 
 
 def analyse(args, prewarm, sent, obs, watch, steps, drained, warmup) -> dict:
@@ -239,7 +315,7 @@ def analyse(args, prewarm, sent, obs, watch, steps, drained, warmup) -> dict:
     users, times = sent.valid()
     all_users, all_times = np.concatenate([pre_users, users]), np.concatenate([pre_times, times])
     index = {user_id(i): i for i in range(sent.keys)}
-    lat = event_latencies(all_users, all_times, align_users(obs, index), obs.counts, obs.times)[pre_users.size:]
+    lat = event_latencies(all_users, all_times, align_users(obs, index), obs.counts, obs.times)[pre_users.size :]
     t0 = float(sent.meta["started"])
     blue_batches = batch_records(watch, Slot.BLUE)
     blue = [(r.ts_ms / 1000, total(r.processed)) for r in blue_batches]
@@ -248,14 +324,18 @@ def analyse(args, prewarm, sent, obs, watch, steps, drained, warmup) -> dict:
         a, z = t0 + step["t_start_s"], t0 + step["t_start_s"] + args.step_s
         inside = (times >= a) & (times < z)
         report = latency_report(lat[inside], obs.times[(obs.times >= a) & (obs.times < z)])
-        step.update(p50_ms=round(report.p50_ms, 1), p99_ms=round(report.p99_ms, 1),
-                    events=int(inside.sum()), rate_in=round(float(inside.sum()) / args.step_s, 1),
-                    rate_processed=round(processed_rate(blue, a, z), 1),
-                    standby_behind_records=standby_behind(blue, green, a, z),
-                    # where a step's tail comes from: slow batches, or events a batch's look missed (a late
-                    # fetch), each a trigger late
-                    batch_ms=step_batch_ms([r for r in blue_batches if a <= r.ts_ms / 1000 < z]),
-                    look_misses=look_misses(times[inside], lat[inside], blue_batches))
+        step.update(
+            p50_ms=round(report.p50_ms, 1),
+            p99_ms=round(report.p99_ms, 1),
+            events=int(inside.sum()),
+            rate_in=round(float(inside.sum()) / args.step_s, 1),
+            rate_processed=round(processed_rate(blue, a, z), 1),
+            standby_behind_records=standby_behind(blue, green, a, z),
+            # where a step's tail comes from: slow batches, or events a batch's look missed (a late
+            # fetch), each a trigger late
+            batch_ms=step_batch_ms([r for r in blue_batches if a <= r.ts_ms / 1000 < z]),
+            look_misses=look_misses(times[inside], lat[inside], blue_batches),
+        )
         # I/O over the step's wall-clock window, per event sent in it (rate x step: the same window)
         step["io_per_event"] = per_event(step["io"], int(round(step["rate"] * args.step_s)))
         step["held"] = bool(not step["behind"] and report.p99_ms <= P99_TARGET_MS)
@@ -269,20 +349,29 @@ def analyse(args, prewarm, sent, obs, watch, steps, drained, warmup) -> dict:
         "slot_cores_at_start": at_start,
         "jit_cores_at_start": jit_cores(steps[0]["cpu"]) if steps else None,
         "slot_cores_at_20085": at_start if abs(args.start - 20085) < 1 else None,
-        "slot_cores_warmup": slot_cores(warmup["cpu"]),   # the same over the warm-up, from the load's start
+        "slot_cores_warmup": slot_cores(warmup["cpu"]),  # the same over the warm-up, from the load's start
         "warmup_s": args.warmup,
         "cpu_warmup": warmup["cpu"],
         "cpu_warmup_series": warmup["series"],  # the slots' CPU a minute at a time through the warm-up
         "cpu_at_start": steps[0]["cpu"] if steps else None,
         "input_record_bytes": round(mean_record_bytes(sent.users, sent.kinds), 1),  # key + value, no framing
         "io_per_event_at_start": steps[0]["io_per_event"] if steps else None,
-        "start": args.start, "step": args.step, "step_s": args.step_s, "keys": args.keys,
+        "start": args.start,
+        "step": args.step,
+        "step_s": args.step_s,
+        "keys": args.keys,
         "count_rows": app_count_rows(args.count_rows),  # the app's state.count_rows
-        "malformed_share": args.malformed, "prewarm_events": args.prewarm, "p99_target_ms": P99_TARGET_MS,
-        "behind_s": BEHIND_S, "steps": steps, "drained": drained,
+        "malformed_share": args.malformed,
+        "prewarm_events": args.prewarm,
+        "p99_target_ms": P99_TARGET_MS,
+        "behind_s": BEHIND_S,
+        "steps": steps,
+        "drained": drained,
         "verdict": {**verdict.summary(), "ok": verdict.ok},
-        "timeline": {"blue_processed": [(round(t - t0, 2), p) for t, p in blue],
-                     "green_processed": [(round(t - t0, 2), p) for t, p in green]},
+        "timeline": {
+            "blue_processed": [(round(t - t0, 2), p) for t, p in blue],
+            "green_processed": [(round(t - t0, 2), p) for t, p in green],
+        },
     }
 
 
@@ -291,8 +380,12 @@ def step_batch_ms(batches) -> dict | None:
     if not batches:
         return None
     ms = np.array([r.batch_ms for r in batches])
-    return {"count": int(ms.size), "p50": float(np.percentile(ms, 50)), "p99": float(np.percentile(ms, 99)),
-            "max": float(ms.max())}
+    return {
+        "count": int(ms.size),
+        "p50": float(np.percentile(ms, 50)),
+        "p99": float(np.percentile(ms, 99)),
+        "max": float(ms.max()),
+    }
 
 
 def headline(steps: list[dict]) -> dict:
@@ -306,10 +399,13 @@ def headline(steps: list[dict]) -> dict:
     at_close = max(close, key=lambda s: s["rate"]) if close else None
     pace = [s for s in steps if not s["behind"]]
     at_pace = max(pace, key=lambda s: s["rate"]) if pace else None
-    return {"max_rate": at_max["rate"] if at_max else 0.0, "p99_ms_at_max": at_max["p99_ms"] if at_max else None,
-            "max_rate_keeps_pace": at_pace["rate"] if at_pace else 0.0,
-            "p99_ms_at_keeps_pace": at_pace["p99_ms"] if at_pace else None,
-            "max_rate_standby_close": at_close["rate"] if at_close else 0.0}
+    return {
+        "max_rate": at_max["rate"] if at_max else 0.0,
+        "p99_ms_at_max": at_max["p99_ms"] if at_max else None,
+        "max_rate_keeps_pace": at_pace["rate"] if at_pace else 0.0,
+        "p99_ms_at_keeps_pace": at_pace["p99_ms"] if at_pace else None,
+        "max_rate_standby_close": at_close["rate"] if at_close else 0.0,
+    }
 
 
 def standby_close(step: dict) -> bool:
@@ -364,11 +460,13 @@ def plot(result: dict, path: Path) -> None:
     ax3.set_ylabel("cores")
     ax3.set_ylim(bottom=0)
     ax3.legend(loc="upper right")
-    fig.suptitle(f"with the standby following: p99 <= 2 s up to {result['max_rate']:.0f} events/s "
-                 f"(p99 {result['p99_ms_at_max']} ms); kept pace up to {result['max_rate_keeps_pace']:.0f} events/s "
-                 f"(p99 {result['p99_ms_at_keeps_pace']} ms)\nheld with the standby close: "
-                 f"{result.get('max_rate_standby_close') or 0:.0f} events/s; slots' cores at {result['start']:.0f}/s: "
-                 f"{result['slot_cores_at_start']}; broker: {result.get('broker', 'not recorded')}")
+    fig.suptitle(
+        f"with the standby following: p99 <= 2 s up to {result['max_rate']:.0f} events/s "
+        f"(p99 {result['p99_ms_at_max']} ms); kept pace up to {result['max_rate_keeps_pace']:.0f} events/s "
+        f"(p99 {result['p99_ms_at_keeps_pace']} ms)\nheld with the standby close: "
+        f"{result.get('max_rate_standby_close') or 0:.0f} events/s; slots' cores at {result['start']:.0f}/s: "
+        f"{result['slot_cores_at_start']}; broker: {result.get('broker', 'not recorded')}"
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

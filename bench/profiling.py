@@ -29,17 +29,31 @@ TICKS = os.sysconf("SC_CLK_TCK")
 JVM_COMPONENTS = [
     ("RocksDB state store", re.compile(r"org\.rocksdb|RocksDB")),
     ("from_json parsing", re.compile(r"JsonToStructs|JacksonParser|com\.fasterxml\.jackson")),
-    ("Python exchange (Arrow/pickle to Python workers)",
-     re.compile(r"org\.apache\.spark\.api\.python|sql\.execution\.python|PythonRunner|org\.apache\.arrow|ArrowWriter")),
+    (
+        "Python exchange (Arrow/pickle to Python workers)",
+        re.compile(
+            r"org\.apache\.spark\.api\.python|sql\.execution\.python|PythonRunner|org\.apache\.arrow|ArrowWriter"
+        ),
+    ),
     ("shuffle", re.compile(r"org\.apache\.spark\.shuffle|ShuffleBlockFetcher|ExternalSorter|BypassMergeSort")),
-    ("aggregation / generated code", re.compile(r"HashAggregate|UnsafeFixedWidthAggregationMap|GeneratedClass|BytesToBytesMap")),
+    (
+        "aggregation / generated code",
+        re.compile(r"HashAggregate|UnsafeFixedWidthAggregationMap|GeneratedClass|BytesToBytesMap"),
+    ),
     ("checkpoint files (Hadoop FS)", re.compile(r"org\.apache\.hadoop|CheckpointFileManager|HDFSMetadataLog")),
     # Java serialization: the prefetched rows a simple stream reader hands to Spark are stored as a
     # serialized block (spark.serializer), and every task is serialized.
-    ("serialization (blocks, tasks)",
-     re.compile(r"java\.io\.Object(Output|Input)Stream|java\.io\.ObjectStreamClass|JavaSerializ|KryoSerializ|esotericsoftware")),
+    (
+        "serialization (blocks, tasks)",
+        re.compile(
+            r"java\.io\.Object(Output|Input)Stream|java\.io\.ObjectStreamClass|JavaSerializ|KryoSerializ|esotericsoftware"
+        ),
+    ),
     # Rows (UnsafeRow, projections) live in catalyst.expressions too: per-row work, not planning.
-    ("rows (UnsafeRow, projections)", re.compile(r"org\.apache\.spark\.sql\.catalyst\.expressions|org\.apache\.spark\.unsafe")),
+    (
+        "rows (UnsafeRow, projections)",
+        re.compile(r"org\.apache\.spark\.sql\.catalyst\.expressions|org\.apache\.spark\.unsafe"),
+    ),
     ("query planning (Catalyst)", re.compile(r"org\.apache\.spark\.sql\.catalyst|QueryExecution|SparkPlan\.")),
     ("scheduling / RPC", re.compile(r"io\.netty|org\.apache\.spark\.rpc|org\.apache\.spark\.scheduler")),
     ("py4j gateway", re.compile(r"py4j")),
@@ -87,8 +101,11 @@ def group_threads(before: dict, after: dict) -> dict[str, float]:
 
 def jfr_summary(path: Path, top: int = 15) -> dict:
     """Execution samples of a JFR file: shares by component and the hottest methods."""
-    proc = subprocess.Popen(["jfr", "print", "--events", "jdk.ExecutionSample", "--stack-depth", "64", str(path)],
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        ["jfr", "print", "--events", "jdk.ExecutionSample", "--stack-depth", "64", str(path)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     components, methods, samples = Counter[str](), Counter[str](), 0
     frames: list[str] | None = None
     assert proc.stdout is not None  # stdout=PIPE
@@ -112,8 +129,10 @@ def jfr_summary(path: Path, top: int = 15) -> dict:
 
 # Leaf functions that are waits, not work: py-spy cannot always tell a thread blocked in a C call
 # (a socket read, librdkafka's consume) from a running one.
-PY_WAITS = re.compile(r"^(manager \(.*daemon\.py\)|read_int |SocketIO\.readinto|select |poll |accept |wait |"
-                      r"Follower\._run |FinalizerWorker\.run|.*\.poll \(.*accumulators\.py\))")
+PY_WAITS = re.compile(
+    r"^(manager \(.*daemon\.py\)|read_int |SocketIO\.readinto|select |poll |accept |wait |"
+    r"Follower\._run |FinalizerWorker\.run|.*\.poll \(.*accumulators\.py\))"
+)
 
 
 def pyspy_summary(path: Path, top: int = 12) -> dict:
@@ -179,19 +198,48 @@ class Profiler:
         driver = psutil.Process(driver_pid)
         jvm = next(p for p in driver.children(recursive=True) if p.name() == "java")
         jfr = self.out / f"{name}.jfr"
-        subprocess.run(["jcmd", str(jvm.pid), "JFR.start", f"name=bench-{name}", "settings=profile",
-                        f"duration={self.seconds}s", f"filename={jfr}"], check=True, capture_output=True)
+        subprocess.run(
+            [
+                "jcmd",
+                str(jvm.pid),
+                "JFR.start",
+                f"name=bench-{name}",
+                "settings=profile",
+                f"duration={self.seconds}s",
+                f"filename={jfr}",
+            ],
+            check=True,
+            capture_output=True,
+        )
         self.slots[name] = {"jvm": jvm.pid, "jfr": jfr, "threads": thread_cpu(jvm.pid)}
         if self.pyspy:
-            pythons = [("driver", driver_pid)] + [(f"workers-{p.pid}", p.pid) for p in jvm.children()
-                                                 if p.name().startswith("python")]
+            pythons = [("driver", driver_pid)] + [
+                (f"workers-{p.pid}", p.pid) for p in jvm.children() if p.name().startswith("python")
+            ]
             for part, pid in pythons:
                 out = self.out / f"{name}-{part}.txt"
                 # The driver alone (its subprocesses are the JVM's workers, profiled apart).
                 follow = [] if part == "driver" else ["--subprocesses"]
-                proc = subprocess.Popen([self.pyspy, "record", "--pid", str(pid), *follow, "--nonblocking",
-                                         "--rate", "50", "--duration", str(self.seconds), "--format", "raw",
-                                         "--output", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                proc = subprocess.Popen(
+                    [
+                        self.pyspy,
+                        "record",
+                        "--pid",
+                        str(pid),
+                        *follow,
+                        "--nonblocking",
+                        "--rate",
+                        "50",
+                        "--duration",
+                        str(self.seconds),
+                        "--format",
+                        "raw",
+                        "--output",
+                        str(out),
+                    ],
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
                 self._spies.append((f"{name}.{'driver' if part == 'driver' else 'python_workers'}", proc, out))
 
     def finish(self) -> dict:

@@ -65,8 +65,12 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--keys", type=int, nargs="+", default=[100_000, 1_000_000])
     ap.add_argument("--partitions", type=int, default=4)
-    ap.add_argument("--steady-seconds", type=float, default=30.0,
-                    help="seconds of steady input after the build, before the stop (0: stop right after it)")
+    ap.add_argument(
+        "--steady-seconds",
+        type=float,
+        default=30.0,
+        help="seconds of steady input after the build, before the stop (0: stop right after it)",
+    )
     ap.add_argument("--steady-rate", type=float, default=20_085.0, help="events/s of the steady input")
     ap.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark setting")
     ap.add_argument("--timeout", type=float, default=900.0, help="per phase")
@@ -79,12 +83,20 @@ def main() -> int:
         for keys in args.keys:
             runs.append(one_run(b, keys, args))
             log(f"{keys} keys: first batch after {runs[-1]['first_batch_s']:.1f}s")
-    result = {"target_first_batch_s": TARGET_S, "partitions": args.partitions, "steady_s": args.steady_seconds,
-              "steady_rate": args.steady_rate,
-              "conf": args.conf, "runs": runs, "machine": machine()}
+    result = {
+        "target_first_batch_s": TARGET_S,
+        "partitions": args.partitions,
+        "steady_s": args.steady_seconds,
+        "steady_rate": args.steady_rate,
+        "conf": args.conf,
+        "runs": runs,
+        "machine": machine(),
+    }
     path = write_result(args.name, result)
     plot(result, RESULTS / f"{args.name}.png")
-    print(json.dumps([{k: r[k] for k in ("keys", "first_batch_s", "restore_ms", "verdict_ok")} for r in runs], indent=1))
+    print(
+        json.dumps([{k: r[k] for k in ("keys", "first_batch_s", "restore_ms", "verdict_ok")} for r in runs], indent=1)
+    )
     log(f"wrote {path} and {path.with_suffix('.png')}")
     return 0 if all(r["verdict_ok"] for r in runs) else 1
 
@@ -103,17 +115,25 @@ def one_run(b: Bench, keys: int, args) -> dict:
         log(f"{keys} keys: state built in {build_s:.0f}s (including start-up)")
         sent = [first]
         if args.steady_seconds > 0:
-            sent.append(produce(LoadSpec.for_duration(args.steady_rate, args.steady_seconds, keys=keys, seed=3),
-                                b.bootstrap, app.input.topic))
-            wait_processed(watch, Slot.BLUE, keys + sent[-1].users.size, args.timeout, alive=lambda: proc.poll() is None)
+            sent.append(
+                produce(
+                    LoadSpec.for_duration(args.steady_rate, args.steady_seconds, keys=keys, seed=3),
+                    b.bootstrap,
+                    app.input.topic,
+                )
+            )
+            wait_processed(
+                watch, Slot.BLUE, keys + sent[-1].users.size, args.timeout, alive=lambda: proc.poll() is None
+            )
             log(f"{keys} keys: {args.steady_seconds:.0f}s at {args.steady_rate:,.0f} events/s processed")
         code = b.procs.stop(name)
         if code != 0:
             raise RuntimeError(f"graceful stop of {name} exited {code}:\n{b.procs.tail(name)}")
         state = state_on_disk(b.tmp / "state", app.name)
 
-        sent.append(produce(LoadSpec(rate=math.inf, keys=keys, events=NEW_EVENTS, seed=2), b.bootstrap,
-                            app.input.topic))
+        sent.append(
+            produce(LoadSpec(rate=math.inf, keys=keys, events=NEW_EVENTS, seed=2), b.bootstrap, app.input.topic)
+        )
         produced = sum(s.users.size for s in sent)
         events = b.tmp / f"eventlog-{keys}"
         started = time.time()
@@ -121,7 +141,9 @@ def one_run(b: Bench, keys: int, args) -> dict:
         mine = lambda r: r.pid == proc.pid  # noqa: E731
         alive = lambda: proc.poll() is None  # noqa: E731
         _, boot = watch.wait(lambda r: mine(r), args.timeout, "of the new process", alive)
-        _, query = watch.wait(lambda r: mine(r) and r.state is SlotState.RESTORING, args.timeout, "of query start", alive)
+        _, query = watch.wait(
+            lambda r: mine(r) and r.state is SlotState.RESTORING, args.timeout, "of query start", alive
+        )
         _, batch = watch.wait(lambda r: mine(r) and r.batch_id >= 0, args.timeout, "of a first batch", alive)
         wait_processed(watch, Slot.BLUE, produced, args.timeout, alive)
         time.sleep(2)  # the batch's transaction commits just after its status record
@@ -170,8 +192,12 @@ def state_on_disk(state_dir: Path, app: str) -> dict:
     root = slot_paths(state_dir, app, Slot.BLUE, 0).checkpoint / "state"
     files = [p for p in root.rglob("*") if p.is_file()]
     kinds = Counter(p.suffix or p.name for p in files)
-    return {"bytes": sum(p.stat().st_size for p in files), "changelog_files": kinds.get(".changelog", 0),
-            "snapshot_files": kinds.get(".zip", 0), "files": len(files)}
+    return {
+        "bytes": sum(p.stat().st_size for p in files),
+        "changelog_files": kinds.get(".changelog", 0),
+        "snapshot_files": kinds.get(".zip", 0),
+        "files": len(files),
+    }
 
 
 def plot(result: dict, path: Path) -> None:
@@ -183,17 +209,27 @@ def plot(result: dict, path: Path) -> None:
     state = [state_stage_s(r) for r in runs]
     rest = [r["first_batch_s"] - a - b for r, a, b in zip(runs, start, state)]
     ax.bar(labels, start, color="#c6dbef", label="process start -> query started (Python, JVM, Spark session)")
-    ax.bar(labels, rest, bottom=start, color="#6baed6", label="first batch: planning, reading (Python workers start), emit")
-    ax.bar(labels, state, bottom=[a + b for a, b in zip(start, rest)], color="#08519c",
-           label="first batch: state-store stage (state load + update)")
+    ax.bar(
+        labels, rest, bottom=start, color="#6baed6", label="first batch: planning, reading (Python workers start), emit"
+    )
+    ax.bar(
+        labels,
+        state,
+        bottom=[a + b for a, b in zip(start, rest)],
+        color="#08519c",
+        label="first batch: state-store stage (state load + update)",
+    )
     for i, r in enumerate(runs):
         ax.text(i, r["first_batch_s"], f"{r['first_batch_s']:.1f}s", ha="center", va="bottom")
     ax.axhline(result["target_first_batch_s"], color="red", ls="--", lw=0.8, label="target")
     ax.set_ylim(0, max(r["first_batch_s"] for r in runs) * 1.45)
     ax.set_ylabel("seconds from process start")
     conf = ", ".join(c.rsplit(".", 1)[-1] for c in result["conf"]) or "default settings"
-    steady = (f"after {result['steady_s']:.0f} s at {result['steady_rate']:,.0f} events/s"
-              if result.get("steady_s") else "right after the build")
+    steady = (
+        f"after {result['steady_s']:.0f} s at {result['steady_rate']:,.0f} events/s"
+        if result.get("steady_s")
+        else "right after the build"
+    )
     ax.set_title(f"click counts: restart to first completed batch, {steady} ({conf})", fontsize=9)
     ax.legend(fontsize=8, loc="upper left")
     fig.tight_layout()

@@ -70,14 +70,23 @@ def tree_cpu(root: int, exclude: set[int]) -> float:
 def produce(bootstrap: str, topic: str, n: int, partitions: int) -> None:
     from confluent_kafka import Producer
 
-    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1_000_000,
-                  "batch.num.messages": 100_000, "queue.buffering.max.messages": 1_000_000,
-                  "compression.type": "none"})
+    p = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "linger.ms": 20,
+            "batch.size": 1_000_000,
+            "batch.num.messages": 100_000,
+            "queue.buffering.max.messages": 1_000_000,
+            "compression.type": "none",
+        }
+    )
     pad = "x" * 24
     produce_ = p.produce
     for i in range(n):
-        value = (f'{{"user":"u{i % 100_000:06d}","page":"/p/{i % 10_000:05d}",'
-                 f'"ts":{1_700_000_000_000 + i},"n":{i},"pad":"{pad}"}}')
+        value = (
+            f'{{"user":"u{i % 100_000:06d}","page":"/p/{i % 10_000:05d}",'
+            f'"ts":{1_700_000_000_000 + i},"n":{i},"pad":"{pad}"}}'
+        )
         while True:
             try:
                 produce_(topic, value=value.encode(), key=b"u%06d" % (i % 100_000), partition=i % partitions)
@@ -107,26 +116,39 @@ def main() -> None:
             t0 = time.monotonic()
             produce(bs, topic, args.records, args.partitions)
             produce(bs, warm, 1000, args.partitions)
-            print(f"produced {args.records} records to {args.partitions} partitions in "
-                  f"{time.monotonic() - t0:.1f}s", flush=True)
+            print(
+                f"produced {args.records} records to {args.partitions} partitions in {time.monotonic() - t0:.1f}s",
+                flush=True,
+            )
 
             from pyspark.sql import SparkSession
 
             from spark_apps.runtime.source.kafka_source import KafkaSource
 
-            spark = (SparkSession.builder.master(f"local[{args.cores}]").appName("bench-source-read")
-                     .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-                     .config("spark.sql.shuffle.partitions", str(args.cores))
-                     .config("spark.local.dir", str(tmpd / "spark"))
-                     .getOrCreate())
+            spark = (
+                SparkSession.builder.master(f"local[{args.cores}]")
+                .appName("bench-source-read")
+                .config("spark.ui.enabled", "false")
+                .config("spark.ui.showConsoleProgress", "false")
+                .config("spark.sql.shuffle.partitions", str(args.cores))
+                .config("spark.local.dir", str(tmpd / "spark"))
+                .getOrCreate()
+            )
             spark.sparkContext.setLogLevel("ERROR")
             spark.dataSource.register(KafkaSource)
 
             def read_all(name: str) -> StreamingQuery:
-                q = (spark.readStream.format("baton-kafka").option("kafka.bootstrap.servers", bs)
-                     .option("topic", name).option("startingOffsets", "earliest").load()
-                     .writeStream.format("noop").trigger(availableNow=True)
-                     .option("checkpointLocation", str(tmpd / f"ck-{name}")).start())
+                q = (
+                    spark.readStream.format("baton-kafka")
+                    .option("kafka.bootstrap.servers", bs)
+                    .option("topic", name)
+                    .option("startingOffsets", "earliest")
+                    .load()
+                    .writeStream.format("noop")
+                    .trigger(availableNow=True)
+                    .option("checkpointLocation", str(tmpd / f"ck-{name}"))
+                    .start()
+                )
                 q.awaitTermination()
                 if (failure := q.exception()) is not None:
                     raise failure
@@ -163,8 +185,10 @@ def main() -> None:
     ru_self = resource.getrusage(resource.RUSAGE_SELF)
     ru_children = resource.getrusage(resource.RUSAGE_CHILDREN)
     total = ru_self.ru_utime + ru_self.ru_stime + ru_children.ru_utime + ru_children.ru_stime
-    print(f"whole run (produce, Spark start-up, warm-up, read), getrusage self + reaped children "
-          f"(the JVM; not the broker, which runs detached): {total:.1f} CPU s")
+    print(
+        f"whole run (produce, Spark start-up, warm-up, read), getrusage self + reaped children "
+        f"(the JVM; not the broker, which runs detached): {total:.1f} CPU s"
+    )
     result["cpu_s_whole_run"] = round(total, 1)
     result["machine"] = machine()
     path = write_result("source_read", result)

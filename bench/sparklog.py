@@ -47,7 +47,8 @@ def jobs(directory: Path) -> list[dict]:
         elif kind == "SparkListenerTaskEnd":
             info, metrics = e["Task Info"], e.get("Task Metrics") or {}
             tasks.setdefault(e["Stage ID"], []).append(
-                (info["Finish Time"] - info["Launch Time"], (metrics.get("Executor CPU Time") or 0) / 1e6))
+                (info["Finish Time"] - info["Launch Time"], (metrics.get("Executor CPU Time") or 0) / 1e6)
+            )
     result = []
     for job in sorted(out.values(), key=lambda j: j["job"]):
         rows = []
@@ -55,9 +56,16 @@ def jobs(directory: Path) -> list[dict]:
             st, ts = stages.get(sid), tasks.get(sid, [])
             if st is None or st["sub"] is None or st["done"] is None:
                 continue  # skipped (e.g. a reused shuffle) or unfinished
-            rows.append({"stage": sid, "wall_ms": st["done"] - st["sub"], "tasks": len(ts),
-                         "task_ms_max": max((t for t, _ in ts), default=0), "task_ms_sum": sum(t for t, _ in ts),
-                         "task_cpu_ms_sum": round(sum(c for _, c in ts))})
+            rows.append(
+                {
+                    "stage": sid,
+                    "wall_ms": st["done"] - st["sub"],
+                    "tasks": len(ts),
+                    "task_ms_max": max((t for t, _ in ts), default=0),
+                    "task_ms_sum": sum(t for t, _ in ts),
+                    "task_cpu_ms_sum": round(sum(c for _, c in ts)),
+                }
+            )
         if "end" in job:
             result.append({"job": job["job"], "wall_ms": job["end"] - job["start"], "stages": rows})
     return result
@@ -117,8 +125,13 @@ def batch_costs(directory: Path, w0_s: float, w1_s: float) -> dict:
     def per_key(ms: str, count: str):
         return round(1000 * sums[ms] / sums[count], 2) if sums[count] else None
 
-    return {"batches": n, "tasks": int(sums["tasks"]),
-            "per_batch_ms": {k: round(v / n, 1) for k, v in sorted(sums.items()) if k.endswith("_ms")} if n else {},
-            "per_key_us": {"state_get": per_key("state_get_ms", "state_gets"),
-                           "state_put": per_key("state_put_ms", "state_puts")},
-            "state_rows_updated_per_batch": round(sums["state_rows_updated"] / n) if n else 0}
+    return {
+        "batches": n,
+        "tasks": int(sums["tasks"]),
+        "per_batch_ms": {k: round(v / n, 1) for k, v in sorted(sums.items()) if k.endswith("_ms")} if n else {},
+        "per_key_us": {
+            "state_get": per_key("state_get_ms", "state_gets"),
+            "state_put": per_key("state_put_ms", "state_puts"),
+        },
+        "state_rows_updated_per_batch": round(sums["state_rows_updated"] / n) if n else 0,
+    }

@@ -42,7 +42,8 @@ def write_registry(folder: Path, n: int) -> list[str]:
         name = f"page_app_{i:02d}"
         (folder / f"{name}.yaml").write_text(
             f"name: {name}\nversion: v1\nmodule: spark_apps.apps.click_counts\n"
-            f"input: {{topic: in-{name}, partitions: 4}}\noutput: {{topic: out-{name}, partitions: 4}}\n")
+            f"input: {{topic: in-{name}, partitions: 4}}\noutput: {{topic: out-{name}, partitions: 4}}\n"
+        )
         names.append(name)
     return names
 
@@ -63,8 +64,16 @@ def history(bootstrap: str, names: list[str], now_ms: int, seconds: int) -> int:
         for k in range(6):  # a start, then cutovers every ten minutes
             ts = now_ms - seconds * 1000 + k * 600_000
             handoff = Handoff(id=f"manual__{k}", epoch=epoch - 1, fence={0: k}, to=active) if k else None
-            rec = ControlRecord(app=name, revision=revision, epoch=epoch, active=active, slots=slots, handoff=handoff,
-                                writer=f"baton_cutover:manual__{k}", ts_ms=ts)
+            rec = ControlRecord(
+                app=name,
+                revision=revision,
+                epoch=epoch,
+                active=active,
+                slots=slots,
+                handoff=handoff,
+                writer=f"baton_cutover:manual__{k}",
+                ts_ms=ts,
+            )
             p.produce(CONTROL_TOPIC, rec.to_bytes(), rec.key())
             revision, epoch, active = revision + 1, epoch + 1, active.other
         for q in range(4):
@@ -80,8 +89,21 @@ def history(bootstrap: str, names: list[str], now_ms: int, seconds: int) -> int:
             p.poll(0)
     for name in names:
         for slot in Slot:
-            lease = Lease(app=name, slot=slot, launch="l", host="h", pid=1, pid_start=1, state=SlotState.RUNNING,
-                          role=Role.ACTIVE, epoch_seen=6, seq=1, ts_ms=now_ms, ttl_ms=4000, interval_ms=1000)
+            lease = Lease(
+                app=name,
+                slot=slot,
+                launch="l",
+                host="h",
+                pid=1,
+                pid_start=1,
+                state=SlotState.RUNNING,
+                role=Role.ACTIVE,
+                epoch_seen=6,
+                seq=1,
+                ts_ms=now_ms,
+                ttl_ms=4000,
+                interval_ms=1000,
+            )
             p.produce(LEASES_TOPIC, lease.to_bytes(), lease.key())
     p.flush(60)
     return n
@@ -91,11 +113,26 @@ def status(name: str, slot: str, ts: int, t: int):
     from baton.records import Role, Slot, SlotState, StatusRecord
 
     done = 200 * t
-    return StatusRecord(app=name, slot=Slot(slot), state=SlotState.RUNNING, role=Role.ACTIVE, epoch_seen=6,
-                        version="v1", batch_id=t, processed={q: done for q in range(4)},
-                        input_end={q: done + 300 for q in range(4)}, input_rate=800.0, processing_rate=1500.0,
-                        batch_ms=400, state_rows=10_000, state_bytes=4 << 20, dead_letters=3, pid=1, host="h",
-                        ts_ms=ts)
+    return StatusRecord(
+        app=name,
+        slot=Slot(slot),
+        state=SlotState.RUNNING,
+        role=Role.ACTIVE,
+        epoch_seen=6,
+        version="v1",
+        batch_id=t,
+        processed={q: done for q in range(4)},
+        input_end={q: done + 300 for q in range(4)},
+        input_rate=800.0,
+        processing_rate=1500.0,
+        batch_ms=400,
+        state_rows=10_000,
+        state_bytes=4 << 20,
+        dead_letters=3,
+        pid=1,
+        host="h",
+        ts_ms=ts,
+    )
 
 
 class Slots(threading.Thread):
@@ -160,8 +197,9 @@ def main() -> int:
             log(f"history: {written:,} status records for {len(names)} apps in {time.monotonic() - t:.0f}s")
             slots = Slots(bootstrap, names, args.history_s)
             slots.start()
-            http = httpx.Client(base_url=plat.airflow.url, timeout=60,
-                                headers={"Authorization": f"Bearer {client.token()}"})
+            http = httpx.Client(
+                base_url=plat.airflow.url, timeout=60, headers={"Authorization": f"Bearer {client.token()}"}
+            )
             t = time.monotonic()
             first = http.get("/baton/api/apps")
             first_s = time.monotonic() - t
@@ -195,11 +233,20 @@ def main() -> int:
     result = {
         "what": "GET /baton/api/apps (the Baton page's data) through the Airflow API server, 20 apps, an hour of status",
         "command": "bench/status_page.py " + " ".join(sys.argv[1:]),
-        "machine": machine(), "apps": len(names), "status_records_written": written,
-        "first_answer_s": round(first_s, 3), "answers": len(times),
-        "answer_p50_s": round(q(0.5), 3), "answer_p95_s": round(q(0.95), 3), "answer_max_s": round(times[-1], 3),
-        "answer_kib": round(samples[-1][2] / 1024, 1), "plot_points": points,
-        "api_server_cores": round(cpu, 3), "load_avg_1m_while_polling_max": round(max(loads), 1), "baton_apps_cli_s": round(cli_s, 2), "target_s": TARGET_S,
+        "machine": machine(),
+        "apps": len(names),
+        "status_records_written": written,
+        "first_answer_s": round(first_s, 3),
+        "answers": len(times),
+        "answer_p50_s": round(q(0.5), 3),
+        "answer_p95_s": round(q(0.95), 3),
+        "answer_max_s": round(times[-1], 3),
+        "answer_kib": round(samples[-1][2] / 1024, 1),
+        "plot_points": points,
+        "api_server_cores": round(cpu, 3),
+        "load_avg_1m_while_polling_max": round(max(loads), 1),
+        "baton_apps_cli_s": round(cli_s, 2),
+        "target_s": TARGET_S,
         "met": times[-1] <= TARGET_S and first_s <= TARGET_S * 5,
     }
     path = write_result("status_page", result)
@@ -208,8 +255,11 @@ def main() -> int:
     ax.plot([s[0] for s in samples], [s[1] * 1000 for s in samples], marker=".", lw=1)
     ax.axhline(TARGET_S * 1000, color="r", ls="--", lw=1, label=f"target {TARGET_S:g} s")
     ax.set_xlabel("s"), ax.set_ylabel("answer time (ms)"), ax.legend()
-    ax.set_title(f"Baton page data, {len(names)} apps, {written:,} status records behind: first {first_s:.2f} s, "
-                 f"p95 {q(0.95) * 1000:.0f} ms", fontsize=9)
+    ax.set_title(
+        f"Baton page data, {len(names)} apps, {written:,} status records behind: first {first_s:.2f} s, "
+        f"p95 {q(0.95) * 1000:.0f} ms",
+        fontsize=9,
+    )
     fig.tight_layout()
     fig.savefig(RESULTS / "status_page.png", dpi=110)
     log(f"{json.dumps(result)}\n-> {path}")

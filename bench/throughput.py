@@ -79,25 +79,49 @@ def parser(doc: str = __doc__) -> argparse.ArgumentParser:
     ap.add_argument("--keys", type=int, default=100_000)
     ap.add_argument("--malformed", type=float, default=0.01)
     ap.add_argument("--seconds", type=float, default=180.0, help="measured time, after the warm-up")
-    ap.add_argument("--prewarm", type=int, default=100_000,
-                    help="events both slots process before the paced load starts (their first batches are "
-                         "slow: JVM JIT, Python workers); part of the ground truth, not of the latency")
+    ap.add_argument(
+        "--prewarm",
+        type=int,
+        default=100_000,
+        help="events both slots process before the paced load starts (their first batches are "
+        "slow: JVM JIT, Python workers); part of the ground truth, not of the latency",
+    )
     ap.add_argument("--warmup", type=float, default=30.0, help="seconds of paced load before measuring")
     ap.add_argument("--standby", action=argparse.BooleanOptionalAction, default=True)
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--trigger-ms", type=int, default=1000)
-    ap.add_argument("--standby-nice", type=int, default=None,
-                    help="the app's standby_nice (default: the app definition's, 10; 0: both slots at one priority)")
-    ap.add_argument("--standby-pace-ms", type=int, default=None,
-                    help="the app's standby_pace_ms (default: the app definition's, 2000)")
+    ap.add_argument(
+        "--standby-nice",
+        type=int,
+        default=None,
+        help="the app's standby_nice (default: the app definition's, 10; 0: both slots at one priority)",
+    )
+    ap.add_argument(
+        "--standby-pace-ms",
+        type=int,
+        default=None,
+        help="the app's standby_pace_ms (default: the app definition's, 2000)",
+    )
     ap.add_argument("--drain-timeout", type=float, default=300.0, help="wait this long for the backlog after the load")
-    ap.add_argument("--count-rows", action=argparse.BooleanOptionalAction, default=None,
-                    help="the app's state.count_rows (default: what include/apps/click_counts.yaml says)")
-    ap.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark setting for both slots")
-    ap.add_argument("--profile", action="store_true",
-                    help="JFR on the slots' JVMs (a recording from their launch), py-spy on their Python (if installed)")
-    ap.add_argument("--stage-metrics", action="store_true",
-                    help="Spark's event log in each slot: its batches' task times and state store calls (sparklog.batch_costs)")
+    ap.add_argument(
+        "--count-rows",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="the app's state.count_rows (default: what include/apps/click_counts.yaml says)",
+    )
+    ap.add_argument(
+        "--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark setting for both slots"
+    )
+    ap.add_argument(
+        "--profile",
+        action="store_true",
+        help="JFR on the slots' JVMs (a recording from their launch), py-spy on their Python (if installed)",
+    )
+    ap.add_argument(
+        "--stage-metrics",
+        action="store_true",
+        help="Spark's event log in each slot: its batches' task times and state store calls (sparklog.batch_costs)",
+    )
     ap.add_argument("--logs", type=Path, default=None, help="keep the processes' logs in this directory")
     ap.add_argument("--name", default="throughput", help="results file name (bench/results/NAME.json/.png)")
     return ap
@@ -112,8 +136,20 @@ def main() -> int:
     result["machine"] = machine()
     path = write_result(args.name, result)
     plot(result, RESULTS / f"{args.name}.png")
-    summary = {k: result[k] for k in ("rate_target", "rate_sustained", "duration_s", "p50_ms", "p99_ms",
-                                      "p99_99_ms", "standby_running", "keeps_pace", "verdict")}
+    summary = {
+        k: result[k]
+        for k in (
+            "rate_target",
+            "rate_sustained",
+            "duration_s",
+            "p50_ms",
+            "p99_ms",
+            "p99_99_ms",
+            "standby_running",
+            "keeps_pace",
+            "verdict",
+        )
+    }
     print(json.dumps(summary, indent=1))
     log(f"wrote {path} and {path.with_suffix('.png')}")
     return 0 if result["verdict"]["ok"] else 1
@@ -122,8 +158,14 @@ def main() -> int:
 def run(b: Bench, args, during=None) -> dict:
     """The measured run. `during(b, app, procs, watch)`, if given, runs `args.handoff_at` seconds into
     the measured window and returns [(wall time, label)] marks (bench/handoff.py)."""
-    app, path = click_count_app(b.tmp, args.partitions, args.trigger_ms, standby_nice=args.standby_nice,
-                                 standby_pace_ms=args.standby_pace_ms, count_rows=args.count_rows)
+    app, path = click_count_app(
+        b.tmp,
+        args.partitions,
+        args.trigger_ms,
+        standby_nice=args.standby_nice,
+        standby_pace_ms=args.standby_pace_ms,
+        count_rows=args.count_rows,
+    )
     create_app(b.bootstrap, app, standby=args.standby)
     watch = StatusWatch(b.bootstrap, app.name)
     slots = [Slot.BLUE] + ([Slot.GREEN] if args.standby else [])
@@ -133,31 +175,69 @@ def run(b: Bench, args, during=None) -> dict:
         from profiling import with_launch_recording
 
         conf = with_launch_recording(conf)
-    procs = {s: start_slot(b, path, s, [*conf, *(event_log_conf(event_logs[s]) if event_logs else [])])
-             for s in slots}
+    procs = {s: start_slot(b, path, s, [*conf, *(event_log_conf(event_logs[s]) if event_logs else [])]) for s in slots}
     for s in slots:  # the query is starting once a slot reports RESTORING
         watch.wait(reports(s, SlotState.RESTORING), 180, f"of {s.value} starting", alive=running(procs[s]))
     prewarm = None
     if args.prewarm:
-        prewarm = produce(LoadSpec(rate=math.inf, keys=args.keys, events=args.prewarm, malformed=args.malformed,
-                                   seed=1000), b.bootstrap, app.input.topic)
+        prewarm = produce(
+            LoadSpec(rate=math.inf, keys=args.keys, events=args.prewarm, malformed=args.malformed, seed=1000),
+            b.bootstrap,
+            app.input.topic,
+        )
         t = time.monotonic()
         for s in slots:
             wait_processed(watch, s, args.prewarm, 600, alive=lambda s=s: procs[s].poll() is None)
-        log(f"pre-warm: {args.prewarm} events processed by {', '.join(s.value for s in slots)} "
-            f"in {time.monotonic() - t:.0f}s")
-    log(f"slots {', '.join(s.value for s in slots)} started; load {args.rate:.0f}/s over {args.keys} users "
-        f"for {args.warmup:.0f}s warm-up + {args.seconds:.0f}s")
+        log(
+            f"pre-warm: {args.prewarm} events processed by {', '.join(s.value for s in slots)} "
+            f"in {time.monotonic() - t:.0f}s"
+        )
+    log(
+        f"slots {', '.join(s.value for s in slots)} started; load {args.rate:.0f}/s over {args.keys} users "
+        f"for {args.warmup:.0f}s warm-up + {args.seconds:.0f}s"
+    )
 
     sends, seen = b.tmp / "sends.npz", b.tmp / "seen.npz"
     py = sys.executable
-    verifier = b.procs.start("verifier", [py, "-m", "baton.tools.verify", "tail", "--bootstrap", b.bootstrap,
-                                          "--topic", app.output.topic, "--partitions", str(app.output.partitions),
-                                          "--out", str(seen)])
-    loadgen = b.procs.start("loadgen", [py, "-m", "baton.tools.loadgen", "--bootstrap", b.bootstrap,
-                                        "--topic", app.input.topic, "--rate", str(args.rate), "--keys", str(args.keys),
-                                        "--malformed", str(args.malformed), "--seconds", str(args.warmup + args.seconds),
-                                        "--out", str(sends)])
+    verifier = b.procs.start(
+        "verifier",
+        [
+            py,
+            "-m",
+            "baton.tools.verify",
+            "tail",
+            "--bootstrap",
+            b.bootstrap,
+            "--topic",
+            app.output.topic,
+            "--partitions",
+            str(app.output.partitions),
+            "--out",
+            str(seen),
+        ],
+    )
+    loadgen = b.procs.start(
+        "loadgen",
+        [
+            py,
+            "-m",
+            "baton.tools.loadgen",
+            "--bootstrap",
+            b.bootstrap,
+            "--topic",
+            app.input.topic,
+            "--rate",
+            str(args.rate),
+            "--keys",
+            str(args.keys),
+            "--malformed",
+            str(args.malformed),
+            "--seconds",
+            str(args.warmup + args.seconds),
+            "--out",
+            str(sends),
+        ],
+    )
     cpu = CpuMeter()
     cpu.track("loadgen", loadgen.pid)
     cpu.track("verifier", verifier.pid)
@@ -199,8 +279,9 @@ def run(b: Bench, args, during=None) -> dict:
     try:
         live = [s for s in slots if procs[s].poll() is None]  # a failover bench killed one
         for i, s in enumerate(live):
-            wait_processed(watch, s, events, args.drain_timeout if i == 0 else 120,
-                           alive=lambda s=s: procs[s].poll() is None)
+            wait_processed(
+                watch, s, events, args.drain_timeout if i == 0 else 120, alive=lambda s=s: procs[s].poll() is None
+            )
     except TimeoutError as exc:
         drained = False
         log(f"not drained: {exc}")
@@ -223,11 +304,21 @@ def run(b: Bench, args, during=None) -> dict:
     if marks:  # each slot's batches around the handoff: where a gap in the output comes from
         lo, hi = marks[0][0] - 10, marks[-1][0] + 40
         result["handoff_batches"] = [
-            {"slot": r.slot.value, "t_s": round(t - t0, 2), "batch": r.batch_id, "role": r.role.value,
-             "epoch_seen": r.epoch_seen, "batch_ms": r.batch_ms, "rows": r.input_rows}
-            for t, r in watch.records if lo <= t <= hi and r.batch_id >= 0]
-    result["marks"] = [{"label": label, "t_s": round(t - t0, 3), "next_output_s": next_output(obs.times, t)}
-                       for t, label in marks]
+            {
+                "slot": r.slot.value,
+                "t_s": round(t - t0, 2),
+                "batch": r.batch_id,
+                "role": r.role.value,
+                "epoch_seen": r.epoch_seen,
+                "batch_ms": r.batch_ms,
+                "rows": r.input_rows,
+            }
+            for t, r in watch.records
+            if lo <= t <= hi and r.batch_id >= 0
+        ]
+    result["marks"] = [
+        {"label": label, "t_s": round(t - t0, 3), "next_output_s": next_output(obs.times, t)} for t, label in marks
+    ]
     return result
 
 
@@ -237,8 +328,17 @@ def next_output(readable_times, t: float) -> float | None:
     return round(float(later.min()) - t, 3) if later.size else None
 
 
-def analyse(args, prewarm: SendLog | None, sent: SendLog, obs: Observations, watch: StatusWatch, cpu_report,
-            profile, drained, codes) -> dict:
+def analyse(
+    args,
+    prewarm: SendLog | None,
+    sent: SendLog,
+    obs: Observations,
+    watch: StatusWatch,
+    cpu_report,
+    profile,
+    drained,
+    codes,
+) -> dict:
     truth = sent.truth() + (prewarm.truth() if prewarm is not None else Counter())
     verdict = verify(truth, obs.pairs(), obs.corrected)
     users, times = sent.valid()
@@ -272,8 +372,9 @@ def analyse(args, prewarm: SendLog | None, sent: SendLog, obs: Observations, wat
         "partitions": args.partitions,
         "trigger_ms": args.trigger_ms,
         "standby_nice": args.standby_nice if args.standby_nice is not None else AppDefinition.standby_nice,
-        "standby_pace_ms": (args.standby_pace_ms if args.standby_pace_ms is not None
-                            else AppDefinition.standby_pace_ms),
+        "standby_pace_ms": (
+            args.standby_pace_ms if args.standby_pace_ms is not None else AppDefinition.standby_pace_ms
+        ),
         "count_rows": app_count_rows(args.count_rows),  # the app's state.count_rows
         "p50_ms": round(report.p50_ms, 1),
         "p99_ms": round(report.p99_ms, 1),
@@ -328,11 +429,13 @@ def standby_lag(blue, green, w0: float, w1: float) -> dict:
         reached = next((bt for bt, bp, _ in blue if bp >= p), None)
         if reached is not None:
             seconds.append(t - reached)
+
     def stats(xs):
         xs = sorted(xs)
         if not xs:
             return None
         return {"p50": round(xs[len(xs) // 2], 2), "max": round(xs[-1], 2), "mean": round(sum(xs) / len(xs), 2)}
+
     return {"batches": len(green), "lag_records": stats(records), "lag_s": stats(seconds)}
 
 
@@ -369,9 +472,16 @@ def batch_stats(batches) -> dict:
         return {"count": 0}
     ms = sorted(r.batch_ms for r in batches)
     rows = sorted(r.input_rows for r in batches)
-    return {"count": len(batches), "batch_ms_p50": ms[len(ms) // 2], "batch_ms_max": ms[-1],
-            "rows_p50": rows[len(rows) // 2], "rows_max": rows[-1], "state_rows": batches[-1].state_rows,
-            "state_bytes": batches[-1].state_bytes, "dead_letters": batches[-1].dead_letters}
+    return {
+        "count": len(batches),
+        "batch_ms_p50": ms[len(ms) // 2],
+        "batch_ms_max": ms[-1],
+        "rows_p50": rows[len(rows) // 2],
+        "rows_max": rows[-1],
+        "state_rows": batches[-1].state_rows,
+        "state_bytes": batches[-1].state_bytes,
+        "dead_letters": batches[-1].dead_letters,
+    }
 
 
 def per_second(times, t0: float) -> list[int]:
@@ -393,10 +503,13 @@ def plot(result: dict, path: Path) -> None:
     ax1.set_ylabel("send -> readable (s)")
     ax1.set_yscale("log")
     ax1.legend(loc="upper right", fontsize=8)
-    ax1.set_title(f"click counts at {result['rate_target']:.0f} ev/s, {result['keys']} users"
-                  f"{', standby beside it' if result['standby_running'] else ''}: "
-                  f"p50 {result['p50_ms'] / 1000:.2f}s, p99 {result['p99_ms'] / 1000:.2f}s, "
-                  f"p99.99 {result['p99_99_ms'] / 1000:.2f}s", fontsize=10)
+    ax1.set_title(
+        f"click counts at {result['rate_target']:.0f} ev/s, {result['keys']} users"
+        f"{', standby beside it' if result['standby_running'] else ''}: "
+        f"p50 {result['p50_ms'] / 1000:.2f}s, p99 {result['p99_ms'] / 1000:.2f}s, "
+        f"p99.99 {result['p99_99_ms'] / 1000:.2f}s",
+        fontsize=10,
+    )
     sent = tl["input_per_s"][:-1]  # the last second is partial
     ax2.plot(range(len(sent)), sent, lw=0.8, color="0.5", label="input sent")
     for key, label in (("blue_processed", "blue (active) processed"), ("green_processed", "green (standby) processed")):

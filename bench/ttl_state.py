@@ -75,7 +75,9 @@ class ChurnProducer(threading.Thread):
                 while self.sent < due:
                     user, ts = self.churn.event(self.sent)
                     try:
-                        self.producer.produce(self.topic, self.churn.value(self.sent), user.encode(), timestamp=ts * 1000)
+                        self.producer.produce(
+                            self.topic, self.churn.value(self.sent), user.encode(), timestamp=ts * 1000
+                        )
                     except BufferError:
                         self.producer.poll(0.05)
                         continue
@@ -99,11 +101,13 @@ def run_app(app_file: str, args, env_note: dict) -> dict:
         alive = lambda: proc.poll() is None  # noqa: E731
         producer = None
         try:
-            watch.wait(lambda r: r.slot is Slot.BLUE and r.state is SlotState.RESTORING, 180, "saying the query started",
-                       alive)
+            watch.wait(
+                lambda r: r.slot is Slot.BLUE and r.state is SlotState.RESTORING, 180, "saying the query started", alive
+            )
             start = time.time()
-            churn = Churn(rate=args.rate, new_users_per_s=args.new_users_per_s, active_users=args.active_users,
-                          base_ts=int(start))
+            churn = Churn(
+                rate=args.rate, new_users_per_s=args.new_users_per_s, active_users=args.active_users, base_ts=int(start)
+            )
             producer = ChurnProducer(b.bootstrap, app.input.topic, churn)
             producer.start()
             log(f"{app.name}: sending {churn.rate} events/s for {args.minutes} min")
@@ -126,21 +130,36 @@ def run_app(app_file: str, args, env_note: dict) -> dict:
     # Users with an event in an event-time interval of w seconds: w * new_users_per_s + active_users.
     window_s = (ttl.idle_ms + ttl.disorder_ms) // 1000 + span_s + 1 if ttl else None
     bound = window_s * churn.new_users_per_s + churn.active_users if window_s is not None else None
-    steady = batches[len(batches) // 5:]  # after the start-up's backlog
+    steady = batches[len(batches) // 5 :]  # after the start-up's backlog
     lat = sorted(r.latency_ms for r in steady if r.latency_ms is not None)
     users_seen = (int(duration_s) + 1) * churn.new_users_per_s + churn.active_users
     return {
-        "app": app.name, "ttl": {"idle_ms": ttl.idle_ms, "disorder_ms": ttl.disorder_ms} if ttl else None,
-        "rate_target": churn.rate, "events": sent, "duration_s": round(duration_s, 1),
-        "rate": round(sent / duration_s), "drained_after_s": round(drained_s, 1),
-        "users_seen": users_seen, "batches": len(batches), "batch_span_s_max": span_s,
-        "max_state_rows": max((r.state_rows for r in batches if r.state_rows is not None), default=None), "last_state_rows": batches[-1].state_rows,
+        "app": app.name,
+        "ttl": {"idle_ms": ttl.idle_ms, "disorder_ms": ttl.disorder_ms} if ttl else None,
+        "rate_target": churn.rate,
+        "events": sent,
+        "duration_s": round(duration_s, 1),
+        "rate": round(sent / duration_s),
+        "drained_after_s": round(drained_s, 1),
+        "users_seen": users_seen,
+        "batches": len(batches),
+        "batch_span_s_max": span_s,
+        "max_state_rows": max((r.state_rows for r in batches if r.state_rows is not None), default=None),
+        "last_state_rows": batches[-1].state_rows,
         "bound_rows": bound,
-        "p50_ms": lat[len(lat) // 2] if lat else None, "p99_ms": lat[int(len(lat) * 0.99)] if lat else None,
+        "p50_ms": lat[len(lat) // 2] if lat else None,
+        "p99_ms": lat[int(len(lat) * 0.99)] if lat else None,
         "max_latency_ms": lat[-1] if lat else None,
         "batch_ms_median": sorted(r.batch_ms for r in steady)[len(steady) // 2],
-        "series": [{"t_s": round(r.ts_ms / 1000 - start, 1), "state_rows": r.state_rows, "latency_ms": r.latency_ms,
-                    "batch_ms": r.batch_ms} for r in batches],
+        "series": [
+            {
+                "t_s": round(r.ts_ms / 1000 - start, 1),
+                "state_rows": r.state_rows,
+                "latency_ms": r.latency_ms,
+                "batch_ms": r.batch_ms,
+            }
+            for r in batches
+        ],
         "machine": env_note,
     }
 
@@ -153,10 +172,17 @@ def plot(result: dict, path: Path) -> None:
         t = [p["t_s"] for p in r["series"]]
         ax.plot(t, [p["state_rows"] for p in r["series"]], color=color, label=f"{r['app']} state rows")
         bx.plot(t, [p["latency_ms"] or 0 for p in r["series"]], color=color, label=f"{r['app']} batch latency (oldest)")
-    ax.axhline(result["ttl"]["bound_rows"], color="tab:red", linestyle="--", label="bound: users within idle + disorder + a batch")
+    ax.axhline(
+        result["ttl"]["bound_rows"],
+        color="tab:red",
+        linestyle="--",
+        label="bound: users within idle + disorder + a batch",
+    )
     ax.set_ylabel("rows")
-    ax.set_title(f"state TTL under churn: {result['ttl']['rate_target']} events/s, idle "
-                 f"{result['ttl']['ttl']['idle_ms'] // 1000} s of event time")
+    ax.set_title(
+        f"state TTL under churn: {result['ttl']['rate_target']} events/s, idle "
+        f"{result['ttl']['ttl']['idle_ms'] // 1000} s of event time"
+    )
     ax.legend(loc="upper left", fontsize=8)
     ax.grid(alpha=0.3)
     save_lower_axes(fig, bx, "ms", path)
@@ -165,8 +191,12 @@ def plot(result: dict, path: Path) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     churn_args(ap, NAME, minutes=10.0, rate=20085, new_users_per_s=200, active_users=2000)
-    ap.add_argument("--first", choices=("ttl", "plain"), default="ttl",
-                    help="which app runs first (the host drifts: A/B in both orders)")
+    ap.add_argument(
+        "--first",
+        choices=("ttl", "plain"),
+        default="ttl",
+        help="which app runs first (the host drifts: A/B in both orders)",
+    )
     args = ap.parse_args()
     env = machine()
     files = {"ttl": "click_counts_ttl.yaml", "plain": "click_counts.yaml"}
@@ -175,8 +205,13 @@ def main() -> int:
     result["order"] = order
     t, p = result["ttl"], result["plain"]
     result["summary"] = {
-        "max_state_rows": t["max_state_rows"], "bound_rows": t["bound_rows"], "within_bound": t["max_state_rows"] <= t["bound_rows"],
-        "p99_ms": t["p99_ms"], "rate": t["rate"], "p99_ms_without_ttl": p["p99_ms"], "rate_without_ttl": p["rate"],
+        "max_state_rows": t["max_state_rows"],
+        "bound_rows": t["bound_rows"],
+        "within_bound": t["max_state_rows"] <= t["bound_rows"],
+        "p99_ms": t["p99_ms"],
+        "rate": t["rate"],
+        "p99_ms_without_ttl": p["p99_ms"],
+        "rate_without_ttl": p["rate"],
         "state_rows_without_ttl": p["max_state_rows"],
     }
     out = write_result(args.name, result)

@@ -65,7 +65,7 @@ class SteadyProducer(threading.Thread):
         super().__init__(name="churn-producer", daemon=True)
         self.topic, self.partitions, self.churn = topic, partitions, churn
         self.producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20})
-        self.keys_after = array("q", [0])    # keys_after[n]: distinct keys among events 0..n-1
+        self.keys_after = array("q", [0])  # keys_after[n]: distinct keys among events 0..n-1
         self.sent_at: list[tuple[float, int]] = []  # (epoch s, events sent by then)
         self.users: set[str] = set()
         self.sent = 0
@@ -96,8 +96,9 @@ class SteadyProducer(threading.Thread):
                 self.users.add(user)
                 while True:
                     try:
-                        self.producer.produce(self.topic, self.churn.value(i), user.encode(),
-                                              partition=i % self.partitions)
+                        self.producer.produce(
+                            self.topic, self.churn.value(i), user.encode(), partition=i % self.partitions
+                        )
                         break
                     except BufferError:
                         self.producer.poll(0.05)
@@ -132,9 +133,18 @@ def series(records: list[tuple[float, StatusRecord]], start: float, producer: St
         if s.batch_id < 0 or s.processed is None:
             continue
         n = min(total(s.processed), len(producer.keys_after) - 1)
-        pts.append({"t_s": round(arrived - start, 2), "batch_id": s.batch_id, "records": n,
-                    "keys_seen": producer.keys_after[n], "state_rows": s.state_rows, "state_bytes": s.state_bytes,
-                    "batch_ms": s.batch_ms, "lag_records": max(0, producer.sent_by(arrived) - n)})
+        pts.append(
+            {
+                "t_s": round(arrived - start, 2),
+                "batch_id": s.batch_id,
+                "records": n,
+                "keys_seen": producer.keys_after[n],
+                "state_rows": s.state_rows,
+                "state_bytes": s.state_bytes,
+                "batch_ms": s.batch_ms,
+                "lag_records": max(0, producer.sent_by(arrived) - n),
+            }
+        )
     return pts
 
 
@@ -145,17 +155,31 @@ def plot(result: dict, path: Path) -> None:
     fig, (ax, bx) = plt.subplots(2, 1, figsize=(9, 7), sharex=True, height_ratios=[3, 2])
     ax.plot(t, [p["keys_seen"] for p in pts], label="(user, window) keys seen", color="tab:gray")
     ax.plot(t, [p["state_rows"] for p in pts], label="state rows", color="tab:blue", linewidth=2)
-    ax.axhline(result["state_rows_bound"], color="tab:red", linestyle="--",
-               label=f"bound: {result['windows_in_state_bound']} windows x {result['max_keys_per_window']} keys")
+    ax.axhline(
+        result["state_rows_bound"],
+        color="tab:red",
+        linestyle="--",
+        label=f"bound: {result['windows_in_state_bound']} windows x {result['max_keys_per_window']} keys",
+    )
     ax.set_ylabel("rows / keys")
-    ax.set_title(f"click_windows under churn: {result['rate']} events/s, {result['churn']['new_users_per_s']} "
-                 f"new users/s, {WINDOW_S} s windows, {WATERMARK_DELAY_S} s watermark")
+    ax.set_title(
+        f"click_windows under churn: {result['rate']} events/s, {result['churn']['new_users_per_s']} "
+        f"new users/s, {WINDOW_S} s windows, {WATERMARK_DELAY_S} s watermark"
+    )
     ax.legend(loc="upper left")
     ax.grid(alpha=0.3)
-    bx.plot(t, [p["state_bytes"] / 1e6 for p in pts], color="tab:green",
-            label="status state_bytes (RocksDB memory until the first snapshot, then SST files)")
-    bx.plot([d["t_s"] for d in disk], [d["bytes"] / 1e6 for d in disk], color="tab:purple",
-            label="state checkpoint on disk (changelogs + snapshots)")
+    bx.plot(
+        t,
+        [p["state_bytes"] / 1e6 for p in pts],
+        color="tab:green",
+        label="status state_bytes (RocksDB memory until the first snapshot, then SST files)",
+    )
+    bx.plot(
+        [d["t_s"] for d in disk],
+        [d["bytes"] / 1e6 for d in disk],
+        color="tab:purple",
+        label="state checkpoint on disk (changelogs + snapshots)",
+    )
     save_lower_axes(fig, bx, "MB", path)
 
 
@@ -176,12 +200,14 @@ def main() -> int:
         alive = lambda: proc.poll() is None  # noqa: E731
         producer: SteadyProducer | None = None
         try:
-            watch.wait(lambda r: r.slot is Slot.BLUE and r.state is SlotState.RESTORING, 180,
-                       "saying the query started", alive)
+            watch.wait(
+                lambda r: r.slot is Slot.BLUE and r.state is SlotState.RESTORING, 180, "saying the query started", alive
+            )
             checkpoint = slot_paths(b.tmp / "state", app.name, Slot.BLUE, 0).checkpoint / "state"
             start = time.time()
-            churn = Churn(rate=args.rate, new_users_per_s=args.new_users_per_s, active_users=args.active_users,
-                          base_ts=int(start))
+            churn = Churn(
+                rate=args.rate, new_users_per_s=args.new_users_per_s, active_users=args.active_users, base_ts=int(start)
+            )
             producer = SteadyProducer(b.bootstrap, app.input.topic, app.input.partitions, churn)
             producer.start()
             log(f"sending {churn.rate} events/s for {args.minutes} min")
@@ -216,7 +242,7 @@ def main() -> int:
     span_s = max(-(-(p["records"] - s) // churn.rate) + 1 for s, p in zip(starts, pts))
     windows = max_windows_in_state(span_s)
     per_window = churn.max_keys_per_window(WINDOW_S)
-    later = pts[len(pts) // 2:]
+    later = pts[len(pts) // 2 :]
     result = {
         "app": app.name,
         "window_s": WINDOW_S,
@@ -234,7 +260,7 @@ def main() -> int:
         "state_bytes_max": max(p["state_bytes"] for p in pts),
         "state_bytes_max_second_half": max(p["state_bytes"] for p in later),
         "checkpoint_bytes_max": max(d["bytes"] for d in disk),
-        "checkpoint_bytes_max_second_half": max(d["bytes"] for d in disk[len(disk) // 2:]),
+        "checkpoint_bytes_max_second_half": max(d["bytes"] for d in disk[len(disk) // 2 :]),
         "batch_span_s_max": span_s,
         "windows_in_state_bound": windows,
         "max_keys_per_window": per_window,

@@ -26,20 +26,34 @@ with DAG(
     on_failure_callback=notify_failed_run,  # a failed handoff is an alert (baton_airflow.alerts)
     params={
         "app": app_param(),
-        "ahead_s": Param(2.0, type="number", minimum=0, maximum=60,
-                         description="fence this many seconds of input ahead of the end"),
-        "fence_timeout_s": Param(120, type="integer", minimum=5, maximum=3600,
-                                 description="how long the slots may take to reach the fence"),
-        "correct": Param(False, type="boolean",
-                         description="the new active publishes its whole state as output on taking over: the "
-                                     "way back after a reprocess (downstream gets the previous generation's values)"),
+        "ahead_s": Param(
+            2.0, type="number", minimum=0, maximum=60, description="fence this many seconds of input ahead of the end"
+        ),
+        "fence_timeout_s": Param(
+            120, type="integer", minimum=5, maximum=3600, description="how long the slots may take to reach the fence"
+        ),
+        "correct": Param(
+            False,
+            type="boolean",
+            description="the new active publishes its whole state as output on taking over: the "
+            "way back after a reprocess (downstream gets the previous generation's values)",
+        ),
     },
     render_template_as_native_obj=True,
 ):
-    fence = FenceOperator(task_id="fence", app="{{ params.app }}", ahead_s="{{ params.ahead_s }}",
-                          hold_s="{{ 4 * (params.fence_timeout_s + 10) + 120 }}")
-    cutover = CutoverOperator(task_id="cutover", app="{{ params.app }}", plan=fence.output,
-                              correct="{{ params.correct }}", wait_timeout_s="{{ params.fence_timeout_s }}",
-                              ahead_s="{{ params.ahead_s }}")
+    fence = FenceOperator(
+        task_id="fence",
+        app="{{ params.app }}",
+        ahead_s="{{ params.ahead_s }}",
+        hold_s="{{ 4 * (params.fence_timeout_s + 10) + 120 }}",
+    )
+    cutover = CutoverOperator(
+        task_id="cutover",
+        app="{{ params.app }}",
+        plan=fence.output,
+        correct="{{ params.correct }}",
+        wait_timeout_s="{{ params.fence_timeout_s }}",
+        ahead_s="{{ params.ahead_s }}",
+    )
     abort = AbortHandoffOperator(task_id="abort", app="{{ params.app }}", plan=fence.output)
     fence >> cutover >> abort

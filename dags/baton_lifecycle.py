@@ -23,8 +23,12 @@ with DAG(
     params={
         "app": app_param(),
         "action": Param("start", type="string", enum=["start", "stop", "restart"]),
-        "slot": Param("both", type="string", enum=["both", "blue", "green"],
-                      description="one slot, or both (blue is the active writer of a new app)"),
+        "slot": Param(
+            "both",
+            type="string",
+            enum=["both", "blue", "green"],
+            description="one slot, or both (blue is the active writer of a new app)",
+        ),
     },
     render_template_as_native_obj=True,
 ):
@@ -43,6 +47,7 @@ with DAG(
 
     stop = StopSlotOperator.partial(task_id="stop", app="{{ params.app }}").expand(slot=slots_to_stop())
     # A stop that had nothing to do is skipped, which must not skip the start.
-    start = EnsureSlotRunningOperator.partial(task_id="start", app="{{ params.app }}",
-                                              trigger_rule="none_failed").expand(slot=slots_to_start())
+    start = EnsureSlotRunningOperator.partial(
+        task_id="start", app="{{ params.app }}", trigger_rule="none_failed"
+    ).expand(slot=slots_to_start())
     stop >> start

@@ -54,20 +54,36 @@ with DAG(
     on_failure_callback=notify_failed_run,  # a failed handoff is an alert (baton_airflow.alerts)
     params={
         "app": app_param(),
-        "version": Param("v2", type="string", pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$",
-                         description="the (fixed) version to replay with"),
+        "version": Param(
+            "v2",
+            type="string",
+            pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$",
+            description="the (fixed) version to replay with",
+        ),
         "start": Param("earliest", type="string", enum=["earliest", "timestamp", "offsets"]),
-        "start_timestamp_ms": Param(None, type=["null", "integer"], minimum=0,
-                                    description="start 'timestamp': epoch milliseconds"),
-        "start_offsets": Param(None, type=["null", "object"],
-                               description='start \'offsets\': {"<partition>": <offset>} for every partition'),
-        "end": Param("handover", type="string", enum=["handover", "standby"],
-                     description="handover: cut over to the new generation with corrected output; standby: stop "
-                                 "once it is caught up and checked, hot in the standby slot (hand over later "
-                                 "with baton_cutover correct=true, or drop it with baton_reprocess_confirm)"),
-        "max_lag_records": Param(20_000, type="integer", minimum=0,
-                                 description="caught up: at most this many records behind what the active has emitted "
-                                             "(beyond what the app's standby pace holds it back by)"),
+        "start_timestamp_ms": Param(
+            None, type=["null", "integer"], minimum=0, description="start 'timestamp': epoch milliseconds"
+        ),
+        "start_offsets": Param(
+            None,
+            type=["null", "object"],
+            description="start 'offsets': {\"<partition>\": <offset>} for every partition",
+        ),
+        "end": Param(
+            "handover",
+            type="string",
+            enum=["handover", "standby"],
+            description="handover: cut over to the new generation with corrected output; standby: stop "
+            "once it is caught up and checked, hot in the standby slot (hand over later "
+            "with baton_cutover correct=true, or drop it with baton_reprocess_confirm)",
+        ),
+        "max_lag_records": Param(
+            20_000,
+            type="integer",
+            minimum=0,
+            description="caught up: at most this many records behind what the active has emitted "
+            "(beyond what the app's standby pace holds it back by)",
+        ),
         "catch_up_timeout_s": Param(3600, type="integer", minimum=60),
         "ahead_s": Param(2.0, type="number", minimum=0, maximum=60),
         "fence_timeout_s": Param(120, type="integer", minimum=5, maximum=3600),
@@ -76,28 +92,53 @@ with DAG(
     render_template_as_native_obj=True,
 ):
     app = "{{ params.app }}"
-    validate = ReprocessRequestOperator(task_id="validate", app=app, version="{{ params.version }}",
-                                        start="{{ params.start }}", start_timestamp_ms="{{ params.start_timestamp_ms }}",
-                                        start_offsets="{{ params.start_offsets }}", end="{{ params.end }}")
+    validate = ReprocessRequestOperator(
+        task_id="validate",
+        app=app,
+        version="{{ params.version }}",
+        start="{{ params.start }}",
+        start_timestamp_ms="{{ params.start_timestamp_ms }}",
+        start_offsets="{{ params.start_offsets }}",
+        end="{{ params.end }}",
+    )
     new_generation = NewGenerationOperator(task_id="new_generation", app=app, plan=PLAN)
-    caught_up = LagWithinSensor(task_id="caught_up", app=app, restart=new_generation.output,
-                                max_lag="{{ params.max_lag_records }}", wait_timeout_s="{{ params.catch_up_timeout_s }}")
+    caught_up = LagWithinSensor(
+        task_id="caught_up",
+        app=app,
+        restart=new_generation.output,
+        max_lag="{{ params.max_lag_records }}",
+        wait_timeout_s="{{ params.catch_up_timeout_s }}",
+    )
     invariants = InvariantsOperator(task_id="invariants", app=app, plan=PLAN, execution_timeout=timedelta(minutes=15))
     handover = HandoverGateOperator(task_id="handover", app=app, plan=PLAN)
     finish_staged = FinishStagedOperator(task_id="finish_staged", app=app, plan=PLAN)
-    fence = FenceOperator(task_id="fence", app=app, ahead_s="{{ params.ahead_s }}",
-                          hold_s="{{ 4 * (params.fence_timeout_s + 10) + 120 }}")
-    cutover = CutoverOperator(task_id="cutover", app=app, plan=fence.output, correct=True,
-                              wait_timeout_s="{{ params.fence_timeout_s }}",
-                              ahead_s="{{ params.ahead_s }}")
-    settle = SettleSensor(task_id="settle", app=app, cutover=cutover.output, settle_s="{{ params.settle_s }}",
-                          correct=True)
+    fence = FenceOperator(
+        task_id="fence", app=app, ahead_s="{{ params.ahead_s }}", hold_s="{{ 4 * (params.fence_timeout_s + 10) + 120 }}"
+    )
+    cutover = CutoverOperator(
+        task_id="cutover",
+        app=app,
+        plan=fence.output,
+        correct=True,
+        wait_timeout_s="{{ params.fence_timeout_s }}",
+        ahead_s="{{ params.ahead_s }}",
+    )
+    settle = SettleSensor(
+        task_id="settle", app=app, cutover=cutover.output, settle_s="{{ params.settle_s }}", correct=True
+    )
     finish = FinishReprocessOperator(task_id="finish", app=app, plan=PLAN)
 
     before_cutover = [validate, new_generation, caught_up, invariants, handover, fence, cutover, finish_staged]
     abort = AbortReprocessOperator(task_id="abort", app=app, plan=PLAN, steps=[t.task_id for t in before_cutover])
-    rollback = RollbackOperator(task_id="rollback", app=app, plan=PLAN, cutover=cutover.output, correct=True,
-                                ahead_s="{{ params.ahead_s }}", fence_timeout_s="{{ params.fence_timeout_s }}")
+    rollback = RollbackOperator(
+        task_id="rollback",
+        app=app,
+        plan=PLAN,
+        cutover=cutover.output,
+        correct=True,
+        ahead_s="{{ params.ahead_s }}",
+        fence_timeout_s="{{ params.fence_timeout_s }}",
+    )
 
     validate >> new_generation >> caught_up >> invariants >> handover >> fence >> cutover >> settle >> finish
     invariants >> finish_staged

@@ -37,11 +37,20 @@ with DAG(
     tags=["baton"],
     params={
         "app": app_param(),
-        "retention_days": Param(7, type="number", minimum=0, maximum=3650,
-                                description="archived checkpoints are kept this long (0: deleted now)"),
-        "max_lag_records": Param(50_000, type="integer", minimum=0,
-                                 description="warm-up: the rebuilt standby at most this many records behind "
-                                             "what the active has emitted (beyond its pace)"),
+        "retention_days": Param(
+            7,
+            type="number",
+            minimum=0,
+            maximum=3650,
+            description="archived checkpoints are kept this long (0: deleted now)",
+        ),
+        "max_lag_records": Param(
+            50_000,
+            type="integer",
+            minimum=0,
+            description="warm-up: the rebuilt standby at most this many records behind "
+            "what the active has emitted (beyond its pace)",
+        ),
         "max_lag_s": Param(10.0, type="number", minimum=0, description="warm-up: and this many seconds"),
         "warm_up_timeout_s": Param(900, type="integer", minimum=60, maximum=86_400),
     },
@@ -50,9 +59,14 @@ with DAG(
     app = "{{ params.app }}"
     validate = ConfirmRequestOperator(task_id="validate", app=app, retention_days="{{ params.retention_days }}")
     rebuild = RebuildStandbyOperator(task_id="rebuild_standby", app=app, plan=PLAN)
-    warm_up = LagWithinSensor(task_id="warm_up", app=app, restart=rebuild.output,
-                              max_lag="{{ params.max_lag_records }}", max_lag_s="{{ params.max_lag_s }}",
-                              wait_timeout_s="{{ params.warm_up_timeout_s }}")
+    warm_up = LagWithinSensor(
+        task_id="warm_up",
+        app=app,
+        restart=rebuild.output,
+        max_lag="{{ params.max_lag_records }}",
+        max_lag_s="{{ params.max_lag_s }}",
+        wait_timeout_s="{{ params.warm_up_timeout_s }}",
+    )
     finish = FinishConfirmOperator(task_id="finish", app=app, plan=PLAN)
     steps = [validate, rebuild, warm_up, finish]
     abort = AbortConfirmOperator(task_id="abort", app=app, plan=PLAN, steps=[t.task_id for t in steps])

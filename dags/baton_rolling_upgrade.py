@@ -39,7 +39,7 @@ PLAN = "{{ ti.xcom_pull(task_ids='preflight') }}"
 with DAG(
     dag_id="baton_rolling_upgrade",
     description="Upgrade an app's slots one by one: restore check, warm-up, state check, cutover at a "
-                "fence, settle or roll back",
+    "fence, settle or roll back",
     schedule=None,
     start_date=datetime(2026, 1, 1),
     catchup=False,
@@ -48,52 +48,106 @@ with DAG(
     on_failure_callback=notify_failed_run,  # a failed handoff is an alert (baton_airflow.alerts)
     params={
         "app": app_param(),
-        "version": Param("v2", type="string", pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$",
-                         description="the version to move to (include/apps/versions/<app>/<version>.yaml)"),
-        "policy": Param("exact", type="string", enum=["exact", "compatible"],
-                        description="exact: the new version builds the same state; compatible: same schema "
-                                    "and keys, values may differ"),
-        "max_lag_records": Param(50_000, type="integer", minimum=0,
-                                 description="warm-up before the cutover: the upgraded standby is at most this "
-                                             "many records behind what the active has emitted (beyond what the "
-                                             "app's standby pace holds it back by); the old active's warm-up "
-                                             "after it: the app's max_lag_records"),
-        "max_lag_s": Param(10.0, type="number", minimum=0,
-                           description="warm-up: ... and at most this many seconds of input behind"),
-        "ahead_s": Param(2.0, type="number", minimum=0, maximum=60,
-                         description="plan the state check position and the fence at least this many seconds of "
-                                     "input ahead of the end (more when the active's batches span more)"),
+        "version": Param(
+            "v2",
+            type="string",
+            pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$",
+            description="the version to move to (include/apps/versions/<app>/<version>.yaml)",
+        ),
+        "policy": Param(
+            "exact",
+            type="string",
+            enum=["exact", "compatible"],
+            description="exact: the new version builds the same state; compatible: same schema "
+            "and keys, values may differ",
+        ),
+        "max_lag_records": Param(
+            50_000,
+            type="integer",
+            minimum=0,
+            description="warm-up before the cutover: the upgraded standby is at most this "
+            "many records behind what the active has emitted (beyond what the "
+            "app's standby pace holds it back by); the old active's warm-up "
+            "after it: the app's max_lag_records",
+        ),
+        "max_lag_s": Param(
+            10.0, type="number", minimum=0, description="warm-up: ... and at most this many seconds of input behind"
+        ),
+        "ahead_s": Param(
+            2.0,
+            type="number",
+            minimum=0,
+            maximum=60,
+            description="plan the state check position and the fence at least this many seconds of "
+            "input ahead of the end (more when the active's batches span more)",
+        ),
         "fence_timeout_s": Param(120, type="integer", minimum=5, maximum=3600),
-        "settle_s": Param(30, type="integer", minimum=0, maximum=3600,
-                          description="the new active must keep the SLA this long, else roll back"),
-        "max_batch_ms": Param(0, type="integer", minimum=0,
-                              description="settle: slowest batch allowed (0: the app's batch_ms_budget, or the old "
-                                          "active's recent batch time when that was longer)"),
+        "settle_s": Param(
+            30,
+            type="integer",
+            minimum=0,
+            maximum=3600,
+            description="the new active must keep the SLA this long, else roll back",
+        ),
+        "max_batch_ms": Param(
+            0,
+            type="integer",
+            minimum=0,
+            description="settle: slowest batch allowed (0: the app's batch_ms_budget, or the old "
+            "active's recent batch time when that was longer)",
+        ),
     },
     render_template_as_native_obj=True,
 ):
     app = "{{ params.app }}"
-    preflight = PreflightOperator(task_id="preflight", app=app, version="{{ params.version }}",
-                                  policy="{{ params.policy }}", execution_timeout=timedelta(minutes=15))
+    preflight = PreflightOperator(
+        task_id="preflight",
+        app=app,
+        version="{{ params.version }}",
+        policy="{{ params.policy }}",
+        execution_timeout=timedelta(minutes=15),
+    )
     upgrade_standby = UpgradeSlotOperator(task_id="upgrade_standby", app=app, plan=PLAN, role="standby")
-    restore_check = RestoreCheckSensor(task_id="restore_check", app=app, wait_timeout_s=300,
-                                       upgrade=upgrade_standby.output)
-    warm_up = LagWithinSensor(task_id="warm_up", app=app, restart=upgrade_standby.output,
-                              max_lag="{{ params.max_lag_records }}", max_lag_s="{{ params.max_lag_s }}",
-                              wait_timeout_s=900)
+    restore_check = RestoreCheckSensor(
+        task_id="restore_check", app=app, wait_timeout_s=300, upgrade=upgrade_standby.output
+    )
+    warm_up = LagWithinSensor(
+        task_id="warm_up",
+        app=app,
+        restart=upgrade_standby.output,
+        max_lag="{{ params.max_lag_records }}",
+        max_lag_s="{{ params.max_lag_s }}",
+        wait_timeout_s=900,
+    )
     check_position = StateCheckPositionOperator(task_id="check_position", app=app, ahead_s="{{ params.ahead_s }}")
-    state_check = StatesAgreeSensor(task_id="state_check", app=app, check=check_position.output,
-                                    policy="{{ params.policy }}", wait_timeout_s=900)  # as long as the warm-up
-    fence = FenceOperator(task_id="fence", app=app, ahead_s="{{ params.ahead_s }}",
-                          # past this the health DAG lifts the fence: the run died
-                          hold_s="{{ 4 * (params.fence_timeout_s + 10) + 3 * 190 + 120 }}")
-    cutover = CutoverOperator(task_id="cutover", app=app, plan=fence.output, wait_timeout_s="{{ params.fence_timeout_s }}",
-                              ahead_s="{{ params.ahead_s }}")
-    settle = SettleSensor(task_id="settle", app=app, cutover=cutover.output, settle_s="{{ params.settle_s }}",
-                          max_batch_ms="{{ params.max_batch_ms }}")
+    state_check = StatesAgreeSensor(
+        task_id="state_check", app=app, check=check_position.output, policy="{{ params.policy }}", wait_timeout_s=900
+    )  # as long as the warm-up
+    fence = FenceOperator(
+        task_id="fence",
+        app=app,
+        ahead_s="{{ params.ahead_s }}",
+        # past this the health DAG lifts the fence: the run died
+        hold_s="{{ 4 * (params.fence_timeout_s + 10) + 3 * 190 + 120 }}",
+    )
+    cutover = CutoverOperator(
+        task_id="cutover",
+        app=app,
+        plan=fence.output,
+        wait_timeout_s="{{ params.fence_timeout_s }}",
+        ahead_s="{{ params.ahead_s }}",
+    )
+    settle = SettleSensor(
+        task_id="settle",
+        app=app,
+        cutover=cutover.output,
+        settle_s="{{ params.settle_s }}",
+        max_batch_ms="{{ params.max_batch_ms }}",
+    )
     upgrade_old = UpgradeSlotOperator(task_id="upgrade_old_active", app=app, plan=PLAN, role="active")
-    restore_check_old = RestoreCheckSensor(task_id="restore_check_old", app=app, wait_timeout_s=300,
-                                           upgrade=upgrade_old.output)
+    restore_check_old = RestoreCheckSensor(
+        task_id="restore_check_old", app=app, wait_timeout_s=300, upgrade=upgrade_old.output
+    )
     # The old active, now the standby on the new version, is warm again once it is within the app's
     # lag budget (max_lag_records): a healthy standby as the health DAG judges one. No cutover follows,
     # so the tighter bound the cutover's warm-up uses would only make the run wait (~10 s of catch-up).
@@ -101,8 +155,14 @@ with DAG(
 
     before_cutover = [preflight, upgrade_standby, restore_check, warm_up, check_position, state_check, fence, cutover]
     abort = AbortUpgradeOperator(task_id="abort", app=app, plan=PLAN, steps=[t.task_id for t in before_cutover])
-    rollback = RollbackOperator(task_id="rollback", app=app, plan=PLAN, cutover=cutover.output,
-                                ahead_s="{{ params.ahead_s }}", fence_timeout_s="{{ params.fence_timeout_s }}")
+    rollback = RollbackOperator(
+        task_id="rollback",
+        app=app,
+        plan=PLAN,
+        cutover=cutover.output,
+        ahead_s="{{ params.ahead_s }}",
+        fence_timeout_s="{{ params.fence_timeout_s }}",
+    )
 
     # A restarted slot's restore check (a digest of what it restored), its warm-up (catching up the
     # input that arrived while it restarted) and the state check (both states at a position ahead of
@@ -111,6 +171,13 @@ with DAG(
     # (~20 s: the paced standby reaching the position, then two digests) to the upgrade.
     preflight >> upgrade_standby >> [restore_check, warm_up, check_position]
     check_position >> state_check
-    [restore_check, warm_up, state_check] >> fence >> cutover >> settle >> upgrade_old >> [restore_check_old, warm_up_old]
+    (
+        [restore_check, warm_up, state_check]
+        >> fence
+        >> cutover
+        >> settle
+        >> upgrade_old
+        >> [restore_check_old, warm_up_old]
+    )
     before_cutover >> abort
     settle >> rollback

@@ -25,7 +25,10 @@ with DAG(
 ):
     watch = SlotChangeSensor(task_id="watch", wait_s=3600, execution_timeout=timedelta(minutes=70))
     # baton_health's own max_active_runs=1 queues this run behind a running one: never two checks at once.
-    check = TriggerDagRunOperator(task_id="check", trigger_dag_id="baton_health",
-                                  trigger_run_id="baton_watch__{{ run_id }}",
-                                  wait_for_completion=False)
+    check = TriggerDagRunOperator(
+        task_id="check",
+        trigger_dag_id="baton_health",
+        trigger_run_id="baton_watch__{{ run_id }}",
+        wait_for_completion=False,
+    )
     watch >> check

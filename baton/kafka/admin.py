@@ -34,7 +34,9 @@ def replication_factor(environ=None) -> int:
     except ValueError:
         value = 0
     if value == 0 or value < -1:
-        raise ValueError(f"{REPLICATION_FACTOR_ENV}={raw!r} must be a positive integer, or -1 for the cluster's default")
+        raise ValueError(
+            f"{REPLICATION_FACTOR_ENV}={raw!r} must be a positive integer, or -1 for the cluster's default"
+        )
     return value
 
 
@@ -66,7 +68,8 @@ def ensure_topics(bootstrap: str, specs: Iterable[TopicSpec], timeout_s: float =
     created: list[str] = []
     futures = admin.create_topics(
         [NewTopic(s.name, s.partitions, replicas, config=dict(s.config)) for s in specs],
-        operation_timeout=timeout_s, request_timeout=timeout_s,
+        operation_timeout=timeout_s,
+        request_timeout=timeout_s,
     )
     for name, fut in futures.items():
         try:

@@ -32,14 +32,30 @@ from typing import Any
 
 CLIENT_CONFIG_ENV = "BATON_KAFKA_CLIENT_CONFIG"
 # Settings whose value is a secret (librdkafka's names): masked wherever a configuration is shown.
-SECRET_KEYS = frozenset({
-    "sasl.password", "sasl.oauthbearer.client.secret", "ssl.key.password", "ssl.keystore.password",
-    "ssl.key.pem", "ssl_key", "sasl.oauthbearer.config",
-})
+SECRET_KEYS = frozenset(
+    {
+        "sasl.password",
+        "sasl.oauthbearer.client.secret",
+        "ssl.key.password",
+        "ssl.keystore.password",
+        "ssl.key.pem",
+        "ssl_key",
+        "sasl.oauthbearer.config",
+    }
+)
 # What the file may set: how to reach the cluster, not how a client behaves (a file that set
 # isolation.level or transactional.id would silently break Baton's guarantees).
-ALLOWED_PREFIXES = ("security.protocol", "ssl.", "ssl_", "sasl.", "client.id", "client.dns.lookup",
-                    "socket.", "broker.address.family", "enable.ssl.certificate.verification")
+ALLOWED_PREFIXES = (
+    "security.protocol",
+    "ssl.",
+    "ssl_",
+    "sasl.",
+    "client.id",
+    "client.dns.lookup",
+    "socket.",
+    "broker.address.family",
+    "enable.ssl.certificate.verification",
+)
 MASK = "***"
 
 _cache: dict[str, tuple[float, dict[str, str]]] = {}
@@ -67,8 +83,9 @@ def load_client_settings(path: str | os.PathLike[str]) -> dict[str, str]:
     try:
         raw = json.loads(p.read_text())
     except (OSError, ValueError) as exc:
-        raise ClientConfigError(f"{CLIENT_CONFIG_ENV}={path}: not a JSON object of Kafka client settings: "
-                                f"{exc}") from None
+        raise ClientConfigError(
+            f"{CLIENT_CONFIG_ENV}={path}: not a JSON object of Kafka client settings: {exc}"
+        ) from None
     settings = check_client_settings(raw, str(p))
     _cache[str(p)] = (mtime, settings)
     return dict(settings)
@@ -82,7 +99,8 @@ def check_client_settings(raw: Any, where: str) -> dict[str, str]:
         if not isinstance(key, str) or not key.startswith(ALLOWED_PREFIXES):
             raise ClientConfigError(
                 f"{where}: {key!r} is not a connection setting; allowed: security.protocol, ssl.*, sasl.*, "
-                f"client.id, socket.* (a client's behaviour is Baton's to set)")
+                f"client.id, socket.* (a client's behaviour is Baton's to set)"
+            )
         if isinstance(value, bool):
             value = "true" if value else "false"
         if not isinstance(value, (str, int, float)):
@@ -151,8 +169,9 @@ class KafkaSecurity:
 
     def __post_init__(self) -> None:
         if self.security_protocol and self.security_protocol.upper() not in self.PROTOCOLS:
-            raise ClientConfigError(f"security protocol {self.security_protocol!r} is not one of "
-                                    f"{', '.join(self.PROTOCOLS)}")
+            raise ClientConfigError(
+                f"security protocol {self.security_protocol!r} is not one of {', '.join(self.PROTOCOLS)}"
+            )
         check_client_settings(dict(self.other), "further Kafka client settings")
 
     @classmethod

@@ -95,7 +95,9 @@ class WriteConflict(RuntimeError):
     """Another writer applied a record first: re-read the state and decide again."""
 
 
-def read_control(bootstrap: str, app: str, control_topic: str | None = None, timeout_s: float = 15.0) -> ControlRecord | None:
+def read_control(
+    bootstrap: str, app: str, control_topic: str | None = None, timeout_s: float = 15.0
+) -> ControlRecord | None:
     """The applied control state of `app`, reading the control topic to its end (read committed).
 
     While some app's control transaction is open, this is the state before it (the end a
@@ -103,8 +105,13 @@ def read_control(bootstrap: str, app: str, control_topic: str | None = None, tim
     from baton.kafka.tail import read_tail
     from baton.settings import CONTROL_TOPIC
 
-    records = read_tail(bootstrap, control_topic or CONTROL_TOPIC, lambda m: decode_for_app(app, m.key(), m.value()),
-                        last_n=None, timeout_s=timeout_s)
+    records = read_tail(
+        bootstrap,
+        control_topic or CONTROL_TOPIC,
+        lambda m: decode_for_app(app, m.key(), m.value()),
+        last_n=None,
+        timeout_s=timeout_s,
+    )
     return apply_records(None, records)
 
 
@@ -129,7 +136,9 @@ def write_control(bootstrap: str, record: ControlRecord, control_topic: str | No
 def _fenced(err) -> bool:
     from confluent_kafka import KafkaError
 
-    return err.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH) or err.fatal()
+    return (
+        err.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH) or err.fatal()
+    )
 
 
 class ControlWriter:
@@ -154,15 +163,20 @@ class ControlWriter:
         from confluent_kafka import Producer
 
         if self._producer is None:
-            p = Producer(kafka_config(self.bootstrap, {
-                "transactional.id": control_transactional_id(self.app),
-                # Held in the client until commit_transaction flushes it: the record reaches the broker
-                # inside the commit, so a writer fenced before its commit sends nothing (on Tansu a
-                # sent record of an aborted transaction stays visible). Below TRANSACTION_TIMEOUT_MS,
-                # which librdkafka requires.
-                "linger.ms": TRANSACTION_TIMEOUT_MS // 2,
-                "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS,
-            }))
+            p = Producer(
+                kafka_config(
+                    self.bootstrap,
+                    {
+                        "transactional.id": control_transactional_id(self.app),
+                        # Held in the client until commit_transaction flushes it: the record reaches the broker
+                        # inside the commit, so a writer fenced before its commit sends nothing (on Tansu a
+                        # sent record of an aborted transaction stays visible). Below TRANSACTION_TIMEOUT_MS,
+                        # which librdkafka requires.
+                        "linger.ms": TRANSACTION_TIMEOUT_MS // 2,
+                        "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS,
+                    },
+                )
+            )
             # Connected first: librdkafka asks again for the transaction coordinator only 500 ms after
             # a first query that found no broker up, which a new client's init would otherwise pay.
             p.list_topics(timeout=WRITE_TIMEOUT_S)
@@ -205,7 +219,9 @@ class ControlWriter:
             # Read back: readers applied it (another writer's next record may follow it already). Always
             # so on Apache Kafka once committed; kept against a broker that shows aborted records (Tansu).
             if not _was_applied(record, self._read_through(topic)):
-                raise WriteConflict(f"control write for {self.app} revision {record.revision} committed but not applied")
+                raise WriteConflict(
+                    f"control write for {self.app} revision {record.revision} committed but not applied"
+                )
             return record
 
     def _after_failed_commit(self, exc, record: ControlRecord, topic: str) -> ControlRecord:
@@ -254,8 +270,9 @@ class ControlWriter:
         producer, self._producer = self._producer, None
         if producer is not None:
             producer.purge(blocking=False)
-            threading.Thread(target=_close_quietly, args=(producer,), name=f"close-control-{self.app}",
-                             daemon=True).start()
+            threading.Thread(
+                target=_close_quietly, args=(producer,), name=f"close-control-{self.app}", daemon=True
+            ).start()
 
     def close(self) -> None:
         """Let go of the clients (after a write in progress, if any); a later write makes new ones."""
@@ -298,8 +315,15 @@ class ControlWriter:
             self._consumer, self._consumer_wait = _consumer(self.bootstrap, wait), wait
         since = self._read_points.pop(topic, None)  # put back by a read that reached its end
         try:
-            log = read_records(self._consumer, topic, self.app, WRITE_TIMEOUT_S, held_s,
-                               reopen=lambda: self._reopen_longer(topic), since=since)
+            log = read_records(
+                self._consumer,
+                topic,
+                self.app,
+                WRITE_TIMEOUT_S,
+                held_s,
+                reopen=lambda: self._reopen_longer(topic),
+                since=since,
+            )
         except HeldBack:
             if since is not None:
                 self._read_points[topic] = since  # still a point the next read may resume at
@@ -315,8 +339,9 @@ class ControlWriter:
 
     def _reopen_longer(self, topic: str):
         """A consumer with a longer fetch wait in place of one whose fetches come back empty; None if it had the longest."""
-        reopened = reopen_longer(self._consumer, lambda w: _consumer(self.bootstrap, w), self.bootstrap, [topic],
-                                 self._consumer_wait)
+        reopened = reopen_longer(
+            self._consumer, lambda w: _consumer(self.bootstrap, w), self.bootstrap, [topic], self._consumer_wait
+        )
         if reopened is None:
             return None
         self._consumer, self._consumer_wait = reopened
@@ -354,11 +379,18 @@ def _was_applied(record: ControlRecord, log: AppLog) -> bool:
 def _consumer(bootstrap: str, fetch_wait: int = FETCH_WAIT_MS):
     from confluent_kafka import Consumer
 
-    return Consumer(kafka_config(bootstrap, {
-        "group.id": f"baton-control-{uuid.uuid4().hex[:8]}",  # assign only: no group
-        "enable.auto.commit": False, "isolation.level": "read_committed", "enable.partition.eof": True,
-        "fetch.wait.max.ms": fetch_wait,
-    }))
+    return Consumer(
+        kafka_config(
+            bootstrap,
+            {
+                "group.id": f"baton-control-{uuid.uuid4().hex[:8]}",  # assign only: no group
+                "enable.auto.commit": False,
+                "isolation.level": "read_committed",
+                "enable.partition.eof": True,
+                "fetch.wait.max.ms": fetch_wait,
+            },
+        )
+    )
 
 
 class HeldBack(TimeoutError):
@@ -375,8 +407,9 @@ class HeldBack(TimeoutError):
 ABORT_MARKER_KEY = b"baton.abort"
 
 
-def end_open_transactions(bootstrap: str, topic: str, stable: int, end: int,
-                          timeout_s: float = WRITE_TIMEOUT_S) -> list[str]:
+def end_open_transactions(
+    bootstrap: str, topic: str, stable: int, end: int, timeout_s: float = WRITE_TIMEOUT_S
+) -> list[str]:
     """End the control transactions open between `stable` and `end`: for each app whose records lie
     there (read uncommitted), its transactional.id is initialised (which aborts an open transaction of a
     writer that died inside its commit, and fences a live one: it re-reads and retries, WriteConflict),
@@ -385,8 +418,17 @@ def end_open_transactions(bootstrap: str, topic: str, stable: int, end: int,
     Returns the apps."""
     from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
-    c = Consumer(kafka_config(bootstrap, {"group.id": f"baton-control-{uuid.uuid4().hex[:8]}", "enable.auto.commit": False,
-                                          "isolation.level": "read_uncommitted", "enable.partition.eof": True}))
+    c = Consumer(
+        kafka_config(
+            bootstrap,
+            {
+                "group.id": f"baton-control-{uuid.uuid4().hex[:8]}",
+                "enable.auto.commit": False,
+                "isolation.level": "read_uncommitted",
+                "enable.partition.eof": True,
+            },
+        )
+    )
     apps: set[str] = set()
     try:
         c.assign([TopicPartition(topic, 0, stable)])
@@ -429,6 +471,7 @@ class ReadPoint:
     """Where a read of the control topic stopped: the last message it was given (any app's) and the app's
     state applied up to it. A later read resumes there, instead of reading the topic from its start again
     (which on Tansu, that never compacts, cost ~0.35 s at 8,000 offsets, twice per write)."""
+
     offset: int
     key: bytes | None
     value: bytes | None
@@ -439,6 +482,7 @@ class ReadPoint:
 class AppLog:
     """The control records of one app as a read found them: `base`, the state applied before `records`
     (None: the read started at the topic's start), then `records` in log order."""
+
     base: ControlRecord | None
     records: list[ControlRecord]
     point: ReadPoint | None  # where the read stopped (None: it was given no message)
@@ -447,8 +491,15 @@ class AppLog:
         return apply_records(self.base, self.records)
 
 
-def read_records(consumer, topic: str, app: str, timeout_s: float = WRITE_TIMEOUT_S,
-                 held_s: float | None = None, reopen=None, since: ReadPoint | None = None) -> AppLog:
+def read_records(
+    consumer,
+    topic: str,
+    app: str,
+    timeout_s: float = WRITE_TIMEOUT_S,
+    held_s: float | None = None,
+    reopen=None,
+    since: ReadPoint | None = None,
+) -> AppLog:
     """The control records of `app` in log order: `topic` read committed from its start to at least the
     high watermark seen at the first end. A read_committed reader's end is the last stable offset: an
     open control transaction (any app's) hides the records after it, which may include a record of
@@ -476,10 +527,17 @@ def read_records(consumer, topic: str, app: str, timeout_s: float = WRITE_TIMEOU
         watch = StallWatch()
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            if (held_since is not None and held_s is not None and target is not None
-                    and time.monotonic() - held_since > held_s):
-                raise HeldBack(f"{topic}: read committed held back at an open transaction before offset {target} "
-                               f"for {held_s}s", stable, target)
+            if (
+                held_since is not None
+                and held_s is not None
+                and target is not None
+                and time.monotonic() - held_since > held_s
+            ):
+                raise HeldBack(
+                    f"{topic}: read committed held back at an open transaction before offset {target} for {held_s}s",
+                    stable,
+                    target,
+                )
             for m in consumer.consume(10_000, 0.002):
                 err = m.error()
                 if err is None:
@@ -513,8 +571,10 @@ def read_records(consumer, topic: str, app: str, timeout_s: float = WRITE_TIMEOU
                 if (longer := reopen()) is not None:  # the stalled one is closed
                     consumer = longer
                     consumer.assign([TopicPartition(topic, 0, position)])
-        raise TimeoutError(f"{topic}: not read committed to offset {target} within {timeout_s}s "
-                           f"(at offset {position}; a control transaction left open by a writer that died?)")
+        raise TimeoutError(
+            f"{topic}: not read committed to offset {target} within {timeout_s}s "
+            f"(at offset {position}; a control transaction left open by a writer that died?)"
+        )
     except _ResumeRefused:  # the read from the start assigns anew
         return read_records(consumer, topic, app, timeout_s, held_s, reopen, since=None)
     finally:

@@ -58,14 +58,25 @@ def lengthen(bootstrap: str, topic: str, current_ms: int) -> int | None:
         return None
     with _learned_lock:
         _learned[(bootstrap, topic)] = max(_learned.get((bootstrap, topic), 0), longer)
-    log.warning("%s: not read to its end within %.0f s at fetch.wait.max.ms=%d: reading on with %d ms (Tansu "
-                "answers a fetch whose wait is too short for a partition of many batches with (nearly) nothing)",
-                topic, STALL_S, current_ms, longer)
+    log.warning(
+        "%s: not read to its end within %.0f s at fetch.wait.max.ms=%d: reading on with %d ms (Tansu "
+        "answers a fetch whose wait is too short for a partition of many batches with (nearly) nothing)",
+        topic,
+        STALL_S,
+        current_ms,
+        longer,
+    )
     return longer
 
 
-def reopen_longer(consumer, make: Callable[[int], Consumer], bootstrap: str, topics: Iterable[str], current_ms: int,
-                  assignment: list | None = None):
+def reopen_longer(
+    consumer,
+    make: Callable[[int], Consumer],
+    bootstrap: str,
+    topics: Iterable[str],
+    current_ms: int,
+    assignment: list | None = None,
+):
     """(a consumer with the next longer wait, that wait) in place of `consumer`, whose reads of `topics` stalled
     at `current_ms` (the wait is learned for those topics in this process: lengthen); `make(wait)` builds the
     new consumer, assigned to `assignment` (TopicPartitions at the positions to read on from) if given, and

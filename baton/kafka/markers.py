@@ -13,7 +13,11 @@ def read_last_marker(bootstrap: str, commits_topic: str, app: str, timeout_s: fl
     from baton.kafka.tail import read_tail
 
     key = app.encode()
-    markers = read_tail(bootstrap, commits_topic,
-                        lambda m: CommitMarker.from_bytes(m.value()) if m.key() == key else None,
-                        last_n=2000, timeout_s=timeout_s)
+    markers = read_tail(
+        bootstrap,
+        commits_topic,
+        lambda m: CommitMarker.from_bytes(m.value()) if m.key() == key else None,
+        last_n=2000,
+        timeout_s=timeout_s,
+    )
     return markers[-1] if markers else None

@@ -35,8 +35,9 @@ def search_timestamp(first_record: FirstRecord, ts_ms: int, low: int, end: int) 
     return lo
 
 
-def first_record(c: Consumer, topic: str, partition: int, offset: int, end: int,
-                 timeout_s: float = 10.0) -> tuple[int, int] | None:
+def first_record(
+    c: Consumer, topic: str, partition: int, offset: int, end: int, timeout_s: float = 10.0
+) -> tuple[int, int] | None:
     """(offset, timestamp) of the first committed record at >= offset and < end; None if there is none
     (aborted transactions and control records leave gaps)."""
     if offset >= end:
@@ -80,18 +81,23 @@ def offsets_for_timestamp(bootstrap: str, topic: str, partitions: Iterable[int],
     c = _consumer(bootstrap)
     try:
         try:
-            asked = {tp.partition: tp.offset for tp in
-                     c.offsets_for_times([TopicPartition(topic, p, ts_ms) for p in parts], timeout=10)}
+            asked = {
+                tp.partition: tp.offset
+                for tp in c.offsets_for_times([TopicPartition(topic, p, ts_ms) for p in parts], timeout=10)
+            }
         except KafkaException:
             asked = {}
         out = {}
         for p in parts:
+
             def at(o: int, p: int = p) -> tuple[int, int] | None:
                 return first_record(c, topic, p, o, ends[p])
 
             answer = asked.get(p, -1)
             answer = ends[p] if answer == -1 else answer  # -1: no record at or after ts_ms
-            out[p] = answer if _right(at, answer, ts_ms, lows[p], ends[p]) else search_timestamp(at, ts_ms, lows[p], ends[p])
+            out[p] = (
+                answer if _right(at, answer, ts_ms, lows[p], ends[p]) else search_timestamp(at, ts_ms, lows[p], ends[p])
+            )
         return out
     finally:
         c.close()

@@ -30,15 +30,29 @@ FETCH_WAIT_MS = 10
 
 
 def _consumer(bootstrap: str, fetch_wait: int = FETCH_WAIT_MS, **extra) -> Consumer:
-    return Consumer(kafka_config(bootstrap, {**extra,
-        "group.id": f"baton-tail-{uuid.uuid4().hex[:8]}",
-        "enable.auto.commit": False, "isolation.level": "read_committed", "enable.partition.eof": True,
-        "fetch.wait.max.ms": fetch_wait,
-    }))
+    return Consumer(
+        kafka_config(
+            bootstrap,
+            {
+                **extra,
+                "group.id": f"baton-tail-{uuid.uuid4().hex[:8]}",
+                "enable.auto.commit": False,
+                "isolation.level": "read_committed",
+                "enable.partition.eof": True,
+                "fetch.wait.max.ms": fetch_wait,
+            },
+        )
+    )
 
 
-def read_tail(bootstrap: str, topic: str, keep: Callable[[Message], T | None], last_n: int | None = 2000,
-              partition: int = 0, timeout_s: float = 15.0) -> list[T]:
+def read_tail(
+    bootstrap: str,
+    topic: str,
+    keep: Callable[[Message], T | None],
+    last_n: int | None = 2000,
+    partition: int = 0,
+    timeout_s: float = 15.0,
+) -> list[T]:
     """keep(message) for (at least) the last `last_n` records of one partition (None: all), in log order;
     messages for which keep returns None are dropped."""
     wait = fetch_wait_ms(bootstrap, topic, FETCH_WAIT_MS)
@@ -59,12 +73,25 @@ def read_tail(bootstrap: str, topic: str, keep: Callable[[Message], T | None], l
                 position = offset_of(m) + 1
                 if (item := keep(m)) is not None:
                     out.append(item)
-            if watch.stalled() and short_wait(c, topic, partition, position) and (reopened := reopen_longer(
-                    c, lambda w: _consumer(bootstrap, w), bootstrap, [topic], wait,
-                    [TopicPartition(topic, partition, position)])):
+            if (
+                watch.stalled()
+                and short_wait(c, topic, partition, position)
+                and (
+                    reopened := reopen_longer(
+                        c,
+                        lambda w: _consumer(bootstrap, w),
+                        bootstrap,
+                        [topic],
+                        wait,
+                        [TopicPartition(topic, partition, position)],
+                    )
+                )
+            ):
                 c, wait = reopened
-        raise TimeoutError(f"{topic}[{partition}] not read to its end within {timeout_s}s "
-                           f"(at offset {position}, fetch.wait.max.ms={wait})")
+        raise TimeoutError(
+            f"{topic}[{partition}] not read to its end within {timeout_s}s "
+            f"(at offset {position}, fetch.wait.max.ms={wait})"
+        )
     finally:
         c.close()
 
@@ -73,13 +100,30 @@ def is_fatal(err) -> bool:
     """Consumer errors that no retry will fix. Transport errors are left to librdkafka's retries."""
     if err.fatal():
         return True
-    return err.code() not in (KafkaError._PARTITION_EOF, KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN,
-                              KafkaError._TIMED_OUT, KafkaError._RESOLVE, KafkaError.NOT_LEADER_FOR_PARTITION,
-                              KafkaError.LEADER_NOT_AVAILABLE, KafkaError.REQUEST_TIMED_OUT) and not err.retriable()
+    return (
+        err.code()
+        not in (
+            KafkaError._PARTITION_EOF,
+            KafkaError._TRANSPORT,
+            KafkaError._ALL_BROKERS_DOWN,
+            KafkaError._TIMED_OUT,
+            KafkaError._RESOLVE,
+            KafkaError.NOT_LEADER_FOR_PARTITION,
+            KafkaError.LEADER_NOT_AVAILABLE,
+            KafkaError.REQUEST_TIMED_OUT,
+        )
+        and not err.retriable()
+    )
 
 
-def probe_ends(c: Consumer, topic: str, bound: Mapping[int, int], timeout_s: float, bootstrap: str | None = None,
-               fetch_wait: int = FETCH_WAIT_MS) -> tuple[dict[int, int], set[int]]:
+def probe_ends(
+    c: Consumer,
+    topic: str,
+    bound: Mapping[int, int],
+    timeout_s: float,
+    bootstrap: str | None = None,
+    fetch_wait: int = FETCH_WAIT_MS,
+) -> tuple[dict[int, int], set[int]]:
     """(end per partition, partitions not settled) reading from ListOffsets' lower bound `bound`.
 
     A partition is settled at EOF, or once records past the bound were read: a fetch delivers whole
@@ -91,8 +135,13 @@ def probe_ends(c: Consumer, topic: str, bound: Mapping[int, int], timeout_s: flo
     return {p: e for (_, p), e in ends.items()}, {p for _, p in unsettled}
 
 
-def probe_many(c: Consumer, bound: Mapping[tuple[str, int], int], timeout_s: float, bootstrap: str | None = None,
-               fetch_wait: int = FETCH_WAIT_MS) -> tuple[dict[tuple[str, int], int], set[tuple[str, int]]]:
+def probe_many(
+    c: Consumer,
+    bound: Mapping[tuple[str, int], int],
+    timeout_s: float,
+    bootstrap: str | None = None,
+    fetch_wait: int = FETCH_WAIT_MS,
+) -> tuple[dict[tuple[str, int], int], set[tuple[str, int]]]:
     """probe_ends of several topics' partitions at once, keyed by (topic, partition): one wait for all.
 
     With `bootstrap`, a probe not settled within STALL_S while the broker answers has a fetch wait
@@ -147,8 +196,11 @@ def ends_of(bootstrap: str, topics: Mapping[str, Iterable[int]], timeout_s: floa
     wait = max((fetch_wait_ms(bootstrap, t, FETCH_WAIT_MS) for t in topics), default=FETCH_WAIT_MS)
     c = _consumer(bootstrap, wait)
     try:
-        bound = {(t, p): c.get_watermark_offsets(TopicPartition(t, p), timeout=timeout_s)[1]
-                 for t, partitions in topics.items() for p in partitions}
+        bound = {
+            (t, p): c.get_watermark_offsets(TopicPartition(t, p), timeout=timeout_s)[1]
+            for t, partitions in topics.items()
+            for p in partitions
+        }
         ends, _ = probe_many(c, bound, timeout_s, bootstrap, wait)
         out: dict[str, dict[int, int]] = {t: {} for t in topics}
         for (t, p), e in ends.items():

@@ -45,8 +45,9 @@ def lock_path(bootstrap: str, transactional_id: str, root: Path | None = None) -
 
 
 @contextmanager
-def txn_window(bootstrap: str, transactional_id: str, wait_s: float = WAIT_S,
-               root: Path | None = None) -> Iterator[bool]:
+def txn_window(
+    bootstrap: str, transactional_id: str, wait_s: float = WAIT_S, root: Path | None = None
+) -> Iterator[bool]:
     """Hold the id's lock for the block (yields True), or go on without it after `wait_s` (False)."""
     path = lock_path(bootstrap, transactional_id, root)
     try:
@@ -68,8 +69,11 @@ def txn_window(bootstrap: str, transactional_id: str, wait_s: float = WAIT_S,
                     break
                 time.sleep(POLL_S)
         if not held:
-            log.warning("%s: another process held its transaction lock for %.0f s (stopped?): going on without it",
-                        transactional_id, wait_s)
+            log.warning(
+                "%s: another process held its transaction lock for %.0f s (stopped?): going on without it",
+                transactional_id,
+                wait_s,
+            )
         yield held
     finally:
         os.close(fd)  # releases the flock

@@ -19,16 +19,29 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--no-airflow", action="store_true", help="broker and topics only")
     sub.add_parser("down", help="stop everything the platform started")
     sub.add_parser("status", help="what runs, on which ports, and how to log in")
-    sub.add_parser("reset", help="stop the platform and delete its data (checkpoints, Airflow's database, "
-                                 "logs) to start over")
+    sub.add_parser(
+        "reset", help="stop the platform and delete its data (checkpoints, Airflow's database, logs) to start over"
+    )
     sub.add_parser("demo", help="up, start click_counts under load, show it live until Ctrl-C, then down")
     apps = sub.add_parser("apps", help="every app's slots: role, version, lag, rates, lease")
-    apps.add_argument("--watch", type=float, nargs="?", const=2.0, metavar="SECONDS",
-                      help="refresh every SECONDS (2 if omitted) until Ctrl-C")
+    apps.add_argument(
+        "--watch",
+        type=float,
+        nargs="?",
+        const=2.0,
+        metavar="SECONDS",
+        help="refresh every SECONDS (2 if omitted) until Ctrl-C",
+    )
     one = sub.add_parser("app", help="one app's slots, and its history of handoffs and lifecycle changes")
     one.add_argument("name")
-    one.add_argument("--watch", type=float, nargs="?", const=2.0, metavar="SECONDS",
-                     help="refresh every SECONDS (2 if omitted) until Ctrl-C")
+    one.add_argument(
+        "--watch",
+        type=float,
+        nargs="?",
+        const=2.0,
+        metavar="SECONDS",
+        help="refresh every SECONDS (2 if omitted) until Ctrl-C",
+    )
     metrics = sub.add_parser("metrics", help="serve the apps' Prometheus metrics over plain HTTP (an exporter)")
     metrics.add_argument("--port", type=int, default=9464)
     metrics.add_argument("--host", default="127.0.0.1", help="address to listen on (default loopback only)")
@@ -97,8 +110,9 @@ def show_apps(bootstrap: str, name: str | None, watch: float | None) -> int:
             except BrokenPipeError:  # piped into `head`: what it took was shown
                 sys.stderr.close()
             return 0
-        print("\x1b[2J\x1b[H" + time.strftime("%H:%M:%S ") + f"(every {watch:g} s, Ctrl-C to stop)\n" + text,
-              flush=True)
+        print(
+            "\x1b[2J\x1b[H" + time.strftime("%H:%M:%S ") + f"(every {watch:g} s, Ctrl-C to stop)\n" + text, flush=True
+        )
         try:
             time.sleep(watch)
         except KeyboardInterrupt:

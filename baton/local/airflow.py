@@ -93,9 +93,7 @@ class Airflow:
             # Tasks launch slots under the platform's state dir (identity records, logs, checkpoints).
             "BATON_HOME": str(self.state_dir),
             # Baton's Kafka connection (type baton_kafka: the bootstrap as its host), read by the hooks.
-            "AIRFLOW_CONN_BATON_KAFKA": json.dumps(
-                {"conn_type": "baton_kafka", "host": self.kafka_bootstrap}
-            ),
+            "AIRFLOW_CONN_BATON_KAFKA": json.dumps({"conn_type": "baton_kafka", "host": self.kafka_bootstrap}),
             "PYTHONPATH": os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH", "")) if p),
         }
         if self.database_uri:
@@ -122,8 +120,11 @@ class Airflow:
         self.proc.start([airflow_bin, "standalone"], env=self.env(), cwd=self.home)
         self.proc.wait_healthy(self.healthy, timeout_s, f"Airflow standalone on {self.url}")
         self.lower_parsing_priority()
-        self.proc.wait_healthy(self.accepting, max(deadline - time.monotonic(), 30.0),
-                               f"Airflow on {self.url}: DAGs of {DAGS_FOLDER} parsed and the API writable")
+        self.proc.wait_healthy(
+            self.accepting,
+            max(deadline - time.monotonic(), 30.0),
+            f"Airflow on {self.url}: DAGs of {DAGS_FOLDER} parsed and the API writable",
+        )
 
     def expected_dags(self) -> set[str]:
         """The DAG ids of the platform's dags/ folder: one DAG a file, named as the file."""
@@ -143,8 +144,9 @@ class Airflow:
                 if self.expected_dags() - set(listed):
                     return False
                 probe = listed[min(self.expected_dags())]
-                client.request("PATCH", f"/dags/{probe['dag_id']}", "write probe",
-                               json={"is_paused": bool(probe["is_paused"])})
+                client.request(
+                    "PATCH", f"/dags/{probe['dag_id']}", "write probe", json={"is_paused": bool(probe["is_paused"])}
+                )
                 return True
             finally:
                 client.close()

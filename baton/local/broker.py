@@ -65,10 +65,14 @@ class Broker:
     def start(self, timeout_s: float = 30.0) -> None:
         url = f"tcp://{self.host}:{self.port}"
         argv = [
-            tansu_binary(), "broker",
-            "--listener-url", url,
-            "--advertised-listener-url", f"tcp://{self.host}:{self.advertised_port or self.port}",
-            "--storage-engine", "memory://tansu/",
+            tansu_binary(),
+            "broker",
+            "--listener-url",
+            url,
+            "--advertised-listener-url",
+            f"tcp://{self.host}:{self.advertised_port or self.port}",
+            "--storage-engine",
+            "memory://tansu/",
         ]
         # RUST_LOG=warn keeps the log to what matters; the broker is chatty at info.
         env = {**os.environ, "RUST_LOG": os.environ.get("BATON_TANSU_LOG", "warn")}

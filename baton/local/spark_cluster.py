@@ -57,8 +57,13 @@ class SparkCluster:
 
     @classmethod
     def on_free_ports(cls, state_dir: Path, **kwargs) -> SparkCluster:
-        return cls(state_dir=Path(state_dir), master_port=free_port(), master_ui_port=free_port(),
-                   worker_ui_port=free_port(), **kwargs)
+        return cls(
+            state_dir=Path(state_dir),
+            master_port=free_port(),
+            master_ui_port=free_port(),
+            worker_ui_port=free_port(),
+            **kwargs,
+        )
 
     @property
     def master_url(self) -> str:
@@ -94,17 +99,43 @@ class SparkCluster:
         (self.state_dir / "conf").mkdir(parents=True, exist_ok=True)
         (self.state_dir / "work").mkdir(parents=True, exist_ok=True)
         env = self.env()
-        self.master.start([spark_class(), "org.apache.spark.deploy.master.Master",
-                           "--host", self.host, "--port", str(self.master_port),
-                           "--webui-port", str(self.master_ui_port)], env=env, cwd=self.state_dir)
+        self.master.start(
+            [
+                spark_class(),
+                "org.apache.spark.deploy.master.Master",
+                "--host",
+                self.host,
+                "--port",
+                str(self.master_port),
+                "--webui-port",
+                str(self.master_ui_port),
+            ],
+            env=env,
+            cwd=self.state_dir,
+        )
         self.master.wait_healthy(self.master_alive, timeout_s, f"Spark master on {self.master_url}")
-        self.worker.start([spark_class(), "org.apache.spark.deploy.worker.Worker",
-                           "--host", self.host, "--webui-port", str(self.worker_ui_port),
-                           "--cores", str(self.worker_cores), "--memory", self.worker_memory,
-                           "--work-dir", str(self.state_dir / "work"), self.master_url],
-                          env=env, cwd=self.state_dir)
-        self.worker.wait_healthy(lambda: self.alive_workers() >= 1, timeout_s,
-                                 f"Spark worker registered with {self.master_url}")
+        self.worker.start(
+            [
+                spark_class(),
+                "org.apache.spark.deploy.worker.Worker",
+                "--host",
+                self.host,
+                "--webui-port",
+                str(self.worker_ui_port),
+                "--cores",
+                str(self.worker_cores),
+                "--memory",
+                self.worker_memory,
+                "--work-dir",
+                str(self.state_dir / "work"),
+                self.master_url,
+            ],
+            env=env,
+            cwd=self.state_dir,
+        )
+        self.worker.wait_healthy(
+            lambda: self.alive_workers() >= 1, timeout_s, f"Spark worker registered with {self.master_url}"
+        )
 
     def status(self) -> dict:
         """The master's own view (`/json` of its web UI): workers, apps, status; {} if unreachable."""

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Churn:
-    rate: int                 # events per event second
-    new_users_per_s: int      # users arriving (and leaving) each event second
-    active_users: int         # users active in any one event second
+    rate: int  # events per event second
+    new_users_per_s: int  # users arriving (and leaving) each event second
+    active_users: int  # users active in any one event second
     base_ts: int = 1_700_000_000
     jitter_s: int = 0
 

@@ -49,11 +49,11 @@ class LoadgenError(ValueError):
 
 @dataclass(frozen=True)
 class LoadSpec:
-    rate: float                 # events/s; math.inf = as fast as the producer takes them
-    keys: int                   # users user0 .. user<keys-1>
-    events: int                 # total events to send
-    malformed: float = 0.0      # share of malformed events, 0 <= share < 1
-    sequential: bool = False    # user of event i is i % keys (else uniform random)
+    rate: float  # events/s; math.inf = as fast as the producer takes them
+    keys: int  # users user0 .. user<keys-1>
+    events: int  # total events to send
+    malformed: float = 0.0  # share of malformed events, 0 <= share < 1
+    sequential: bool = False  # user of event i is i % keys (else uniform random)
     seed: int = 1
 
     def __post_init__(self) -> None:
@@ -139,14 +139,27 @@ class SendLog:
 
     def save(self, path: Path) -> None:
         with open(path, "wb") as f:  # a file object: np.savez would append ".npz" to a bare path
-            np.savez(f, users=self.users, kinds=self.kinds, tick_first=self.tick_first,
-                     tick_time=self.tick_time, keys=np.int64(self.keys), meta=np.array(json.dumps(self.meta)))
+            np.savez(
+                f,
+                users=self.users,
+                kinds=self.kinds,
+                tick_first=self.tick_first,
+                tick_time=self.tick_time,
+                keys=np.int64(self.keys),
+                meta=np.array(json.dumps(self.meta)),
+            )
 
     @classmethod
     def load(cls, path: Path) -> SendLog:
         with np.load(path) as z:
-            return cls(users=z["users"], kinds=z["kinds"], tick_first=z["tick_first"], tick_time=z["tick_time"],
-                       keys=int(z["keys"]), meta=json.loads(str(z["meta"])))
+            return cls(
+                users=z["users"],
+                kinds=z["kinds"],
+                tick_first=z["tick_first"],
+                tick_time=z["tick_time"],
+                keys=int(z["keys"]),
+                meta=json.loads(str(z["meta"])),
+            )
 
 
 def user_id(n: int) -> str:
@@ -154,27 +167,31 @@ def user_id(n: int) -> str:
 
 
 def producer_config(bootstrap: str) -> dict:
-    return kafka_config(bootstrap, {
-        # Idempotence keeps a partition's order through retries: the n-th event of a user stays n-th.
-        "enable.idempotence": True,
-        # 50 ms of batching: measured here, it cuts the broker's CPU for 20k events/s about 4x
-        # against 5 ms, and it is part of the end-to-end latency the verifier reports.
-        "linger.ms": 50,
-        "batch.num.messages": 10_000,
-        "batch.size": 1_000_000,
-        "queue.buffering.max.messages": 2_000_000,
-        "queue.buffering.max.kbytes": 1_048_576,
-        "compression.type": "none",
-        "delivery.report.only.error": True,
-    })
+    return kafka_config(
+        bootstrap,
+        {
+            # Idempotence keeps a partition's order through retries: the n-th event of a user stays n-th.
+            "enable.idempotence": True,
+            # 50 ms of batching: measured here, it cuts the broker's CPU for 20k events/s about 4x
+            # against 5 ms, and it is part of the end-to-end latency the verifier reports.
+            "linger.ms": 50,
+            "batch.num.messages": 10_000,
+            "batch.size": 1_000_000,
+            "queue.buffering.max.messages": 2_000_000,
+            "queue.buffering.max.kbytes": 1_048_576,
+            "compression.type": "none",
+            "delivery.report.only.error": True,
+        },
+    )
 
 
 class DeliveryFailed(RuntimeError):
     """Some events were not acknowledged by the broker: the recorded truth would be wrong."""
 
 
-def run(spec: LoadSpec, bootstrap: str, topic: str, clock=time.time, sleep=time.sleep,
-        progress=None, make_producer=None) -> SendLog:
+def run(
+    spec: LoadSpec, bootstrap: str, topic: str, clock=time.time, sleep=time.sleep, progress=None, make_producer=None
+) -> SendLog:
     """Send the planned events at spec.rate; returns the send log. Raises DeliveryFailed if the
     broker did not take every event. `progress(sent, elapsed_s)` is called about once a second;
     `make_producer(config)` builds the producer (default: confluent_kafka.Producer)."""
@@ -228,25 +245,41 @@ def run(spec: LoadSpec, bootstrap: str, topic: str, clock=time.time, sleep=time.
     finished = clock()
     left = producer.flush(120)
     if left or failures:
-        raise DeliveryFailed(f"{left} events not delivered in 120s, {len(failures)} failed "
-                             f"({failures[:3]}): the send log does not describe the topic")
+        raise DeliveryFailed(
+            f"{left} events not delivered in 120s, {len(failures)} failed "
+            f"({failures[:3]}): the send log does not describe the topic"
+        )
     elapsed = max(finished - start, 1e-9)
     achieved = total / elapsed if total else 0.0
     meta = {
-        "topic": topic, "rate_target": spec.rate if math.isfinite(spec.rate) else None,
-        "keys": spec.keys, "events": total, "malformed_share": spec.malformed, "sequential": spec.sequential,
-        "seed": spec.seed, "started": start, "elapsed_s": round(elapsed, 3), "rate_achieved": round(achieved, 1),
+        "topic": topic,
+        "rate_target": spec.rate if math.isfinite(spec.rate) else None,
+        "keys": spec.keys,
+        "events": total,
+        "malformed_share": spec.malformed,
+        "sequential": spec.sequential,
+        "seed": spec.seed,
+        "started": start,
+        "elapsed_s": round(elapsed, 3),
+        "rate_achieved": round(achieved, 1),
         "late_max_s": round(late_max, 4),
         # The generator fell behind if it needed noticeably longer than planned.
         "fell_behind": bool(math.isfinite(spec.rate) and total and elapsed > total / spec.rate * 1.02 + 0.05),
     }
-    return SendLog(users=users, kinds=kinds, tick_first=np.asarray(tick_first, dtype=np.int64),
-                   tick_time=np.asarray(tick_time, dtype=np.float64), keys=spec.keys, meta=meta)
+    return SendLog(
+        users=users,
+        kinds=kinds,
+        tick_first=np.asarray(tick_first, dtype=np.int64),
+        tick_time=np.asarray(tick_time, dtype=np.float64),
+        keys=spec.keys,
+        meta=meta,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="baton.tools.loadgen", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="baton.tools.loadgen", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--bootstrap", required=True)
     ap.add_argument("--topic", required=True)
     ap.add_argument("--rate", type=float, default=20085.0, help="events/s ('inf' = unpaced)")
@@ -262,13 +295,18 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     try:
         kw = dict(keys=args.keys, malformed=args.malformed, sequential=args.sequential, seed=args.seed)
-        spec = (LoadSpec.for_duration(args.rate, args.seconds, **kw) if args.seconds is not None
-                else LoadSpec(rate=args.rate, events=args.events, **kw))
+        spec = (
+            LoadSpec.for_duration(args.rate, args.seconds, **kw)
+            if args.seconds is not None
+            else LoadSpec(rate=args.rate, events=args.events, **kw)
+        )
     except LoadgenError as exc:
         ap.error(str(exc))
 
     def report(sent: int, elapsed: float) -> None:
-        print(f"loadgen: {sent} sent in {elapsed:.0f}s ({sent / max(elapsed, 1e-9):.0f}/s)", file=sys.stderr, flush=True)
+        print(
+            f"loadgen: {sent} sent in {elapsed:.0f}s ({sent / max(elapsed, 1e-9):.0f}/s)", file=sys.stderr, flush=True
+        )
 
     log = run(spec, args.bootstrap, args.topic, progress=None if args.quiet else report)
     if args.out is not None:

@@ -47,9 +47,9 @@ CONSUME_WAIT_S = 0.02
 @dataclass
 class Verdict:
     keys: int
-    lost: list[str] = field(default_factory=list)        # final count below truth (or key missing)
+    lost: list[str] = field(default_factory=list)  # final count below truth (or key missing)
     duplicated: list[str] = field(default_factory=list)  # a count emitted twice for a key
-    wrong: list[str] = field(default_factory=list)       # final count above truth / unknown key / decreasing
+    wrong: list[str] = field(default_factory=list)  # final count above truth / unknown key / decreasing
     records: int = 0
     corrections: int = 0  # records of a corrected-output publish
 
@@ -58,14 +58,29 @@ class Verdict:
         return not (self.lost or self.duplicated or self.wrong)
 
     def summary(self) -> dict:
-        return {"keys": self.keys, "records": self.records, "lost": len(self.lost),
-                "duplicated": len(self.duplicated), "wrong": len(self.wrong), "corrections": self.corrections}
+        return {
+            "keys": self.keys,
+            "records": self.records,
+            "lost": len(self.lost),
+            "duplicated": len(self.duplicated),
+            "wrong": len(self.wrong),
+            "corrections": self.corrections,
+        }
 
 
 def read_output(bootstrap: str, topic: str, partitions: int, timeout_s: float = 60.0) -> list[tuple[str, int]]:
     """(user_id, count) of every committed output record, in partition order."""
-    c = Consumer(kafka_config(bootstrap, {"group.id": f"baton-verify-{uuid.uuid4().hex}",
-                  "isolation.level": "read_committed", "enable.partition.eof": True, "enable.auto.commit": False}))
+    c = Consumer(
+        kafka_config(
+            bootstrap,
+            {
+                "group.id": f"baton-verify-{uuid.uuid4().hex}",
+                "isolation.level": "read_committed",
+                "enable.partition.eof": True,
+                "enable.auto.commit": False,
+            },
+        )
+    )
     c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
     out: list[tuple[str, int]] = []
     done: set[int] = set()
@@ -112,6 +127,7 @@ def verify(truth: Counter, output: list[tuple[str, int]], corrections: Iterable[
 
 # --- what the tailer saw ----------------------------------------------------------------------
 
+
 @dataclass
 class Observations:
     """Output records in read order (per partition): users[i] indexes user_ids; times are epoch s.
@@ -131,16 +147,28 @@ class Observations:
 
     def save(self, path: Path) -> None:
         with open(path, "wb") as f:
-            np.savez(f, user_ids=np.array(self.user_ids, dtype=str), users=self.users, counts=self.counts,
-                     times=self.times, unreadable=np.int64(self.unreadable),
-                     corrected=self.corrected if self.corrected is not None else np.zeros(0, dtype=bool))
+            np.savez(
+                f,
+                user_ids=np.array(self.user_ids, dtype=str),
+                users=self.users,
+                counts=self.counts,
+                times=self.times,
+                unreadable=np.int64(self.unreadable),
+                corrected=self.corrected if self.corrected is not None else np.zeros(0, dtype=bool),
+            )
 
     @classmethod
     def load(cls, path: Path) -> Observations:
         with np.load(path) as z:
             corrected = z["corrected"] if "corrected" in z.files and z["corrected"].size else None
-            return cls(user_ids=z["user_ids"].tolist(), users=z["users"], counts=z["counts"], times=z["times"],
-                       unreadable=int(z["unreadable"]), corrected=corrected)
+            return cls(
+                user_ids=z["user_ids"].tolist(),
+                users=z["users"],
+                counts=z["counts"],
+                times=z["times"],
+                unreadable=int(z["unreadable"]),
+                corrected=corrected,
+            )
 
 
 class OutputTailer:
@@ -156,9 +184,18 @@ class OutputTailer:
         self._next: dict[int, int] = {p: OFFSET_BEGINNING for p in range(partitions)}
 
     def _consumer(self) -> Consumer:
-        c = Consumer(kafka_config(self.bootstrap, {"group.id": f"baton-tail-{uuid.uuid4().hex}",
-                      "isolation.level": "read_committed", "enable.partition.eof": True,
-                      "enable.auto.commit": False, "fetch.wait.max.ms": FETCH_WAIT_MS}))
+        c = Consumer(
+            kafka_config(
+                self.bootstrap,
+                {
+                    "group.id": f"baton-tail-{uuid.uuid4().hex}",
+                    "isolation.level": "read_committed",
+                    "enable.partition.eof": True,
+                    "enable.auto.commit": False,
+                    "fetch.wait.max.ms": FETCH_WAIT_MS,
+                },
+            )
+        )
         c.assign([TopicPartition(self.topic, p, off) for p, off in self._next.items()])
         return c
 
@@ -215,16 +252,22 @@ class OutputTailer:
         if self._corrected:
             corrected = np.zeros(len(self._users), dtype=bool)
             corrected[self._corrected] = True
-        return Observations(user_ids=list(self._names), users=np.frombuffer(self._users, dtype=np.int32).copy(),
-                            counts=np.frombuffer(self._counts, dtype=np.int64).copy(),
-                            times=np.frombuffer(self._times, dtype=np.float64).copy(), unreadable=self._unreadable,
-                            corrected=corrected)
+        return Observations(
+            user_ids=list(self._names),
+            users=np.frombuffer(self._users, dtype=np.int32).copy(),
+            counts=np.frombuffer(self._counts, dtype=np.int64).copy(),
+            times=np.frombuffer(self._times, dtype=np.float64).copy(),
+            unreadable=self._unreadable,
+            corrected=corrected,
+        )
 
 
 # --- latency ----------------------------------------------------------------------------------
 
-def event_latencies(send_users: np.ndarray, send_times: np.ndarray, out_users: np.ndarray,
-                    out_counts: np.ndarray, out_times: np.ndarray) -> np.ndarray:
+
+def event_latencies(
+    send_users: np.ndarray, send_times: np.ndarray, out_users: np.ndarray, out_counts: np.ndarray, out_times: np.ndarray
+) -> np.ndarray:
     """Latency (s) of every valid event, in send order; NaN where no output reached it.
 
     Users are integer ids shared by both sides. Event i is the n-th event of send_users[i]
@@ -297,8 +340,8 @@ def longest_gap_at(times: np.ndarray) -> tuple[float, float | None]:
 @dataclass
 class LatencyReport:
     events: int
-    reflected: int       # events some output record reached
-    unreflected: int     # events no output record reached (their keys are lost)
+    reflected: int  # events some output record reached
+    unreflected: int  # events no output record reached (their keys are lost)
     p50_ms: float
     p99_ms: float
     p99_99_ms: float
@@ -314,14 +357,22 @@ def latency_report(lat: np.ndarray, out_times: np.ndarray) -> LatencyReport:
     ok = lat[~np.isnan(lat)]
     ms = ok * 1000.0
     gap, gap_end = longest_gap_at(out_times)
-    return LatencyReport(events=int(lat.size), reflected=int(ok.size), unreflected=int(lat.size - ok.size),
-                         p50_ms=percentile(ms, 50), p99_ms=percentile(ms, 99), p99_99_ms=percentile(ms, 99.99),
-                         max_ms=float(ms.max()) if ms.size else math.nan,
-                         longest_output_gap_s=gap, longest_output_gap_end=gap_end)
+    return LatencyReport(
+        events=int(lat.size),
+        reflected=int(ok.size),
+        unreflected=int(lat.size - ok.size),
+        p50_ms=percentile(ms, 50),
+        p99_ms=percentile(ms, 99),
+        p99_99_ms=percentile(ms, 99.99),
+        max_ms=float(ms.max()) if ms.size else math.nan,
+        longest_output_gap_s=gap,
+        longest_output_gap_end=gap_end,
+    )
 
 
-def latency_timeline(send_times: np.ndarray, lat: np.ndarray, bucket_s: float = 1.0,
-                     start: float | None = None) -> list[dict]:
+def latency_timeline(
+    send_times: np.ndarray, lat: np.ndarray, bucket_s: float = 1.0, start: float | None = None
+) -> list[dict]:
     """Per bucket of send time: events, p50/p99/max latency (ms) of the reflected ones."""
     send_times = np.asarray(send_times, dtype=np.float64)
     if send_times.size == 0:
@@ -335,21 +386,33 @@ def latency_timeline(send_times: np.ndarray, lat: np.ndarray, bucket_s: float = 
     for a, z in zip(edges[:-1], edges[1:]):
         vals = l_sorted[a:z]
         ok = vals[~np.isnan(vals)]
-        rows.append({"t_s": float(b_sorted[a] * bucket_s), "events": int(z - a),
-                     "p50_ms": percentile(ok, 50), "p99_ms": percentile(ok, 99),
-                     "max_ms": float(ok.max()) if ok.size else math.nan})
+        rows.append(
+            {
+                "t_s": float(b_sorted[a] * bucket_s),
+                "events": int(z - a),
+                "p50_ms": percentile(ok, 50),
+                "p99_ms": percentile(ok, 99),
+                "max_ms": float(ok.max()) if ok.size else math.nan,
+            }
+        )
     return rows
 
 
-def latencies_by_user(sends: Sequence[tuple[str, float]], outputs: Sequence[tuple[str, int, float]]) -> list[float | None]:
+def latencies_by_user(
+    sends: Sequence[tuple[str, float]], outputs: Sequence[tuple[str, int, float]]
+) -> list[float | None]:
     """event_latencies for user ids as strings: sends (user, t_send) in send order, outputs
     (user, count, t_readable). None where no output reached the event."""
     index: dict[str, int] = {}
     su = [index.setdefault(u, len(index)) for u, _ in sends]
     ou = [index.setdefault(u, len(index)) for u, _, _ in outputs]
-    lat = event_latencies(np.array(su, dtype=np.int64), np.array([t for _, t in sends], dtype=np.float64),
-                          np.array(ou, dtype=np.int64), np.array([c for _, c, _ in outputs], dtype=np.int64),
-                          np.array([t for _, _, t in outputs], dtype=np.float64))
+    lat = event_latencies(
+        np.array(su, dtype=np.int64),
+        np.array([t for _, t in sends], dtype=np.float64),
+        np.array(ou, dtype=np.int64),
+        np.array([c for _, c, _ in outputs], dtype=np.int64),
+        np.array([t for _, _, t in outputs], dtype=np.float64),
+    )
     return [None if math.isnan(x) else float(x) for x in lat]
 
 
@@ -361,9 +424,11 @@ def align_users(obs: Observations, index: dict[str, int]) -> np.ndarray:
 
 # --- CLI --------------------------------------------------------------------------------------
 
+
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="baton.tools.verify", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="baton.tools.verify", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = ap.add_subparsers(dest="cmd", required=True)
     t = sub.add_parser("tail", help="stamp output records as they become readable, until SIGTERM/SIGINT")
     t.add_argument("--bootstrap", required=True)
@@ -376,8 +441,10 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(sig, lambda *_: stop.set())
     obs = OutputTailer(args.bootstrap, args.topic, args.partitions).run(stop)
     obs.save(args.out)
-    print(json.dumps({"records": int(obs.users.size), "users": len(obs.user_ids), "unreadable": obs.unreadable}),
-          flush=True)
+    print(
+        json.dumps({"records": int(obs.users.size), "users": len(obs.user_ids), "unreadable": obs.unreadable}),
+        flush=True,
+    )
     return 0
 
 

@@ -45,15 +45,15 @@ def parse_notifiers(raw: str | None) -> list[Callable[[], Any]]:
     except ValueError as exc:
         raise AlertConfigError(f"Variable {NOTIFIERS_VARIABLE} is not JSON: {exc}") from None
     if not isinstance(items, list):
-        raise AlertConfigError(f"Variable {NOTIFIERS_VARIABLE} must be a list of {{\"class\": ..., \"kwargs\": ...}}")
+        raise AlertConfigError(f'Variable {NOTIFIERS_VARIABLE} must be a list of {{"class": ..., "kwargs": ...}}')
     factories: list[Callable[[], Any]] = []
     for i, item in enumerate(items):
         where = f"Variable {NOTIFIERS_VARIABLE}[{i}]"
         if not isinstance(item, dict) or not isinstance(item.get("class"), str):
-            raise AlertConfigError(f"{where}: expected an object with a \"class\" (a notifier's import path)")
+            raise AlertConfigError(f'{where}: expected an object with a "class" (a notifier\'s import path)')
         kwargs = item.get("kwargs", {})
         if not isinstance(kwargs, dict):
-            raise AlertConfigError(f"{where}: \"kwargs\" must be an object")
+            raise AlertConfigError(f'{where}: "kwargs" must be an object')
         module, _, name = item["class"].rpartition(".")
         try:
             cls = getattr(importlib.import_module(module), name)
@@ -84,8 +84,16 @@ def send(alerts: Sequence[Alert], context: Mapping[str, Any], factories: Sequenc
     for alert in alerts:
         ok = True
         for make in factories:
-            ctx = {**context, "baton_alert": {"app": alert.app, "slot": alert.slot, "rule": alert.rule,
-                                              "message": alert.message, "text": alert.text()}}
+            ctx = {
+                **context,
+                "baton_alert": {
+                    "app": alert.app,
+                    "slot": alert.slot,
+                    "rule": alert.rule,
+                    "message": alert.message,
+                    "text": alert.text(),
+                },
+            }
             try:
                 make()(ctx)
             except Exception as exc:  # a mail server down must not stop the health check's actions

@@ -28,10 +28,17 @@ _KAFKA_BEHAVIOUR: dict[str, Any] = {
 # The Kafka form's own fields, stored in the connection's extra under these names (librdkafka's, with
 # "_" for "."): baton_airflow.hooks.kafka builds the cluster's KafkaSecurity from them.
 _KAFKA_FIELDS = {
-    "security_protocol": {"label": "Security protocol", "schema": {
-        "type": ["string", "null"], "enum": ["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL", None]}},
-    "sasl_mechanism": {"label": "SASL mechanism", "schema": {
-        "type": ["string", "null"], "enum": ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER", None]}},
+    "security_protocol": {
+        "label": "Security protocol",
+        "schema": {"type": ["string", "null"], "enum": ["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL", None]},
+    },
+    "sasl_mechanism": {
+        "label": "SASL mechanism",
+        "schema": {
+            "type": ["string", "null"],
+            "enum": ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER", None],
+        },
+    },
     "ssl_ca_location": {"label": "CA certificate (path)", "schema": {"type": ["string", "null"]}},
     "ssl_certificate_location": {"label": "Client certificate (path)", "schema": {"type": ["string", "null"]}},
     "ssl_key_location": {"label": "Client key (path)", "schema": {"type": ["string", "null"]}},
@@ -54,28 +61,69 @@ def get_provider_info() -> dict[str, Any]:
         "package-name": PACKAGE,
         "name": "Baton",
         "description": "Keeps stateful PySpark Structured Streaming apps on Kafka available: hot standby, exact "
-                       "cutover, rolling upgrades, failover and reprocessing, orchestrated by Airflow.",
+        "cutover, rolling upgrades, failover and reprocessing, orchestrated by Airflow.",
         # No external-doc-url (optional in the schema): Baton's documentation is its repository's
         # README.md and docs/, not a published site, and a relative path is not a URL.
         "integrations": [{"integration-name": "Baton", "tags": ["software"]}],
         # Every module of each package (tests/unit/plugins/test_provider_info.py checks it).
-        "operators": [{"integration-name": "Baton", "python-modules": [
-            "baton_airflow.operators.generations", "baton_airflow.operators.handoff",
-            "baton_airflow.operators.health", "baton_airflow.operators.reprocess", "baton_airflow.operators.slots",
-            "baton_airflow.operators.steps", "baton_airflow.operators.topics", "baton_airflow.operators.upgrade"]}],
-        "sensors": [{"integration-name": "Baton", "python-modules": [
-            "baton_airflow.sensors.slot", "baton_airflow.sensors.slot_changes"]}],
-        "hooks": [{"integration-name": "Baton", "python-modules": [
-            "baton_airflow.hooks.control", "baton_airflow.hooks.kafka", "baton_airflow.hooks.slot_state",
-            "baton_airflow.hooks.spark"]}],
-        "triggers": [{"integration-name": "Baton", "python-modules": [
-            "baton_airflow.triggers.base", "baton_airflow.triggers.cutover", "baton_airflow.triggers.slot_changes",
-            "baton_airflow.triggers.status", "baton_airflow.triggers.upgrade"]}],
+        "operators": [
+            {
+                "integration-name": "Baton",
+                "python-modules": [
+                    "baton_airflow.operators.generations",
+                    "baton_airflow.operators.handoff",
+                    "baton_airflow.operators.health",
+                    "baton_airflow.operators.reprocess",
+                    "baton_airflow.operators.slots",
+                    "baton_airflow.operators.steps",
+                    "baton_airflow.operators.topics",
+                    "baton_airflow.operators.upgrade",
+                ],
+            }
+        ],
+        "sensors": [
+            {
+                "integration-name": "Baton",
+                "python-modules": ["baton_airflow.sensors.slot", "baton_airflow.sensors.slot_changes"],
+            }
+        ],
+        "hooks": [
+            {
+                "integration-name": "Baton",
+                "python-modules": [
+                    "baton_airflow.hooks.control",
+                    "baton_airflow.hooks.kafka",
+                    "baton_airflow.hooks.slot_state",
+                    "baton_airflow.hooks.spark",
+                ],
+            }
+        ],
+        "triggers": [
+            {
+                "integration-name": "Baton",
+                "python-modules": [
+                    "baton_airflow.triggers.base",
+                    "baton_airflow.triggers.cutover",
+                    "baton_airflow.triggers.slot_changes",
+                    "baton_airflow.triggers.status",
+                    "baton_airflow.triggers.upgrade",
+                ],
+            }
+        ],
         "connection-types": [
-            {"connection-type": KAFKA_CONN_TYPE, "hook-class-name": "baton_airflow.hooks.kafka.BatonKafkaHook",
-             "hook-name": "Baton Kafka", "ui-field-behaviour": _KAFKA_BEHAVIOUR, "conn-fields": _KAFKA_FIELDS},
-            {"connection-type": SPARK_CONN_TYPE, "hook-class-name": "baton_airflow.hooks.spark.BatonSparkHook",
-             "hook-name": "Baton Spark", "ui-field-behaviour": _SPARK_BEHAVIOUR},
+            {
+                "connection-type": KAFKA_CONN_TYPE,
+                "hook-class-name": "baton_airflow.hooks.kafka.BatonKafkaHook",
+                "hook-name": "Baton Kafka",
+                "ui-field-behaviour": _KAFKA_BEHAVIOUR,
+                "conn-fields": _KAFKA_FIELDS,
+            },
+            {
+                "connection-type": SPARK_CONN_TYPE,
+                "hook-class-name": "baton_airflow.hooks.spark.BatonSparkHook",
+                "hook-name": "Baton Spark",
+                "ui-field-behaviour": _SPARK_BEHAVIOUR,
+            },
         ],
     }
 
@@ -83,5 +131,8 @@ def get_provider_info() -> dict[str, Any]:
 def ui_field_behaviour(conn_type: str) -> dict[str, Any]:
     """The declared behaviour of `conn_type`'s form, in the hooks' (pre-3.2) get_ui_field_behaviour form."""
     behaviour = {KAFKA_CONN_TYPE: _KAFKA_BEHAVIOUR, SPARK_CONN_TYPE: _SPARK_BEHAVIOUR}[conn_type]
-    return {"hidden_fields": list(behaviour["hidden-fields"]), "relabeling": dict(behaviour["relabeling"]),
-            "placeholders": dict(behaviour["placeholders"])}
+    return {
+        "hidden_fields": list(behaviour["hidden-fields"]),
+        "relabeling": dict(behaviour["relabeling"]),
+        "placeholders": dict(behaviour["placeholders"]),
+    }

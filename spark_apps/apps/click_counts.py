@@ -35,4 +35,5 @@ def state_output(state: DataFrame) -> DataFrame:
 def check_state(state: DataFrame) -> DataFrame:
     """Violations of the app's invariants, one row each with a `problem`: a count is at least 1."""
     return state.where(F.col("count") < 1).select(
-        F.concat(F.lit("user "), F.col("user_id"), F.lit(": count "), F.col("count").cast("string")).alias("problem"))
+        F.concat(F.lit("user "), F.col("user_id"), F.lit(": count "), F.col("count").cast("string")).alias("problem")
+    )

@@ -28,8 +28,12 @@ REQUIRED = ("user_id", "timestamp")
 
 def output(counts: DataFrame) -> DataFrame:
     """Rows with `user_id`, `count` and `last_ms` -> the output records."""
-    return counts.select(F.col("user_id").alias("key"), F.to_json(F.struct(
-        "user_id", "count", (F.col("last_ms") / 1000).cast("long").alias("last_seen"))).alias("value"))
+    return counts.select(
+        F.col("user_id").alias("key"),
+        F.to_json(F.struct("user_id", "count", (F.col("last_ms") / 1000).cast("long").alias("last_seen"))).alias(
+            "value"
+        ),
+    )
 
 
 def transform(events: DataFrame, ttl: StateTtl) -> DataFrame:
@@ -40,8 +44,11 @@ def transform(events: DataFrame, ttl: StateTtl) -> DataFrame:
 def users(state: DataFrame) -> DataFrame:
     """The state's key and value columns (spark_apps.runtime.state.state_check.state_frame: `value`, the user,
     and `groupState`: count, lastMs) -> `user_id`, `count`, `last_ms`."""
-    return state.select(F.col("value").alias("user_id"), F.col("groupState.count").alias("count"),
-                        F.col("groupState.lastMs").alias("last_ms"))
+    return state.select(
+        F.col("value").alias("user_id"),
+        F.col("groupState.count").alias("count"),
+        F.col("groupState.lastMs").alias("last_ms"),
+    )
 
 
 def state_output(state: DataFrame) -> DataFrame:
@@ -53,9 +60,20 @@ def state_output(state: DataFrame) -> DataFrame:
 def check_state(state: DataFrame) -> DataFrame:
     """Violations of the app's invariants, one row each with a `problem`: a life counts at least one click,
     at an event time after 1970."""
-    return users(state).where((F.col("count") < 1) | (F.col("last_ms") <= 0)).select(F.concat(
-        F.lit("user "), F.col("user_id"), F.lit(": count "), F.col("count").cast("string"), F.lit(", last event ms "),
-        F.col("last_ms").cast("string")).alias("problem"))
+    return (
+        users(state)
+        .where((F.col("count") < 1) | (F.col("last_ms") <= 0))
+        .select(
+            F.concat(
+                F.lit("user "),
+                F.col("user_id"),
+                F.lit(": count "),
+                F.col("count").cast("string"),
+                F.lit(", last event ms "),
+                F.col("last_ms").cast("string"),
+            ).alias("problem")
+        )
+    )
 
 
 def state_live(state: DataFrame, ttl: StateTtl) -> DataFrame:

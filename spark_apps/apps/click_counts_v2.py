@@ -13,8 +13,9 @@ __all__ = ["OUTPUT_IS_STATE", "REQUIRED", "VALUE_SCHEMA", "check_state", "state_
 
 
 def output(counts: DataFrame) -> DataFrame:
-    return counts.select(F.col("user_id").alias("key"),
-                         F.to_json(F.struct("user_id", "count", F.lit(2).alias("v"))).alias("value"))
+    return counts.select(
+        F.col("user_id").alias("key"), F.to_json(F.struct("user_id", "count", F.lit(2).alias("v"))).alias("value")
+    )
 
 
 def transform(events: DataFrame) -> DataFrame:

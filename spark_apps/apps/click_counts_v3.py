@@ -15,8 +15,7 @@ __all__ = ["REQUIRED", "VALUE_SCHEMA", "transform"]
 
 
 def transform(events: DataFrame) -> DataFrame:
-    counts = events.groupBy("user_id").agg(F.count(F.lit(1)).alias("count"),
-                                          F.max("timestamp").alias("last_seen"))
+    counts = events.groupBy("user_id").agg(F.count(F.lit(1)).alias("count"), F.max("timestamp").alias("last_seen"))
     return counts.select(
         F.col("user_id").alias("key"),
         F.to_json(F.struct("user_id", "count", "last_seen")).alias("value"),

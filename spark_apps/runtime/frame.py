@@ -28,9 +28,17 @@ def app_transform(mod: ModuleType, app: AppDefinition, events):
     return mod.transform(events) if app.state.ttl is None else mod.transform(events, ttl=app.state.ttl)
 
 
-def build_frame(spark, app: AppDefinition, bootstrap: str, starting_offsets: str, cap_file: Path, spool: Path,
-                min_batch_interval_ms: int = 0, identity_file: Path | None = None,
-                batch_times_file: Path | None = None):
+def build_frame(
+    spark,
+    app: AppDefinition,
+    bootstrap: str,
+    starting_offsets: str,
+    cap_file: Path,
+    spool: Path,
+    min_batch_interval_ms: int = 0,
+    identity_file: Path | None = None,
+    batch_times_file: Path | None = None,
+):
     """The streaming frame the sink sees. `cap_file` bounds how far the source reads
     (spark_apps.runtime.coordination.follower); `min_batch_interval_ms`, when above the tick, paces the batches in
     the source (the query then runs on TRIGGER_TICK_MS). The app's on_data_loss says what a restart does
@@ -50,14 +58,16 @@ def build_frame(spark, app: AppDefinition, bootstrap: str, starting_offsets: str
     # as FAILED with the error in the status topic like any other bad app code.
     mod: ModuleType = importlib.import_module(app.module)
     spark.dataSource.register(KafkaSource)
-    reader = (spark.readStream.format("baton-kafka")
-              .option("bootstrap.servers", bootstrap)
-              .option("topic", app.input.topic)
-              .option("startingOffsets", starting_offsets)
-              .option("maxRecordsPerTrigger", str(app.max_records_per_trigger))
-              .option("capFile", str(cap_file))
-              .option("onDataLoss", app.on_data_loss)
-              .option("readOn", "driver"))
+    reader = (
+        spark.readStream.format("baton-kafka")
+        .option("bootstrap.servers", bootstrap)
+        .option("topic", app.input.topic)
+        .option("startingOffsets", starting_offsets)
+        .option("maxRecordsPerTrigger", str(app.max_records_per_trigger))
+        .option("capFile", str(cap_file))
+        .option("onDataLoss", app.on_data_loss)
+        .option("readOn", "driver")
+    )
     if identity_file is not None:
         reader = reader.option("identityFile", str(identity_file))
     if batch_times_file is not None:
@@ -71,24 +81,35 @@ def build_frame(spark, app: AppDefinition, bootstrap: str, starting_offsets: str
         # Packed many to a row (packed_rows.py): Spark stores a driver-side source's rows by Java
         # serialization, an object graph a row; the batch's numInputRows then counts packed rows
         # (progress.with_event_count counts events for the status).
-        packed = (reader.option("valueFields", json.dumps(fields))
-                  .option("requiredFields", json.dumps(list(mod.REQUIRED)))
-                  .option("packRows", "true")
-                  .option("deadLetterDir", str(spool)).load())
+        packed = (
+            reader.option("valueFields", json.dumps(fields))
+            .option("requiredFields", json.dumps(list(mod.REQUIRED)))
+            .option("packRows", "true")
+            .option("deadLetterDir", str(spool))
+            .load()
+        )
         events = unpack(packed, fields, list(mod.REQUIRED))
-        return app_transform(mod, app, events).select(F.col("key").cast("binary").alias("key"),
-                                            F.col("value").cast("binary").alias("value"))
+        return app_transform(mod, app, events).select(
+            F.col("key").cast("binary").alias("key"), F.col("value").cast("binary").alias("value")
+        )
     raw = reader.load()
     # A value that is not JSON parses to a row of nulls; Spark's corrupt-record column tells it apart.
     names = [f.name for f in cast(StructType, DataType.fromDDL(mod.VALUE_SCHEMA)).fields]  # a struct's DDL
     parsed = raw.select(
-        "key", "value", "partition", "offset",
-        F.from_json(F.col("value").cast("string"), f"{mod.VALUE_SCHEMA}, {CORRUPT} STRING",
-                    {"columnNameOfCorruptRecord": CORRUPT}).alias("e"),
+        "key",
+        "value",
+        "partition",
+        "offset",
+        F.from_json(
+            F.col("value").cast("string"),
+            f"{mod.VALUE_SCHEMA}, {CORRUPT} STRING",
+            {"columnNameOfCorruptRecord": CORRUPT},
+        ).alias("e"),
     )
     missing = [F.when(F.col(f"e.{f}").isNull(), F.lit(f)) for f in mod.REQUIRED]
     reason = F.when(F.col("e").isNull() | F.col(f"e.{CORRUPT}").isNotNull(), F.lit(NOT_AN_OBJECT)).otherwise(
-        F.concat_ws(", ", *missing))
+        F.concat_ws(", ", *missing)
+    )
     parsed = parsed.withColumn("reason", reason)
     # Parse each event once per branch. Without a barrier the optimizer pushes the `reason` filter
     # below this projection and inlines from_json into it: 4 parses per event per branch (measured
@@ -98,16 +119,21 @@ def build_frame(spark, app: AppDefinition, bootstrap: str, starting_offsets: str
     good = parsed.where((F.col("reason") == "") & (F.col("_barrier") >= 0)).select(*[F.col(f"e.{n}") for n in names])
     out = app_transform(mod, app, good).select(
         F.lit(KIND_OUTPUT).alias("kind"),
-        F.col("key").cast("binary").alias("key"), F.col("value").cast("binary").alias("value"),
+        F.col("key").cast("binary").alias("key"),
+        F.col("value").cast("binary").alias("value"),
         F.lit(None).cast("string").alias("reason"),
-        F.lit(None).cast("int").alias("src_partition"), F.lit(None).cast("long").alias("src_offset"),
+        F.lit(None).cast("int").alias("src_partition"),
+        F.lit(None).cast("long").alias("src_offset"),
     )
     dead = parsed.where((F.col("reason") != "") & (F.col("_barrier") >= 0)).select(
-        F.lit(KIND_DEAD).alias("kind"), F.col("key").cast("binary").alias("key"),
+        F.lit(KIND_DEAD).alias("kind"),
+        F.col("key").cast("binary").alias("key"),
         F.col("value").cast("binary").alias("value"),
         F.when(F.col("reason") == NOT_AN_OBJECT, F.col("reason"))
-         .otherwise(F.concat(F.lit(INVALID_PREFIX), F.col("reason"))).alias("reason"),
-        F.col("partition").cast("int").alias("src_partition"), F.col("offset").cast("long").alias("src_offset"),
+        .otherwise(F.concat(F.lit(INVALID_PREFIX), F.col("reason")))
+        .alias("reason"),
+        F.col("partition").cast("int").alias("src_partition"),
+        F.col("offset").cast("long").alias("src_offset"),
     )
     return out.unionByName(dead)
 
@@ -123,12 +149,18 @@ def uses_event_time(spark, mod: ModuleType, app: AppDefinition) -> bool:
 
     try:
         schema = cast(StructType, DataType.fromDDL(mod.VALUE_SCHEMA))  # a struct's DDL
-        events = spark.readStream.format("rate").load().select(
-            *[F.lit(None).cast(f.dataType).alias(f.name) for f in schema.fields])
+        events = (
+            spark.readStream.format("rate")
+            .load()
+            .select(*[F.lit(None).cast(f.dataType).alias(f.name) for f in schema.fields])
+        )
         plan = app_transform(mod, app, events)._jdf.queryExecution().analyzed().toString()
     except Exception as exc:
-        log.info("%s: keeping the input's partitions abreast (its transform could not be planned on a test "
-                 "stream: %s)", app.name, exc)
+        log.info(
+            "%s: keeping the input's partitions abreast (its transform could not be planned on a test stream: %s)",
+            app.name,
+            exc,
+        )
         return True
     return "EventTimeWatermark" in plan
 

@@ -66,29 +66,59 @@ class StartUp:
 
 
 class Harness:
-    def __init__(self, app: AppDefinition, slot: Slot, bootstrap: str, state_dir: Path, generation: int = 0,
-                 spark_conf: dict[str, str] | None = None, starting_offsets: str = "earliest",
-                 hold: Hold | None = None):
+    def __init__(
+        self,
+        app: AppDefinition,
+        slot: Slot,
+        bootstrap: str,
+        state_dir: Path,
+        generation: int = 0,
+        spark_conf: dict[str, str] | None = None,
+        starting_offsets: str = "earliest",
+        hold: Hold | None = None,
+    ):
         self.app, self.slot, self.bootstrap, self.generation = app, slot, bootstrap, generation
         self.hold = hold  # a staged launch: start up, then wait to be the slot's launch (runtime.coordination.hold)
         self.paths = slot_paths(state_dir, app.name, slot, generation)
         self.spark_conf = spark_conf or {}
         self.starting_offsets = starting_offsets
-        self.follower = Follower(bootstrap, app.name, slot, app.commits_topic, app.input.partitions, self.paths.cap_file,
-                                 standby_pace_s=app.standby_pace_ms / 1000)
-        self.emitter = TransactionalEmitter(bootstrap, app.name, slot, generation, app.output.topic,
-                                            app.dead_letter_topic, app.commits_topic)
+        self.follower = Follower(
+            bootstrap,
+            app.name,
+            slot,
+            app.commits_topic,
+            app.input.partitions,
+            self.paths.cap_file,
+            standby_pace_s=app.standby_pace_ms / 1000,
+        )
+        self.emitter = TransactionalEmitter(
+            bootstrap, app.name, slot, generation, app.output.topic, app.dead_letter_topic, app.commits_topic
+        )
         self.status_producer = Producer(kafka_config(bootstrap, {"linger.ms": 20}))
         self.input_ends = InputEnds(bootstrap, app.input.topic, app.input.partitions)  # lag in each status record
         self.startup = StartUp()
         self.priority = SlotPriority(app.standby_nice)  # the standby yields the CPU to the active
         self.sink = RoleGatedSink(app, slot, self.paths, self.follower, self.emitter, EmittedKeys(), self.mark)
         self.corrected_output = CorrectedOutput(self.sink)
-        self.invariants = InvariantsOnRequest(app, slot, self.paths.checkpoint, self.follower, spark=lambda: self.spark,
-                                              publish=lambda: self.publish(self.last_progress), sink=self.sink)
-        self.digests = StateDigests(app, slot, state_dir, self.paths, self.follower, spark=lambda: self.spark,
-                                    publish=lambda: self.publish(self.last_progress),
-                                    last_progress=lambda: self.last_progress)
+        self.invariants = InvariantsOnRequest(
+            app,
+            slot,
+            self.paths.checkpoint,
+            self.follower,
+            spark=lambda: self.spark,
+            publish=lambda: self.publish(self.last_progress),
+            sink=self.sink,
+        )
+        self.digests = StateDigests(
+            app,
+            slot,
+            state_dir,
+            self.paths,
+            self.follower,
+            spark=lambda: self.spark,
+            publish=lambda: self.publish(self.last_progress),
+            last_progress=lambda: self.last_progress,
+        )
         self.state = SlotState.STARTING
         self._stop = threading.Event()
         self.query: StreamingQuery | None = None
@@ -118,15 +148,27 @@ class Harness:
         held = self.held_fence()
         self.published_hold = held
         rec = StatusRecord(
-            app=self.app.name, slot=self.slot, state=self.state, role=role,
-            epoch_seen=control.epoch if control else 0, version=self.app.version, generation=self.generation,
-            emitted=dict(marker.emitted) if marker else None, dead_letters=self.sink.counters.dead_letters,
-            restore_ms=self.startup.first_batch_ms, state_digest=self.digests.digest,
+            app=self.app.name,
+            slot=self.slot,
+            state=self.state,
+            role=role,
+            epoch_seen=control.epoch if control else 0,
+            version=self.app.version,
+            generation=self.generation,
+            emitted=dict(marker.emitted) if marker else None,
+            dead_letters=self.sink.counters.dead_letters,
+            restore_ms=self.startup.first_batch_ms,
+            state_digest=self.digests.digest,
             active_digest=self.digests.active_digest,
             corrected_epoch=self.emitter.last.corrected_epoch if self.emitter.last is not None else 0,
-            invariants=self.invariants.answer, held_fence=held[1] if held else None, held_for=held[0] if held else "",
-            error=error, pid=os.getpid(),
-            host=socket.gethostname(), ts_ms=int(time.time() * 1000), **st,
+            invariants=self.invariants.answer,
+            held_fence=held[1] if held else None,
+            held_for=held[0] if held else "",
+            error=error,
+            pid=os.getpid(),
+            host=socket.gethostname(),
+            ts_ms=int(time.time() * 1000),
+            **st,
         )
         self.status_producer.produce(STATUS_TOPIC, rec.to_bytes(), rec.key())
         self.status_producer.poll(0)
@@ -144,7 +186,9 @@ class Harness:
 
     def alive(self) -> bool:
         """Starting up, or the query reported a batch or idleness within stall_s (its lease holds)."""
-        return self.state in (SlotState.STARTING, SlotState.RESTORING) or time.monotonic() - self.last_event < self.stall_s
+        return (
+            self.state in (SlotState.STARTING, SlotState.RESTORING) or time.monotonic() - self.last_event < self.stall_s
+        )
 
     def mark(self, phase: str) -> None:
         """A start-up phase ended (until the first batch is done; the log line says where time went)."""
@@ -154,16 +198,22 @@ class Harness:
 
     def log_startup(self, progress: dict) -> None:
         marks = ", ".join(f"{phase} {t:.1f}s" for phase, t in self.startup.phases)
-        spark = ", ".join(f"{k} {v / 1000:.1f}s" for k, v in sorted((progress.get("durationMs") or {}).items(),
-                                                                   key=lambda kv: -kv[1]) if v >= 50)
+        spark = ", ".join(
+            f"{k} {v / 1000:.1f}s"
+            for k, v in sorted((progress.get("durationMs") or {}).items(), key=lambda kv: -kv[1])
+            if v >= 50
+        )
         log.info("start-up (since the harness began): %s; first batch %s: %s", marks, progress.get("batchId"), spark)
 
     # --- the query ----------------------------------------------------------------------------
     def build_query(self, frame=None):
-        return ((frame if frame is not None else self.build_frame()).writeStream.outputMode("update")
-                .foreachBatch(self.sink.on_batch)
-                .option("checkpointLocation", str(self.paths.checkpoint))
-                .trigger(processingTime=f"{min(self.app.trigger_ms, TRIGGER_TICK_MS)} milliseconds"))
+        return (
+            (frame if frame is not None else self.build_frame())
+            .writeStream.outputMode("update")
+            .foreachBatch(self.sink.on_batch)
+            .option("checkpointLocation", str(self.paths.checkpoint))
+            .trigger(processingTime=f"{min(self.app.trigger_ms, TRIGGER_TICK_MS)} milliseconds")
+        )
 
     def build_frame(self):
         """The streaming frame the sink sees: the app's output rows and the dead letters, by `kind`."""
@@ -172,9 +222,17 @@ class Harness:
         self.spark = session(f"baton-{self.app.name}-{self.slot.value}", self.app, self.spark_conf)
         self.mark("spark session")
         self.packs_rows = packs_rows(self.app)
-        return build_frame(self.spark, self.app, self.bootstrap, self.starting_offsets, self.paths.cap_file,
-                           self.paths.spool, min_batch_interval_ms=self.app.trigger_ms,
-                           identity_file=self.paths.checkpoint / IDENTITY_FILE, batch_times_file=self.paths.batch_times)
+        return build_frame(
+            self.spark,
+            self.app,
+            self.bootstrap,
+            self.starting_offsets,
+            self.paths.cap_file,
+            self.paths.spool,
+            min_batch_interval_ms=self.app.trigger_ms,
+            identity_file=self.paths.checkpoint / IDENTITY_FILE,
+            batch_times_file=self.paths.batch_times,
+        )
 
     # --- the stop protocol and the run ----------------------------------------------------------
     def request_stop(self, *_args) -> None:
@@ -196,8 +254,11 @@ class Harness:
         try:
             return self.build_frame()
         except Exception as exc:
-            log.warning("staged start-up failed (%s: %s); it is reported once this launch is the slot's",
-                        type(exc).__name__, exc)
+            log.warning(
+                "staged start-up failed (%s: %s); it is reported once this launch is the slot's",
+                type(exc).__name__,
+                exc,
+            )
             return None
 
     def run(self) -> int:
@@ -260,8 +321,9 @@ class Harness:
                         continue
                     break  # the query ended by itself: an error, reported below
                 control, _ = self.follower.snapshot()
-                self.priority.follow(self.follower.role(),
-                                     slow_batch=time.monotonic() - self.last_event > self.stall_s / 3)
+                self.priority.follow(
+                    self.follower.role(), slow_batch=time.monotonic() - self.last_event > self.stall_s / 3
+                )
                 spec = control.slots.get(self.slot) if control else None
                 if spec is not None and spec.desired in (SlotState.STOPPED, SlotState.STOPPING, SlotState.FAILED):
                     break

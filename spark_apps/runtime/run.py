@@ -58,8 +58,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--state-dir", type=Path, default=settings.state_dir)
     ap.add_argument("--starting-offsets", default="earliest")
     ap.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark setting")
-    ap.add_argument(HOLD_ARG, type=Path, default=None, metavar="DRIVER_JSON",
-                    help="a staged launch (baton.launcher.stage): start up, then hold until this record names it")
+    ap.add_argument(
+        HOLD_ARG,
+        type=Path,
+        default=None,
+        metavar="DRIVER_JSON",
+        help="a staged launch (baton.launcher.stage): start up, then hold until this record names it",
+    )
     ap.add_argument(HOLD_TIMEOUT_ARG, type=float, default=600.0, help="a staged launch never promoted exits after this")
     args = ap.parse_args(argv)
     log = logging.getLogger("spark_apps.runtime.run")
@@ -80,8 +85,9 @@ def main(argv: list[str] | None = None) -> int:
     from spark_apps.runtime.harness import Harness
 
     hold = Hold(args.hold_until_recorded, args.hold_timeout_s) if args.hold_until_recorded is not None else None
-    code = Harness(app, Slot(args.slot), args.bootstrap, args.state_dir, args.generation, conf,
-                   args.starting_offsets, hold=hold).run()
+    code = Harness(
+        app, Slot(args.slot), args.bootstrap, args.state_dir, args.generation, conf, args.starting_offsets, hold=hold
+    ).run()
     # The query has stopped and its last status is out: a late SIGTERM (a stop backing up the control
     # request) must not turn this clean exit into a signal death while the JVM shuts down.
     signal.signal(signal.SIGTERM, signal.SIG_IGN)

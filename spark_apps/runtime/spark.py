@@ -58,8 +58,7 @@ def session_conf(app: AppDefinition) -> dict[str, str]:
         # POSIX). Not RawLocalFileSystem for `file:` (it would also spare the `chmod` per file): the
         # RocksDB state store's snapshot upload needs FileSystem.getLocal to be a LocalFileSystem,
         # and without snapshots a restart replays every changelog since the first batch.
-        "spark.sql.streaming.checkpointFileManagerClass":
-            "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager",
+        "spark.sql.streaming.checkpointFileManagerClass": "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager",
         "spark.sql.streaming.ui.enabled": "false",
         "spark.ui.enabled": "false",
         "spark.sql.adaptive.enabled": "false",
@@ -147,8 +146,11 @@ def driver_java_options(given: str) -> str:
     launch_tmp = os.environ.get(JVM_TMPDIR_ENV, "")
     # Spark splits these options at spaces: a state dir with one in its path keeps the host's temp dir
     # (and a crash log goes to the working directory, the JVM's default).
-    own = [f"-Djava.io.tmpdir={launch_tmp}", f"-XX:ErrorFile={crash_log_of(Path(launch_tmp))}"] \
-        if launch_tmp and " " not in launch_tmp else []
+    own = (
+        [f"-Djava.io.tmpdir={launch_tmp}", f"-XX:ErrorFile={crash_log_of(Path(launch_tmp))}"]
+        if launch_tmp and " " not in launch_tmp
+        else []
+    )
     return " ".join(o for o in (cds.java_options(), *own, given) if o)
 
 
@@ -171,11 +173,13 @@ def session(name: str, app: AppDefinition, extra: dict[str, str] | None = None):
         # the environment names one.
         if "SPARK_HOME" not in os.environ and (home := spark_home.local_home()) is not None:
             os.environ["SPARK_HOME"] = str(home)
-        if master.startswith("local") and os.environ.get("SPARK_HOME") == str(spark_home.HOME) \
-                and spark_home.has_baton_jar(spark_home.HOME):
+        if (
+            master.startswith("local")
+            and os.environ.get("SPARK_HOME") == str(spark_home.HOME)
+            and spark_home.has_baton_jar(spark_home.HOME)
+        ):
             own["spark.hadoop.fs.file.impl"] = NO_FORK_LOCAL_FS
-    conf = {**session_conf(app), **own, "spark.scheduler.allocation.file": str(scheduler_pools_file()),
-            **(extra or {})}
+    conf = {**session_conf(app), **own, "spark.scheduler.allocation.file": str(scheduler_pools_file()), **(extra or {})}
     if own and conf.get("spark.jars") == str(spark_home.baton_jar()):
         # A local driver from Baton's Spark home has Baton's jar on its classpath already; shipped as well,
         # its copy for the tasks would be fetched and chmod-ed by a process at every start.
@@ -201,8 +205,7 @@ def drop_hadoop_conf_sources(spark) -> int:
     not a guarantee. Best effort: on a Hadoop without the field nothing changes."""
     try:
         jvm = spark.sparkContext._jvm
-        field = jvm.java.lang.Class.forName("org.apache.hadoop.conf.Configuration").getDeclaredField(
-            "updatingResource")
+        field = jvm.java.lang.Class.forName("org.apache.hadoop.conf.Configuration").getDeclaredField("updatingResource")
         field.setAccessible(True)
         sources = field.get(spark.sparkContext._jsc.hadoopConfiguration())
         if sources is None:

@@ -25,29 +25,31 @@ from tests.support.e2e import ALERTS
 APPS = {
     # A cold slot's first batches on a busy 2-core machine take seconds: a budget they meet.
     "cc_e2e": "module: spark_apps.apps.click_counts\ntrigger_ms: 500\nmax_records_per_trigger: 5000\n"
-              "batch_ms_budget: 15000\n",
+    "batch_ms_budget: 15000\n",
     "cc_cut": "module: spark_apps.apps.click_counts\ntrigger_ms: 500\nmax_records_per_trigger: 5000\n",
     "cc_resume": "module: spark_apps.apps.click_counts\ntrigger_ms: 500\nmax_records_per_trigger: 5000\n",
     # click_counts with the test fault tests.support.late_position (test_rolling_upgrade.py writes it).
     "cc_up": "module: tests.support.late_position_app\ntrigger_ms: 500\nmax_records_per_trigger: 5000\n"
-             "batch_ms_budget: 15000\n",
+    "batch_ms_budget: 15000\n",
     "cc_fix": "module: tests.support.buggy_counts\ntrigger_ms: 500\nmax_records_per_trigger: 5000\n"
-              "batch_ms_budget: 15000\n",
+    "batch_ms_budget: 15000\n",
     "cc_lost": "module: spark_apps.apps.click_counts\ntrigger_ms: 500\nmax_records_per_trigger: 5000\n",
     # A budget no batch meets: its slots are always DEGRADED, as on a busy host; a restarted one must
     # still be desired RUNNING again (test_failover.py), or it could never take over by itself.
     "cc_fail": "module: spark_apps.apps.click_counts\ntrigger_ms: 500\nmax_records_per_trigger: 5000\n"
-               "batch_ms_budget: 1\n",
+    "batch_ms_budget: 1\n",
     "crashy": "module: tests.support.crashing_app\n"
-              # Restart at once, then after 1 s; the third death in the window gives up.
-              "health: {max_restarts: 2, restart_backoff_s: 1, restart_window_s: 600, start_grace_s: 90}\n",
+    # Restart at once, then after 1 s; the third death in the window gives up.
+    "health: {max_restarts: 2, restart_backoff_s: 1, restart_window_s: 600, start_grace_s: 90}\n",
 }
 # Other versions of an app (include/apps/versions/<app>/<version>.yaml in a deployment): the module each runs.
 VERSIONS = {
-    "cc_up": {"v2": "spark_apps.apps.click_counts_v2",   # same state as v1: an exact upgrade
-              "v3": "spark_apps.apps.click_counts_v3",   # another state schema: refused at preflight
-              "v4": "tests.support.late_position_app"},  # v1's code again: the rollback test's target
-    "cc_fix": {"v2": "spark_apps.apps.click_counts"},    # the fix of v1's injected bug (tests.support.buggy_counts)
+    "cc_up": {
+        "v2": "spark_apps.apps.click_counts_v2",  # same state as v1: an exact upgrade
+        "v3": "spark_apps.apps.click_counts_v3",  # another state schema: refused at preflight
+        "v4": "tests.support.late_position_app",
+    },  # v1's code again: the rollback test's target
+    "cc_fix": {"v2": "spark_apps.apps.click_counts"},  # the fix of v1's injected bug (tests.support.buggy_counts)
 }
 
 
@@ -62,22 +64,32 @@ def stack(tmp_path_factory):
         name = short + suffix
         (apps_dir / f"{name}.yaml").write_text(
             f"name: {name}\nversion: v1\ninput: {{topic: in-{name}, partitions: 2}}\n"
-            f"output: {{topic: out-{name}, partitions: 2}}\n{body}")
+            f"output: {{topic: out-{name}, partitions: 2}}\n{body}"
+        )
         for version, module in VERSIONS.get(short, {}).items():
             (apps_dir / "versions" / name).mkdir(parents=True, exist_ok=True)
             v1 = (apps_dir / f"{name}.yaml").read_text().replace("version: v1", f"version: {version}")
             (apps_dir / "versions" / name / f"{version}.yaml").write_text(
-                re.sub(r"^module: .*$", f"module: {module}", v1, flags=re.MULTILINE))
+                re.sub(r"^module: .*$", f"module: {module}", v1, flags=re.MULTILINE)
+            )
     saved = {k: os.environ.get(k) for k in ("BATON_APPS_DIR", "BATON_HOME", "AIRFLOW_VAR_BATON_ALERT_NOTIFIERS")}
     os.environ["BATON_APPS_DIR"] = str(apps_dir)
     os.environ["BATON_HOME"] = str(root / "state")
     # The deployment's alert notifier: one that records what it was sent (ALERTS in the state dir).
     os.environ["AIRFLOW_VAR_BATON_ALERT_NOTIFIERS"] = json.dumps(
-        [{"class": "tests.support.recording_notifier.RecordingNotifier", "kwargs": {"path": str(root / ALERTS)}}])
+        [{"class": "tests.support.recording_notifier.RecordingNotifier", "kwargs": {"path": str(root / ALERTS)}}]
+    )
     kafka_port = free_port()
-    platform = Platform(Settings(state_dir=root / "state", kafka_port=kafka_port, airflow_port=free_port(),
-                                 kafka_bootstrap=external or f"127.0.0.1:{kafka_port}", spark_master="local[2]",
-                                 external_kafka=bool(external)))
+    platform = Platform(
+        Settings(
+            state_dir=root / "state",
+            kafka_port=kafka_port,
+            airflow_port=free_port(),
+            kafka_bootstrap=external or f"127.0.0.1:{kafka_port}",
+            spark_master="local[2]",
+            external_kafka=bool(external),
+        )
+    )
     try:
         platform.up(say=lambda *_: None)
         client = AirflowClient(platform.airflow.url, "admin", platform.airflow.password())

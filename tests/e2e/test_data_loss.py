@@ -49,8 +49,12 @@ def test_a_start_after_the_input_lost_its_data_fails_with_the_reason(stack):
     for p, o in stood.items():
         assert f"partition {p}: checkpoint at offset {o} " in reason, reason
     assert "reprocess into a new generation (baton_reprocess" in reason and "on_data_loss: earliest" in reason
-    log = client.request("GET", f"/dags/{DAG}/dagRuns/{run['dag_run_id']}/taskInstances/start/logs/1",
-                         "start's log", params={"map_index": start["map_index"]})
+    log = client.request(
+        "GET",
+        f"/dags/{DAG}/dagRuns/{run['dag_run_id']}/taskInstances/start/logs/1",
+        "start's log",
+        params={"map_index": start["map_index"]},
+    )
     assert f"input data loss on topic {app.input.topic!r}" in str(log)
     assert read_status(bootstrap, app.name)[-1].state is SlotState.FAILED
     assert took < 240, f"the start took {took:.0f}s to fail"

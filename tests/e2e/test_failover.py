@@ -41,8 +41,9 @@ def watch_reports(client, app, slot: Slot) -> set[str]:
     run (the one each triggers, baton_watch__<its run id>) succeeded."""
     from baton.airflow_api import AirflowAPIError
 
-    runs = client.request("GET", "/dags/baton_watch/dagRuns", "baton_watch runs",
-                          params={"limit": 50, "order_by": "-start_date"})["dag_runs"]
+    runs = client.request(
+        "GET", "/dags/baton_watch/dagRuns", "baton_watch runs", params={"limit": 50, "order_by": "-start_date"}
+    )["dag_runs"]
     kinds = set()
     for run in runs:
         try:
@@ -62,19 +63,31 @@ def test_a_dead_standby_is_restarted_and_dead_slots_come_back_exactly_once(stack
     with both_slots_running(client, app):
         with LiveLoad(bootstrap, app.input.topic, per_tick=250) as load:
             wait_until_emitted(bootstrap, app, 5000, timeout_s=240)
-            wait_for("green running as the standby", lambda: any(
-                s.batch_id >= 0 for s in read_status(bootstrap, app.name, "green")), 180, every_s=1)
+            wait_for(
+                "green running as the standby",
+                lambda: any(s.batch_id >= 0 for s in read_status(bootstrap, app.name, "green")),
+                180,
+                every_s=1,
+            )
 
             # 1. The standby dies: the active keeps the role; baton_health restarts the standby.
             kill_driver(bootstrap, app, Slot.GREEN)
             time.sleep(3 * app.lease_ttl_ms / 1000)
             assert (read_control(bootstrap, app.name).epoch, read_control(bootstrap, app.name).active) == (1, Slot.BLUE)
-            wait_for("baton_watch to report green's death and return, each checked by baton_health",
-                     lambda: watch_reports(client, app, Slot.GREEN) >= {"died", "up"}, 240, every_s=2)
+            wait_for(
+                "baton_watch to report green's death and return, each checked by baton_health",
+                lambda: watch_reports(client, app, Slot.GREEN) >= {"died", "up"},
+                240,
+                every_s=2,
+            )
             # The return's check may come before the check can count green as up (seen once in CI: it left
             # green STARTING); the scheduled run then makes it RUNNING.
-            wait_for("green desired RUNNING again", lambda: desired(platform, app.name, Slot.GREEN).desired
-                     is SlotState.RUNNING, 150, every_s=2)
+            wait_for(
+                "green desired RUNNING again",
+                lambda: desired(platform, app.name, Slot.GREEN).desired is SlotState.RUNNING,
+                150,
+                every_s=2,
+            )
             assert len(desired(platform, app.name, Slot.GREEN).restarts) == 1
             assert launcher.find(app.name, Slot.GREEN) is not None
 
@@ -82,9 +95,16 @@ def test_a_dead_standby_is_restarted_and_dead_slots_come_back_exactly_once(stack
             time.sleep(5)
             kill_driver(bootstrap, app, Slot.BLUE)
             kill_driver(bootstrap, app, Slot.GREEN)
-            wait_for("baton_health to bring both back", lambda: restarted_and_running(client, platform, app, Slot.BLUE, 1)
-                     and desired(platform, app.name, Slot.GREEN).desired is SlotState.RUNNING
-                     and len(desired(platform, app.name, Slot.GREEN).restarts) >= 2, 600, every_s=1)
+            wait_for(
+                "baton_health to bring both back",
+                lambda: (
+                    restarted_and_running(client, platform, app, Slot.BLUE, 1)
+                    and desired(platform, app.name, Slot.GREEN).desired is SlotState.RUNNING
+                    and len(desired(platform, app.name, Slot.GREEN).restarts) >= 2
+                ),
+                600,
+                every_s=1,
+            )
             time.sleep(5)
         # The load has stopped; the slots still run until the output holds every event (stopping them
         # first raced their catch-up after the restart: seen in CI on a slow host).

@@ -55,8 +55,9 @@ def started_at(proc: psutil.Process) -> float:
     return proc.create_time() - psutil.boot_time() + booted
 
 
-def task_runner(client, run_id: str, task_id: str, timeout_s: float = 300,
-                born_after: float = 0.0) -> tuple[psutil.Process, dict]:
+def task_runner(
+    client, run_id: str, task_id: str, timeout_s: float = 300, born_after: float = 0.0
+) -> tuple[psutil.Process, dict]:
     """The process running the current try of `task_id` in `run_id` (see the module docstring); with
     `born_after` (wall clock, s), only a runner started after it: a deferred try and its resumption share
     one task instance id, so the runner that deferred can still be exiting under its supervisor (a busy
@@ -64,14 +65,16 @@ def task_runner(client, run_id: str, task_id: str, timeout_s: float = 300,
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         ti = task_instance(client, run_id, task_id)
-        assert ti["state"] not in ("success", "failed", "upstream_failed", "skipped"), \
+        assert ti["state"] not in ("success", "failed", "upstream_failed", "skipped"), (
             f"{task_id} ended ({ti['state']}) before its process was found"
+        )
         title = f"airflow worker -- LocalExecutor: {ti['id']}"
         for proc in psutil.process_iter(["cmdline"]):
             if " ".join(proc.info["cmdline"] or []).strip() == title:
                 try:  # a previous try's runner, exited but not reaped yet (a zombie), is not this try's
-                    children = [c for c in proc.children()
-                                if c.status() != psutil.STATUS_ZOMBIE and started_at(c) > born_after]
+                    children = [
+                        c for c in proc.children() if c.status() != psutil.STATUS_ZOMBIE and started_at(c) > born_after
+                    ]
                 except psutil.NoSuchProcess:
                     continue
                 if children:
@@ -107,8 +110,10 @@ def kill_after_write(runner: psutil.Process, written, broker_port: int, timeout_
         finally:
             supervisor.send_signal(signal.SIGCONT)
         if seen is None:
-            raise AssertionError(f"the task did not write within {timeout_s}s while its supervisor was held: "
-                                 "does the step ask Airflow for something after it connects to the broker?")
+            raise AssertionError(
+                f"the task did not write within {timeout_s}s while its supervisor was held: "
+                "does the step ask Airflow for something after it connects to the broker?"
+            )
         runner.wait(30)  # reaped by the supervisor, now that it runs again
         return seen
     except psutil.NoSuchProcess:
@@ -121,8 +126,12 @@ def kill_running(client, run_id: str, task_id: str, born_after: float = 0.0) -> 
     retries it."""
     proc, _ = task_runner(client, run_id, task_id, born_after=born_after)
     proc.send_signal(signal.SIGSTOP)
-    ti = wait_for(f"{task_id} to be running", lambda: (t := task_instance(client, run_id, task_id))["state"] == "running"
-                  and t, 60, every_s=0.1)
+    ti = wait_for(
+        f"{task_id} to be running",
+        lambda: (t := task_instance(client, run_id, task_id))["state"] == "running" and t,
+        60,
+        every_s=0.1,
+    )
     assert ti["pid"] == proc.pid  # the pid Airflow recorded for the try is the process found
     proc.send_signal(signal.SIGKILL)
     proc.wait(30)
@@ -158,8 +167,9 @@ def test_a_cutover_whose_tasks_are_killed_mid_step_converges_exactly_once(stack)
 
         # 1. The fence task, killed after it set the fence, before it returned the plan.
         proc, _ = task_runner(client, run_id, "fence")
-        fenced = kill_after_write(proc, lambda: (r if (r := read_control(bootstrap, app.name)).fence else None),
-                                  broker_port)
+        fenced = kill_after_write(
+            proc, lambda: r if (r := read_control(bootstrap, app.name)).fence else None, broker_port
+        )
         assert (fenced.active, fenced.epoch) == (Slot.BLUE, 1)
         print(f"fence killed {time.monotonic() - t0:.1f}s after the trigger, fence {fenced.fence}")
 
@@ -172,11 +182,19 @@ def test_a_cutover_whose_tasks_are_killed_mid_step_converges_exactly_once(stack)
         #    to report it is killed before it could: the next try must find the cutover done, not make another.
         #    The resumed try's runner starts after the triggerer's write (CI once found the deferred try's
         #    runner, still exiting, and held it while the resumed one ran).
-        cutover = wait_for("the cutover written by the triggerer",
-                           lambda: (r if (r := read_control(bootstrap, app.name)).epoch > 1 else None), 300, every_s=0.2)
+        cutover = wait_for(
+            "the cutover written by the triggerer",
+            lambda: r if (r := read_control(bootstrap, app.name)).epoch > 1 else None,
+            300,
+            every_s=0.2,
+        )
         assert (cutover.active, cutover.epoch, cutover.fence) == (Slot.GREEN, 2, None)
-        wait_for("the cutover task to resume", lambda: task_instance(client, run_id, "cutover")["state"]
-                 in ("scheduled", "queued", "running"), 120, every_s=0.1)
+        wait_for(
+            "the cutover task to resume",
+            lambda: task_instance(client, run_id, "cutover")["state"] in ("scheduled", "queued", "running"),
+            120,
+            every_s=0.1,
+        )
         kill_running(client, run_id, "cutover", born_after=cutover.ts_ms / 1000)
         print(f"resumed cutover killed {time.monotonic() - t0:.1f}s after the trigger")
 
@@ -188,16 +206,26 @@ def test_a_cutover_whose_tasks_are_killed_mid_step_converges_exactly_once(stack)
     tis = {t["task_id"]: t for t in client.task_instances(DAG, run_id)}
     # Each killed task was retried once (a try number of 1 would mean the kill came after it reported).
     assert {t: (tis[t]["state"], tis[t]["try_number"]) for t in ("fence", "cutover")} == {
-        "fence": ("success", 2), "cutover": ("success", 3)}, tis
+        "fence": ("success", 2),
+        "cutover": ("success", 3),
+    }, tis
     assert tis["abort"]["state"] == "skipped"
     # The retried fence reused the fence it had set: the plan the cutover used is that fence.
     plan = client.xcom(DAG, run_id, "fence")
-    assert plan == {"fence": {str(p): o for p, o in fenced.fence.items()}, "epoch": 1, "from_slot": "blue", "to": "green"}
+    assert plan == {
+        "fence": {str(p): o for p, o in fenced.fence.items()},
+        "epoch": 1,
+        "from_slot": "blue",
+        "to": "green",
+    }
 
     # The control record's history since the trigger: the fence set once and held until the one cutover
     # write, which lifted it and bumped the epoch once.
     assert transitions(bootstrap, app.name, before.revision) == [
-        (1, Slot.BLUE, None), (1, Slot.BLUE, fenced.fence), (2, Slot.GREEN, None)]
+        (1, Slot.BLUE, None),
+        (1, Slot.BLUE, fenced.fence),
+        (2, Slot.GREEN, None),
+    ]
     record = read_control(bootstrap, app.name)
     assert (record.active, record.epoch, record.fence) == (Slot.GREEN, 2, None)
 
@@ -209,13 +237,23 @@ def test_a_cutover_whose_tasks_are_killed_mid_step_converges_exactly_once(stack)
     # A re-run of the finished fence and cutover (cleared, as after a lost success report) recognises this
     # run's handoff (kept in the control record): the same plan, no second fence, no second cutover.
     client.clear_tasks(DAG, run_id, ["fence", "cutover"])
-    wait_for("the cleared cutover to run again", lambda: (ti := task_instance(client, run_id, "cutover"))["try_number"] == 4
-             and ti["state"] in ("success", "failed", "up_for_retry"), 300, every_s=1)
+    wait_for(
+        "the cleared cutover to run again",
+        lambda: (
+            (ti := task_instance(client, run_id, "cutover"))["try_number"] == 4
+            and ti["state"] in ("success", "failed", "up_for_retry")
+        ),
+        300,
+        every_s=1,
+    )
     assert task_instance(client, run_id, "fence")["state"] == "success"
     assert client.xcom(DAG, run_id, "fence")["fence"] == {str(p): o for p, o in fenced.fence.items()}
     assert client.wait_for_run(DAG, run_id, timeout_s=120)["state"] == "success"
     assert task_instance(client, run_id, "cutover")["state"] == "success"
     assert transitions(bootstrap, app.name, before.revision) == [
-        (1, Slot.BLUE, None), (1, Slot.BLUE, fenced.fence), (2, Slot.GREEN, None)]
+        (1, Slot.BLUE, None),
+        (1, Slot.BLUE, fenced.fence),
+        (2, Slot.GREEN, None),
+    ]
     stopped = run_dag(client, "baton_lifecycle", {"app": app.name, "action": "stop", "slot": "both"})
     assert stopped["state"] == "success", stopped.get("why", stopped)

@@ -37,11 +37,15 @@ from tests.support.slots import produce_clicks, read_status, wait_for, wait_unti
 
 pytestmark = pytest.mark.e2e
 
-@pytest.mark.parametrize("conf, field", [
-    ({"app": "no_such_app", "action": "start"}, "app"),
-    ({"app": "cc_e2e", "action": "start", "slot": "purple"}, "slot"),
-    ({"app": "cc_e2e", "action": 7}, "action"),
-])
+
+@pytest.mark.parametrize(
+    "conf, field",
+    [
+        ({"app": "no_such_app", "action": "start"}, "app"),
+        ({"app": "cc_e2e", "action": "start", "slot": "purple"}, "slot"),
+        ({"app": "cc_e2e", "action": 7}, "action"),
+    ],
+)
 def test_a_bad_conf_is_refused_with_the_field_and_starts_nothing(stack, conf, field):
     platform, client, apps = stack
     if conf["app"] in apps:  # its name on this run (unique per run on a shared broker)
@@ -101,22 +105,37 @@ def test_start_health_restart_after_kill_9_and_stop(stack):
         for proc in paused:
             proc.send_signal(signal.SIGCONT)
     wait_for("the launch to be seen gone", lambda: launcher.find(app.name, Slot.BLUE) is None, 60, every_s=1)
-    wait_for("baton_health to restart blue",
-             lambda: run_dag(client, "baton_health")["state"] == "success"
-             and (d := desired(platform, app.name, Slot.BLUE)) and len(d.restarts) >= 1, 300, every_s=1)
+    wait_for(
+        "baton_health to restart blue",
+        lambda: (
+            run_dag(client, "baton_health")["state"] == "success"
+            and (d := desired(platform, app.name, Slot.BLUE))
+            and len(d.restarts) >= 1
+        ),
+        300,
+        every_s=1,
+    )
     relaunch = launcher.find(app.name, Slot.BLUE)
     assert relaunch is not None and relaunch.launch_id != launches[Slot.BLUE].launch_id
     # Blue was the active: green took over at what blue had emitted, blue came back as the standby.
     record = read_control(bootstrap, app.name)
     assert (record.active, record.epoch, record.fence) == (Slot.GREEN, 2, None)
     findings = client.xcom("baton_health", run_dag(client, "baton_health")["dag_run_id"], "check")["slots"]
-    assert any(f.startswith("failover: took over from blue at epoch 2") for f in findings[f"{app.name}/green"]["findings"])
+    assert any(
+        f.startswith("failover: took over from blue at epoch 2") for f in findings[f"{app.name}/green"]["findings"]
+    )
     wait_until_emitted(bootstrap, app, 30_000, timeout_s=300)
     verdict = verify(truth + more, read_output(bootstrap, app.output.topic, app.output.partitions))
     assert verdict.ok, verdict.summary()
-    wait_for("health to see blue running again",
-             lambda: run_dag(client, "baton_health")["state"] == "success"
-             and desired(platform, app.name, Slot.BLUE).desired is SlotState.RUNNING, 300, every_s=1)
+    wait_for(
+        "health to see blue running again",
+        lambda: (
+            run_dag(client, "baton_health")["state"] == "success"
+            and desired(platform, app.name, Slot.BLUE).desired is SlotState.RUNNING
+        ),
+        300,
+        every_s=1,
+    )
 
     stopped = run_dag(client, "baton_lifecycle", {"app": app.name, "action": "stop", "slot": "both"})
     assert stopped["state"] == "success", stopped.get("why", stopped)
@@ -134,12 +153,26 @@ def test_a_crash_looping_app_is_marked_failed_with_the_reason(stack):
     assert start["state"] == "failed"  # the start gate reports the slot's own error
     failed = wait_for(
         "the crash-loop guard to mark the slot FAILED",
-        lambda: run_dag(client, "baton_health")["state"] == "success"
-        and (d := desired(platform, app.name, Slot.BLUE)).desired is SlotState.FAILED and d, 600, every_s=1)
+        lambda: (
+            run_dag(client, "baton_health")["state"] == "success"
+            and (d := desired(platform, app.name, Slot.BLUE)).desired is SlotState.FAILED
+            and d
+        ),
+        600,
+        every_s=1,
+    )
     assert "crash loop: 2 restarts" in failed.reason and "injected bug" in failed.reason
     # The deployment's notifier was told (its setting: tests/e2e/conftest.py).
-    sent = wait_for("the alert", lambda: [a for a in read_alerts(platform.settings.state_dir.parent / ALERTS)
-                             if (a["app"], a["slot"], a["rule"]) == (app.name, "blue", "failed")], 120, every_s=2)
+    sent = wait_for(
+        "the alert",
+        lambda: [
+            a
+            for a in read_alerts(platform.settings.state_dir.parent / ALERTS)
+            if (a["app"], a["slot"], a["rule"]) == (app.name, "blue", "failed")
+        ],
+        120,
+        every_s=2,
+    )
     assert "crash loop: 2 restarts" in sent[0]["text"]
     # FAILED is final until an operator starts it again: further health runs restart nothing.
     launches = Launcher(platform.settings.state_dir).read_record(app.name, Slot.BLUE).launch_id
@@ -218,8 +251,11 @@ def scrape(url: str, token: str) -> dict:
     req = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
     with urllib.request.urlopen(req, timeout=30) as r:
         text = r.read().decode()
-    return {(s.name, s.labels.get("app"), s.labels.get("slot")): s.value
-            for f in text_string_to_metric_families(text) for s in f.samples}
+    return {
+        (s.name, s.labels.get("app"), s.labels.get("slot")): s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+    }
 
 
 def cmdline(p) -> str:

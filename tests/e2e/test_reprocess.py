@@ -53,12 +53,15 @@ def running(stack):
         yield platform, client, app, truth
 
 
-@pytest.mark.parametrize("conf, words", [
-    ({"start": "offsets", "start_offsets": {"0": 10**9, "1": 0}}, "is beyond the log end"),
-    ({"start": "offsets", "start_offsets": {"0": 0, "1": 0, "5": 0}}, "partition(s) [5] do not exist"),
-    ({"start": "timestamp", "start_timestamp_ms": int(time.time() * 1000) + 3_600_000}, "is in the future"),
-    ({"version": "v9"}, "has no version 'v9'"),
-])
+@pytest.mark.parametrize(
+    "conf, words",
+    [
+        ({"start": "offsets", "start_offsets": {"0": 10**9, "1": 0}}, "is beyond the log end"),
+        ({"start": "offsets", "start_offsets": {"0": 0, "1": 0, "5": 0}}, "partition(s) [5] do not exist"),
+        ({"start": "timestamp", "start_timestamp_ms": int(time.time() * 1000) + 3_600_000}, "is in the future"),
+        ({"version": "v9"}, "has no version 'v9'"),
+    ],
+)
 def test_a_bad_request_is_refused_with_its_reason_and_changes_nothing(running, conf, words):
     platform, client, app, _ = running
     before = read_control(platform.settings.kafka_bootstrap, app.name)
@@ -76,8 +79,9 @@ def test_a_reprocess_corrects_every_key_without_stopping_the_output_and_has_a_wa
     before = read_control(bootstrap, app.name)
     with LiveLoad(bootstrap, app.input.topic, per_tick=LIVE_PER_TICK, start=4_000, truth=truth) as load:
         started_at = time.time()
-        first = client.trigger("baton_reprocess", {"app": app.name, "version": "v2", "start": "earliest",
-                                                   "settle_s": 10})
+        first = client.trigger(
+            "baton_reprocess", {"app": app.name, "version": "v2", "start": "earliest", "settle_s": 10}
+        )
         # A second reprocess while the first holds the app: refused, nothing changed by it.
         time.sleep(20)
         second = run_dag(client, "baton_reprocess", {"app": app.name, "version": "v2"}, timeout_s=300)
@@ -94,20 +98,25 @@ def test_a_reprocess_corrects_every_key_without_stopping_the_output_and_has_a_wa
         # Its correction came from the state image its invariant check's read began (the app's output is
         # its state: spark_apps.runtime.state.state_image), with no state read at the cutover.
         driver_log = (Launcher(platform.settings.state_dir).slot_dir(app.name, standby) / "driver.log").read_text()
-        assert re.search(rf"published the state image through batch \d+ as corrected output at epoch {record.epoch}:",
-                         driver_log), "the new generation's correction did not come from its state image"
+        assert re.search(
+            rf"published the state image through batch \d+ as corrected output at epoch {record.epoch}:", driver_log
+        ), "the new generation's correction did not come from its state image"
         time.sleep(5)
         corrected = load.sent
     wait_until_emitted(bootstrap, app, corrected, timeout_s=300)
     assert compacted(bootstrap, app) == truth  # every key corrected, the live input included
     # The live output never stopped: committed output markers kept coming through the whole run.
-    markers = [m.ts_ms / 1000 for m in read_topic(bootstrap, app.commits_topic,
-                                                  lambda m: CommitMarker.from_bytes(m.value()))
-               if m.ts_ms / 1000 >= started_at]
+    markers = [
+        m.ts_ms / 1000
+        for m in read_topic(bootstrap, app.commits_topic, lambda m: CommitMarker.from_bytes(m.value()))
+        if m.ts_ms / 1000 >= started_at
+    ]
     gaps = [b - a for a, b in zip(markers, markers[1:])]
     at = client.xcom("baton_reprocess", first["dag_run_id"], "cutover")["at_ms"] / 1000
-    print(f"longest gap between committed outputs {max(gaps):.2f} s, ending {markers[gaps.index(max(gaps)) + 1] - started_at:.1f} s "
-          f"into the run; cutover written {at - started_at:.1f} s into it")
+    print(
+        f"longest gap between committed outputs {max(gaps):.2f} s, ending {markers[gaps.index(max(gaps)) + 1] - started_at:.1f} s "
+        f"into the run; cutover written {at - started_at:.1f} s into it"
+    )
     # The handoff's gap target is 2 s (measured here: 1.4 s, at the cutover; bench/handoff.py --kind
     # corrected_cutover at the seed's rate): the bound leaves room for a slow phase of a shared CI host
     # and still fails a cutover that waits for a task start or for the correction (it did: 21.4 s).
@@ -130,15 +139,21 @@ def test_a_reprocess_corrects_every_key_without_stopping_the_output_and_has_a_wa
     # retention of 0 days deleted at once. The output goes on meanwhile.
     state_dir = platform.settings.state_dir
     with LiveLoad(bootstrap, app.input.topic, per_tick=LIVE_PER_TICK, start=load.sent, truth=truth) as load:
-        confirm = run_dag(client, "baton_reprocess_confirm", {"app": app.name, "retention_days": 0,
-                                                               "max_lag_records": 10_000}, timeout_s=900)
+        confirm = run_dag(
+            client,
+            "baton_reprocess_confirm",
+            {"app": app.name, "retention_days": 0, "max_lag_records": 10_000},
+            timeout_s=900,
+        )
         assert confirm["state"] == "success", client.task_instances("baton_reprocess_confirm", confirm["dag_run_id"])
         time.sleep(3)
     record = read_control(bootstrap, app.name)
     assert (record.active, record.epoch, record.operation) == (before.active, before.epoch + 2, "")
     standby = before.active.other
-    assert (record.slots[standby].generation, record.slots[standby].version) == \
-        (before.slots[before.active].generation, "v1")
+    assert (record.slots[standby].generation, record.slots[standby].version) == (
+        before.slots[before.active].generation,
+        "v1",
+    )
     summary = client.xcom("baton_reprocess_confirm", confirm["dag_run_id"], "finish")
     assert summary["discarded_reprocess"] is True and summary["purged"], summary
     gens = sorted(p.name for p in (state_dir / "slots" / app.name / standby.value).glob("gen-*"))
@@ -163,8 +178,12 @@ def test_a_staged_reprocess_ends_with_the_new_generation_hot_in_the_standby_slot
     before = read_control(bootstrap, app.name)
     standby = before.active.other
     with LiveLoad(bootstrap, app.input.topic, per_tick=LIVE_PER_TICK, start=sum(truth.values()), truth=truth) as load:
-        staged = run_dag(client, "baton_reprocess", {"app": app.name, "version": "v2", "start": "earliest",
-                                                     "end": "standby"}, timeout_s=900)
+        staged = run_dag(
+            client,
+            "baton_reprocess",
+            {"app": app.name, "version": "v2", "start": "earliest", "end": "standby"},
+            timeout_s=900,
+        )
         assert staged["state"] == "success", client.task_instances("baton_reprocess", staged["dag_run_id"])
         time.sleep(3)
     states = {t["task_id"]: t["state"] for t in client.task_instances("baton_reprocess", staged["dag_run_id"])}
@@ -172,8 +191,10 @@ def test_a_staged_reprocess_ends_with_the_new_generation_hot_in_the_standby_slot
     assert {states[t] for t in ("handover", "fence", "cutover", "finish", "abort", "rollback")} == {"skipped"}, states
     record = read_control(bootstrap, app.name)
     assert (record.active, record.epoch, record.fence, record.operation) == (before.active, before.epoch, None, "")
-    assert (record.slots[standby].version, record.slots[standby].generation) == \
-        ("v2", max(s.generation for s in before.slots.values()) + 1)
+    assert (record.slots[standby].version, record.slots[standby].generation) == (
+        "v2",
+        max(s.generation for s in before.slots.values()) + 1,
+    )
     live, was = record.slots[before.active], before.slots[before.active]
     assert (live.version, live.generation, live.desired) == (was.version, was.generation, was.desired)
     summary = client.xcom("baton_reprocess", staged["dag_run_id"], "finish_staged")

@@ -119,8 +119,9 @@ def test_a_rolling_upgrade_under_load_is_exactly_once(running):
     # ~600 clicks/s, steady: each restarted slot has a minute of it to catch up with (the seed's rate is
     # bench/dag_handoff.py's; here ~2,000/s made the warm-up 110 s instead of 50 s and tested nothing more).
     with LiveLoad(bootstrap, app.input.topic, per_tick=150) as load:
-        run = run_dag(client, "baton_rolling_upgrade", {"app": app.name, "version": "v2", "settle_s": 10},
-                      timeout_s=900)
+        run = run_dag(
+            client, "baton_rolling_upgrade", {"app": app.name, "version": "v2", "settle_s": 10}, timeout_s=900
+        )
         time.sleep(3)
     truth.update(load.truth)
     assert run["state"] == "success", (run, client.task_instances("baton_rolling_upgrade", run["dag_run_id"]))
@@ -131,10 +132,16 @@ def test_a_rolling_upgrade_under_load_is_exactly_once(running):
     # test. 10 s still fails a cutover that stops the output, not reliably one that waits for a task start.
     at = client.xcom("baton_rolling_upgrade", run["dag_run_id"], "cutover")["at_ms"] / 1000
     key = app.name.encode()
-    marks = [m.ts_ms / 1000 for m in read_topic(bootstrap, app.commits_topic,
-                                                lambda m: CommitMarker.from_bytes(m.value()) if m.key() == key else None)]
+    marks = [
+        m.ts_ms / 1000
+        for m in read_topic(
+            bootstrap, app.commits_topic, lambda m: CommitMarker.from_bytes(m.value()) if m.key() == key else None
+        )
+    ]
     before, after = max(t for t in marks if t <= at), min(t for t in marks if t > at)
-    print(f"output across the cutover: last before it {at - before:.2f} s earlier, first after it {after - at:.2f} s later")
+    print(
+        f"output across the cutover: last before it {at - before:.2f} s earlier, first after it {after - at:.2f} s later"
+    )
     assert after - before < 10, f"no committed output for {after - before:.1f} s across the cutover"
     record = read_control(bootstrap, app.name)
     assert (record.active, record.epoch, record.fence) == (Slot.GREEN, 2, None)
@@ -170,12 +177,18 @@ def test_a_rolling_upgrade_under_load_is_exactly_once(running):
     for partition in range(app.output.partitions):
         written = [json.loads(m.value()).get("v") for m in committed(bootstrap, app.output.topic, partition)]
         assert 2 in written and written[0] is None, written[:5]
-        assert set(written[written.index(2):]) == {2}
+        assert set(written[written.index(2) :]) == {2}
 
 
 def committed(bootstrap, topic, partition):
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": uuid.uuid4().hex, "isolation.level": "read_committed",
-                  "enable.partition.eof": True})
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": uuid.uuid4().hex,
+            "isolation.level": "read_committed",
+            "enable.partition.eof": True,
+        }
+    )
     c.assign([TopicPartition(topic, partition, 0)])
     out = []
     while (m := c.poll(5)) is not None and not (m.error() and m.error().code() == KafkaError._PARTITION_EOF):
@@ -192,8 +205,12 @@ def test_a_version_that_breaks_the_sla_after_the_cutover_is_rolled_back(running)
     # Input in bursts (6 s on, 8 s off): the warm-up, the fences and the settle check meet pauses.
     with LiveLoad(bootstrap, app.input.topic, on_s=6, off_s=8) as load:
         # Every batch of the new active breaks a 1 ms batch limit: the settle check must fail.
-        run = run_dag(client, "baton_rolling_upgrade",
-                      {"app": app.name, "version": "v4", "settle_s": 20, "max_batch_ms": 1}, timeout_s=900)
+        run = run_dag(
+            client,
+            "baton_rolling_upgrade",
+            {"app": app.name, "version": "v4", "settle_s": 20, "max_batch_ms": 1},
+            timeout_s=900,
+        )
         time.sleep(3)
     truth.update(load.truth)
     assert run["state"] == "failed"
@@ -239,8 +256,12 @@ def test_a_rollback_whose_first_fence_the_new_active_passes_still_hands_back_at_
     watch = threading.Thread(target=fault_blue_once_it_is_active, daemon=True)
     watch.start()
     with LiveLoad(bootstrap, app.input.topic, per_tick=150) as load:
-        run = run_dag(client, "baton_rolling_upgrade",
-                      {"app": app.name, "version": "v4", "settle_s": 20, "max_batch_ms": 1}, timeout_s=900)
+        run = run_dag(
+            client,
+            "baton_rolling_upgrade",
+            {"app": app.name, "version": "v4", "settle_s": 20, "max_batch_ms": 1},
+            timeout_s=900,
+        )
         time.sleep(3)
     truth.update(load.truth)
     stop.set()
@@ -256,8 +277,13 @@ def test_a_rollback_whose_first_fence_the_new_active_passes_still_hands_back_at_
     # The rollback's fences at blue's epoch: the first, which blue passed, then the one it stopped at.
     fences = []
     for rec in read_topic(bootstrap, CONTROL_TOPIC, lambda m: decode_for_app(app.name, m.key(), m.value())):
-        if (rec.epoch == before.epoch + 1 and rec.fence is not None and rec.handoff is not None
-                and rec.handoff.id.endswith("/rollback") and dict(rec.fence) not in fences):
+        if (
+            rec.epoch == before.epoch + 1
+            and rec.fence is not None
+            and rec.handoff is not None
+            and rec.handoff.id.endswith("/rollback")
+            and dict(rec.fence) not in fences
+        ):
             fences.append(dict(rec.fence))
     assert len(fences) >= 2, fences
     wait_until_emitted(bootstrap, app, sum(truth.values()), timeout_s=300)
@@ -273,8 +299,9 @@ def test_a_rolling_upgrade_under_input_that_pauses_and_resumes_completes(running
     before = read_control(bootstrap, app.name)  # green active on v2, blue the standby on v4 (rolled back)
     assert before.active is Slot.GREEN and versions(before) == {Slot.BLUE: "v4", Slot.GREEN: "v2"}
     with LiveLoad(bootstrap, app.input.topic, on_s=6, off_s=8) as load:
-        run = run_dag(client, "baton_rolling_upgrade", {"app": app.name, "version": "v4", "settle_s": 20},
-                      timeout_s=900)
+        run = run_dag(
+            client, "baton_rolling_upgrade", {"app": app.name, "version": "v4", "settle_s": 20}, timeout_s=900
+        )
         time.sleep(3)
     truth.update(load.truth)
     states = {ti["task_id"]: ti["state"] for ti in client.task_instances("baton_rolling_upgrade", run["dag_run_id"])}

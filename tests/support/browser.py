@@ -16,8 +16,10 @@ import pytest
 def chromium_path() -> str:
     path = os.environ.get("BATON_CHROMIUM") or shutil.which("chromium")
     if not path:
-        pytest.fail("no Chromium for the browser test: run `make test` (it installs Debian's chromium) or "
-                    "set BATON_CHROMIUM=/path/to/chromium")
+        pytest.fail(
+            "no Chromium for the browser test: run `make test` (it installs Debian's chromium) or "
+            "set BATON_CHROMIUM=/path/to/chromium"
+        )
     return path
 
 

@@ -86,8 +86,9 @@ class LatePositionFault:
         except OSError:
             return rec
         self._unseen = (kind, _position(rec, kind))
-        log.warning("baton: fault %s: the %s %s is not seen by this slot until another is set", self.path, kind,
-                    self._unseen[1])
+        log.warning(
+            "baton: fault %s: the %s %s is not seen by this slot until another is set", self.path, kind, self._unseen[1]
+        )
         return _with_position(rec, kind, _position(current, kind))
 
 

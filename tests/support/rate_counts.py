@@ -10,10 +10,18 @@ def run_rate_counts(spark, checkpoint: str, batches: int, keys: int = 50) -> dic
     `checkpoint`; returns the last one's progress as the slot's listener hands it over (JSON)."""
     from pyspark.sql import functions as F
 
-    events = (spark.readStream.format("rate").option("rowsPerSecond", 200).load()
-              .select((F.col("value") % keys).alias("key")))
-    query = (events.groupBy("key").count().writeStream.format("noop").outputMode("update")
-             .option("checkpointLocation", checkpoint).trigger(processingTime="200 milliseconds").start())
+    events = (
+        spark.readStream.format("rate").option("rowsPerSecond", 200).load().select((F.col("value") % keys).alias("key"))
+    )
+    query = (
+        events.groupBy("key")
+        .count()
+        .writeStream.format("noop")
+        .outputMode("update")
+        .option("checkpointLocation", checkpoint)
+        .trigger(processingTime="200 milliseconds")
+        .start()
+    )
     try:
         deadline = time.monotonic() + 120
         while sum(1 for p in query.recentProgress if p["numInputRows"] > 0) < batches:

@@ -20,8 +20,12 @@ class RecordingNotifier(BaseNotifier):
             raise ConnectionError("the mail server is down")
         alert = context.get("baton_alert", {})
         with open(self.path, "a") as f:
-            f.write(json.dumps({"text": self.text, "rule": alert.get("rule"), "app": alert.get("app"),
-                                "slot": alert.get("slot")}) + "\n")
+            f.write(
+                json.dumps(
+                    {"text": self.text, "rule": alert.get("rule"), "app": alert.get("app"), "slot": alert.get("slot")}
+                )
+                + "\n"
+            )
 
 
 def read(path) -> list[dict]:

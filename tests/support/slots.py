@@ -26,8 +26,15 @@ from baton.settings import CONTROL_TOPIC, STATUS_TOPIC
 REPO = Path(__file__).resolve().parents[2]
 
 
-def make_app(bootstrap: str, directory: Path, module: str = "spark_apps.apps.click_counts", partitions: int = 2,
-             trigger_ms: int = 300, max_records: int = 2000, prefix: str = "cc") -> tuple[AppDefinition, Path]:
+def make_app(
+    bootstrap: str,
+    directory: Path,
+    module: str = "spark_apps.apps.click_counts",
+    partitions: int = 2,
+    trigger_ms: int = 300,
+    max_records: int = 2000,
+    prefix: str = "cc",
+) -> tuple[AppDefinition, Path]:
     """A uniquely named app definition file with its topics created (the caller deletes them)."""
     name = f"{prefix}_{uuid.uuid4().hex[:8]}"
     path = directory / f"{name}.yaml"
@@ -37,22 +44,49 @@ def make_app(bootstrap: str, directory: Path, module: str = "spark_apps.apps.cli
         f"trigger_ms: {trigger_ms}\nmax_records_per_trigger: {max_records}\n"
     )
     app = load_definition(path)
-    ensure_topics(bootstrap, [TopicSpec(CONTROL_TOPIC, 1, {"cleanup.policy": "compact"}), TopicSpec(STATUS_TOPIC, 1),
-                              *app.topics()])
+    ensure_topics(
+        bootstrap,
+        [TopicSpec(CONTROL_TOPIC, 1, {"cleanup.policy": "compact"}), TopicSpec(STATUS_TOPIC, 1), *app.topics()],
+    )
     return app, path
 
 
-def start_slot(bootstrap: str, path: Path, state_dir: Path, slot: str = "blue",
-               starting_offsets: str = "earliest", generation: int = 0) -> subprocess.Popen:
+def start_slot(
+    bootstrap: str,
+    path: Path,
+    state_dir: Path,
+    slot: str = "blue",
+    starting_offsets: str = "earliest",
+    generation: int = 0,
+) -> subprocess.Popen:
     # The JVM's scratch files beside the test's state, not in /tmp (as the launcher does: baton.launch_tmp)
     jvm_tmp = Path(tempfile.mkdtemp(prefix=f"jvm-{slot}-", dir=state_dir))
     env = {**os.environ, "PYTHONPATH": str(REPO), JVM_TMPDIR_ENV: str(jvm_tmp)}
     log_path = state_dir / f"{path.stem}-{slot}.log"
     log = open(log_path, "ab")
-    proc = subprocess.Popen([sys.executable, "-m", "spark_apps.runtime.run", "--app", str(path), "--slot", slot,
-                             "--bootstrap", bootstrap, "--state-dir", str(state_dir),
-                             "--starting-offsets", starting_offsets, "--generation", str(generation)], env=env,
-                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "spark_apps.runtime.run",
+            "--app",
+            str(path),
+            "--slot",
+            slot,
+            "--bootstrap",
+            bootstrap,
+            "--state-dir",
+            str(state_dir),
+            "--starting-offsets",
+            starting_offsets,
+            "--generation",
+            str(generation),
+        ],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     proc.log_path = log_path  # what wait_for shows of a slot that exited
     return proc
 
@@ -105,16 +139,20 @@ def wait_until_emitted(bootstrap: str, app: AppDefinition, total: int, timeout_s
     raise AssertionError(f"output did not reach {total} input records in {timeout_s}s")
 
 
-def wait_until_following(bootstrap: str, app: AppDefinition, slot: str, procs=(), timeout_s: float = 240) -> StatusRecord:
+def wait_until_following(
+    bootstrap: str, app: AppDefinition, slot: str, procs=(), timeout_s: float = 240
+) -> StatusRecord:
     """The slot ran a batch as the standby and runs: what a handoff gate that lets the standby trail F
     and a takeover (baton.leases.decide_takeover) judge it by, and what a standby stopped (SIGSTOP) or
     killed before its first batch never has. Seen in CI on a slow host: the active had emitted 4,000
     records while its standby, niced, was still starting; held there, the cutover waited 120 s for nothing."""
+
     def batch():
         rs = read_status(bootstrap, app.name, slot)
         last = next((r for r in reversed(rs) if r.batch_id >= 0), None)
         ok = last is not None and last.role is Role.STANDBY and rs[-1].state is SlotState.RUNNING
         return last if ok else None
+
     return wait_for(f"{slot}'s first batch", batch, timeout_s, procs)
 
 
@@ -125,8 +163,11 @@ def read_topic(bootstrap: str, topic: str, keep, timeout_s: float = 120.0) -> li
     Bounded by the end offset taken first: Tansu's end is the last batch's base + 1, so with slots
     publishing status all the time an EOF may never come and a read to the live end never ended (a
     600 s hang in CI)."""
-    c = Consumer(kafka_config(bootstrap, {"group.id": uuid.uuid4().hex, "isolation.level": "read_committed",
-                                          "enable.partition.eof": True}))
+    c = Consumer(
+        kafka_config(
+            bootstrap, {"group.id": uuid.uuid4().hex, "isolation.level": "read_committed", "enable.partition.eof": True}
+        )
+    )
     try:
         tp = TopicPartition(topic, 0, 0)
         end = c.get_watermark_offsets(tp, timeout=10, cached=False)[1]
@@ -145,8 +186,9 @@ def read_topic(bootstrap: str, topic: str, keep, timeout_s: float = 120.0) -> li
                         out.append(item)
                 break
             if time.monotonic() > deadline:
-                raise TimeoutError(f"{topic} not read to offset {end} within {timeout_s:.0f} s "
-                                   f"(at {c.position([tp])[0].offset})")
+                raise TimeoutError(
+                    f"{topic} not read to offset {end} within {timeout_s:.0f} s (at {c.position([tp])[0].offset})"
+                )
         return out
     finally:
         c.close()
@@ -155,8 +197,17 @@ def read_topic(bootstrap: str, topic: str, keep, timeout_s: float = 120.0) -> li
 def read_json_output(bootstrap: str, topic: str, partitions: int) -> list[tuple[str, dict]]:
     """(key, value as JSON) of every committed record of an app's output, partition by partition, read to
     its end (each partition's EOF)."""
-    c = Consumer(kafka_config(bootstrap, {"group.id": uuid.uuid4().hex, "isolation.level": "read_committed",
-                                          "enable.partition.eof": True, "enable.auto.commit": False}))
+    c = Consumer(
+        kafka_config(
+            bootstrap,
+            {
+                "group.id": uuid.uuid4().hex,
+                "isolation.level": "read_committed",
+                "enable.partition.eof": True,
+                "enable.auto.commit": False,
+            },
+        )
+    )
     c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
     out, done = [], set()
     try:
@@ -183,7 +234,7 @@ def wait_for(what: str, check, timeout_s: float = 180, procs=(), every_s: float 
     """check()'s first truthy value, polled; fails if one of `procs` (slot processes) exits meanwhile."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if (value := check()):
+        if value := check():
             return value
         for p in procs:
             assert p.poll() is None, f"a slot exited (code {p.returncode}) while waiting for {what}{log_tail(p)}"
@@ -202,6 +253,9 @@ def log_tail(proc, lines: int = 40) -> str:
 def driver_log_end(path: Path, lines: int = 40) -> list[str]:
     """The last `lines` lines of a slot driver's log that say something (no JVM stack frames, WARN lines
     or librdkafka chatter)."""
-    keep = [ln for ln in Path(path).read_text(errors="replace").splitlines()
-            if ln.strip() and "rdkafka" not in ln and " WARN " not in ln and not ln.lstrip().startswith("at ")]
+    keep = [
+        ln
+        for ln in Path(path).read_text(errors="replace").splitlines()
+        if ln.strip() and "rdkafka" not in ln and " WARN " not in ln and not ln.lstrip().startswith("at ")
+    ]
     return keep[-lines:]

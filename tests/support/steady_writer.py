@@ -10,8 +10,9 @@ import time
 from confluent_kafka import Producer
 
 
-def produce_steadily(bootstrap: str, topic: str, n: int, per_s: float, stop: threading.Event,
-                     produced: list[int] | None = None) -> None:
+def produce_steadily(
+    bootstrap: str, topic: str, n: int, per_s: float, stop: threading.Event, produced: list[int] | None = None
+) -> None:
     """Write records 0..n-1 at about `per_s` a second until `stop`; `produced[0]` counts those handed over."""
     p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
     for i in range(n):

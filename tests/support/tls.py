@@ -34,9 +34,13 @@ class Pki:
 
     def client_settings(self) -> dict[str, str]:
         """librdkafka's settings for a client of the TLS listener (what BATON_KAFKA_CLIENT_CONFIG holds)."""
-        return {"security.protocol": "SSL", "ssl.ca.location": str(self.ca),
-                "ssl.certificate.location": str(self.client_cert), "ssl.key.location": str(self.client_key),
-                "ssl.key.password": self.client_key_password}
+        return {
+            "security.protocol": "SSL",
+            "ssl.ca.location": str(self.ca),
+            "ssl.certificate.location": str(self.client_cert),
+            "ssl.key.location": str(self.client_key),
+            "ssl.key.password": self.client_key_password,
+        }
 
     def write_client_config(self, path: Path) -> Path:
         path.write_text(json.dumps(self.client_settings()))
@@ -50,10 +54,16 @@ def _name(cn: str) -> x509.Name:
 
 def _cert(subject: str, key, issuer: str, issuer_key, *, ca: bool, san: list | None = None):
     now = dt.datetime.now(dt.UTC)
-    b = (x509.CertificateBuilder().subject_name(_name(subject)).issuer_name(_name(issuer))
-         .public_key(key.public_key()).serial_number(x509.random_serial_number())
-         .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(now + dt.timedelta(days=2))
-         .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
+    b = (
+        x509.CertificateBuilder()
+        .subject_name(_name(subject))
+        .issuer_name(_name(issuer))
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=2))
+        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+    )
     if san:
         b = b.add_extension(x509.SubjectAlternativeName(san), critical=False)
     return b.sign(issuer_key, hashes.SHA256())
@@ -65,23 +75,38 @@ def make_pki(directory: Path, password: str) -> Pki:
     directory.mkdir(parents=True, exist_ok=True)
     ca_key, server_key, client_key = (ec.generate_private_key(ec.SECP256R1()) for _ in range(3))
     ca = _cert("baton test CA", ca_key, "baton test CA", ca_key, ca=True)
-    server = _cert("127.0.0.1", server_key, "baton test CA", ca_key, ca=False,
-                   san=[x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")])
+    server = _cert(
+        "127.0.0.1",
+        server_key,
+        "baton test CA",
+        ca_key,
+        ca=False,
+        san=[x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")],
+    )
     client = _cert("baton test client", client_key, "baton test CA", ca_key, ca=False)
 
     def pem_key(key, secret: str | None) -> bytes:
-        enc = (serialization.BestAvailableEncryption(secret.encode()) if secret
-               else serialization.NoEncryption())
+        enc = serialization.BestAvailableEncryption(secret.encode()) if secret else serialization.NoEncryption()
         return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, enc)
 
-    files = {"ca.pem": ca.public_bytes(serialization.Encoding.PEM),
-             "server.pem": server.public_bytes(serialization.Encoding.PEM), "server.key": pem_key(server_key, None),
-             "client.pem": client.public_bytes(serialization.Encoding.PEM), "client.key": pem_key(client_key, password)}
+    files = {
+        "ca.pem": ca.public_bytes(serialization.Encoding.PEM),
+        "server.pem": server.public_bytes(serialization.Encoding.PEM),
+        "server.key": pem_key(server_key, None),
+        "client.pem": client.public_bytes(serialization.Encoding.PEM),
+        "client.key": pem_key(client_key, password),
+    }
     for name, data in files.items():
         (directory / name).write_bytes(data)
         (directory / name).chmod(0o600)
-    return Pki(directory / "ca.pem", directory / "server.pem", directory / "server.key",
-                   directory / "client.pem", directory / "client.key", password)
+    return Pki(
+        directory / "ca.pem",
+        directory / "server.pem",
+        directory / "server.key",
+        directory / "client.pem",
+        directory / "client.key",
+        password,
+    )
 
 
 class TlsTerminator:
@@ -101,7 +126,8 @@ class TlsTerminator:
     def start(self) -> TlsTerminator:
         self._thread.start()
         self._server = asyncio.run_coroutine_threadsafe(
-            asyncio.start_server(self._serve, "127.0.0.1", self.port, ssl=self.context), self._loop).result(10)
+            asyncio.start_server(self._serve, "127.0.0.1", self.port, ssl=self.context), self._loop
+        ).result(10)
         return self
 
     def stop(self) -> None:
@@ -109,6 +135,7 @@ class TlsTerminator:
             self._server.close()
             for task in [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]:
                 task.cancel()
+
         if self._server is not None:
             asyncio.run_coroutine_threadsafe(close(), self._loop).result(10)
         self._loop.call_soon_threadsafe(self._loop.stop)
@@ -131,4 +158,5 @@ class TlsTerminator:
                 pass
             finally:
                 dst.close()
+
         await asyncio.gather(pump(reader, up_writer), pump(up_reader, writer), return_exceptions=True)

@@ -21,8 +21,12 @@ def recreate_topic(bootstrap: str, spec: TopicSpec, timeout_s: float = 30.0) -> 
     ensure_topics(bootstrap, [spec])
     while True:
         t = admin.list_topics(spec.name, timeout=10).topics.get(spec.name)
-        if t is not None and t.error is None and len(t.partitions) == spec.partitions and all(
-                p.leader >= 0 for p in t.partitions.values()):
+        if (
+            t is not None
+            and t.error is None
+            and len(t.partitions) == spec.partitions
+            and all(p.leader >= 0 for p in t.partitions.values())
+        ):
             return
         assert time.monotonic() < deadline, f"topic {spec.name} not back within {timeout_s}s"
         time.sleep(0.2)

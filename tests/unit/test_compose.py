@@ -489,9 +489,7 @@ def test_spark_image_installs_the_locked_pyspark(services):
     assert "pyspark.__version__ == '4.3.0'" in text
     # Same JVM build in both images.
     java = {b for b in dockerfile_bases(SPARK_DOCKERFILE) if b.startswith("eclipse-temurin:")}
-    assert java and java == {
-        b for b in dockerfile_bases(AIRFLOW_DOCKERFILE) if b.startswith("eclipse-temurin:")
-    }
+    assert java and java == {b for b in dockerfile_bases(AIRFLOW_DOCKERFILE) if b.startswith("eclipse-temurin:")}
 
 
 def test_airflow_image_matches_the_lock(services):
@@ -516,17 +514,13 @@ def test_airflow_mounted_code_shadows_the_installed_package(services):
     mounted at /opt/airflow/<name> are what tasks import."""
     for name in AIRFLOW_SERVICES:
         binds = {
-            parse_volume(v)[1]: parse_volume(v)[0]
-            for v in services[name]["volumes"]
-            if parse_volume(v)[2] == "bind"
+            parse_volume(v)[1]: parse_volume(v)[0] for v in services[name]["volumes"] if parse_volume(v)[2] == "bind"
         }
         for pkg in ("baton", "spark_apps"):
             assert PurePosixPath(binds[f"/opt/airflow/{pkg}"]).name == pkg, name
     for worker in {"spark-master"} | SPARK_WORKERS:
         binds = {
-            parse_volume(v)[1]: parse_volume(v)[0]
-            for v in services[worker]["volumes"]
-            if parse_volume(v)[2] == "bind"
+            parse_volume(v)[1]: parse_volume(v)[0] for v in services[worker]["volumes"] if parse_volume(v)[2] == "bind"
         }
         for pkg in ("baton", "spark_apps"):
             assert PurePosixPath(binds[f"/opt/baton/{pkg}"]).name == pkg, worker

@@ -35,7 +35,8 @@ def modules() -> dict[str, Path]:
 def _type_checking(node: ast.AST) -> bool:
     test = node.test if isinstance(node, ast.If) else None
     return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
 
 
 def _imports(tree: ast.AST):
@@ -141,14 +142,22 @@ def test_the_cycle_finder_finds_a_cycle_through_three_modules():
 def test_no_import_cycle_among_the_shipped_modules():
     graph = import_graph()
     found = cycles(graph)
-    detail = [" <-> ".join(c) + ": " + "; ".join(f"{m} imports {t} (line {graph[m][t]})"
-                                              for m in c for t in graph[m] if t in c) for c in found]
+    detail = [
+        " <-> ".join(c)
+        + ": "
+        + "; ".join(f"{m} imports {t} (line {graph[m][t]})" for m in c for t in graph[m] if t in c)
+        for c in found
+    ]
     assert detail == []
 
 
 def test_nothing_shipped_imports_the_local_dev_platform():
-    files = [p for top in ("baton", "plugins", "spark_apps", "dags") for p in sorted((REPO / top).rglob("*.py"))
-             if not p.is_relative_to(REPO / "baton" / "local")]
+    files = [
+        p
+        for top in ("baton", "plugins", "spark_apps", "dags")
+        for p in sorted((REPO / top).rglob("*.py"))
+        if not p.is_relative_to(REPO / "baton" / "local")
+    ]
     assert len(files) > 100
     hits = []
     for path in files:
@@ -156,8 +165,11 @@ def test_nothing_shipped_imports_the_local_dev_platform():
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
             if isinstance(node, ast.ImportFrom) and node.module == "baton":
                 names = [f"baton.{a.name}" for a in node.names]
-            hits += [f"{path.relative_to(REPO)}:{node.lineno} imports {n}" for n in names
-                     if n == "baton.local" or n.startswith("baton.local.")]
+            hits += [
+                f"{path.relative_to(REPO)}:{node.lineno} imports {n}"
+                for n in names
+                if n == "baton.local" or n.startswith("baton.local.")
+            ]
     assert hits == []
 
 
@@ -167,10 +179,14 @@ FAULT = re.compile(r"fault", re.IGNORECASE)
 def _fault_names(path: Path) -> list[str]:
     """Identifiers, and strings that are not docstrings, that name a fault ("default" is no fault)."""
     tree = ast.parse(path.read_text(), str(path))
-    docstrings = {id(body[0].value) for node in ast.walk(tree)
-                  if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
-                  and (body := node.body) and isinstance(body[0], ast.Expr)
-                  and isinstance(body[0].value, ast.Constant)}
+    docstrings = {
+        id(body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+        and (body := node.body)
+        and isinstance(body[0], ast.Expr)
+        and isinstance(body[0].value, ast.Constant)
+    }
     found = []
     for node in ast.walk(tree):
         words = []
@@ -186,8 +202,11 @@ def _fault_names(path: Path) -> list[str]:
             words = [node.name, node.asname or ""]
         elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
             words = [node.value]
-        found += [f"{path.relative_to(REPO)}:{getattr(node, 'lineno', '?')} {w!r}" for w in words
-                  if FAULT.search(re.sub("default", "", w, flags=re.IGNORECASE))]
+        found += [
+            f"{path.relative_to(REPO)}:{getattr(node, 'lineno', '?')} {w!r}"
+            for w in words
+            if FAULT.search(re.sub("default", "", w, flags=re.IGNORECASE))
+        ]
     return found
 
 

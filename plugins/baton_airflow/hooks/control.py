@@ -17,7 +17,9 @@ from baton.settings import LEASES_TOPIC, STATUS_TOPIC
 from baton_airflow.hooks.kafka import BatonKafkaHook
 
 
-def read_slot_status(bootstrap: str, app: str, slot: Slot | str | None = None, last_n: int = 5000) -> list[StatusRecord]:
+def read_slot_status(
+    bootstrap: str, app: str, slot: Slot | str | None = None, last_n: int = 5000
+) -> list[StatusRecord]:
     """Status records of `app` (one slot, or all) among the last `last_n` of the status topic, oldest first."""
     prefix = f"{app}/".encode()
     key = f"{app}/{Slot(slot).value}".encode() if slot is not None else None
@@ -53,7 +55,7 @@ def read_leases(bootstrap: str, app: str, last_n: int = LOOK_BACK_RECORDS) -> di
 
 
 def current_run_writer() -> str:
-    """"<dag_id>:<run_id>" of the task running this (the Baton page links a control change to its run),
+    """ "<dag_id>:<run_id>" of the task running this (the Baton page links a control change to its run),
     or "airflow" outside a task."""
     from airflow.sdk import get_current_context
 

@@ -92,8 +92,11 @@ class BatonKafkaHook(BaseHook):
             value = extra.pop(name, None) or extra.pop(f"extra__{KAFKA_CONN_TYPE}__{name}", None)
             if value not in (None, ""):
                 form[name.replace("_", ".")] = value
-        security: dict[str, Any] = {k: extra.pop(k) for k in list(extra)  # librdkafka's keys in the extra
-                                    if k.startswith(ALLOWED_PREFIXES) and not k.startswith(("client.", "socket."))}
+        security: dict[str, Any] = {
+            k: extra.pop(k)
+            for k in list(extra)  # librdkafka's keys in the extra
+            if k.startswith(ALLOWED_PREFIXES) and not k.startswith(("client.", "socket."))
+        }
         security.update(form)
         if conn is not None and getattr(conn, "login", None):
             security["sasl.username"] = conn.login
@@ -122,8 +125,10 @@ class BatonKafkaHook(BaseHook):
             md = AdminClient(config).list_topics(timeout=10)
         except Exception as exc:  # the test's answer is the reason, not a traceback
             return False, f"{type(exc).__name__}: {exc}"
-        return True, (f"{config['bootstrap.servers']}: {len(md.brokers)} broker(s), {len(md.topics)} topic(s), "
-                      f"the control topic {'present' if 'baton.control' in md.topics else 'missing (run baton_topics)'}")
+        return True, (
+            f"{config['bootstrap.servers']}: {len(md.brokers)} broker(s), {len(md.topics)} topic(s), "
+            f"the control topic {'present' if 'baton.control' in md.topics else 'missing (run baton_topics)'}"
+        )
 
     @property
     def bootstrap(self) -> str:
@@ -148,7 +153,9 @@ class BatonKafkaHook(BaseHook):
 
         return offsets_for_timestamp(self.bootstrap, topic, partitions, ts_ms)
 
-    def group_offsets(self, group: str, topic: str, partitions: Sequence[int], timeout_s: float = 15.0) -> dict[int, int]:
+    def group_offsets(
+        self, group: str, topic: str, partitions: Sequence[int], timeout_s: float = 15.0
+    ) -> dict[int, int]:
         """The consumer group's committed offset per partition (absent: nothing committed there)."""
         from confluent_kafka import Consumer, TopicPartition
 

@@ -80,12 +80,23 @@ class BatonSlotStateHook(BaseHook):
         """Keep a generation's checkpoint (nothing is deleted) with a note saying what it holds."""
         root = self.checkpoint(app, slot, generation).parent
         if root.is_dir():
-            (root / ARCHIVE_NOTE).write_text(json.dumps({
-                "app": app, "slot": slot.value, "generation": generation, "version": version, "why": why,
-                "archived_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}, indent=1))
+            (root / ARCHIVE_NOTE).write_text(
+                json.dumps(
+                    {
+                        "app": app,
+                        "slot": slot.value,
+                        "generation": generation,
+                        "version": version,
+                        "why": why,
+                        "archived_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                    },
+                    indent=1,
+                )
+            )
 
-    def archive_generation(self, app: str, slot: Slot, generation: int, why: str, keep_until_ms: int, now_ms: int,
-                           version: str = "") -> Path | None:
+    def archive_generation(
+        self, app: str, slot: Slot, generation: int, why: str, keep_until_ms: int, now_ms: int, version: str = ""
+    ) -> Path | None:
         """Move a slot's generation into the app's archive with its note (baton.generations)."""
         from baton.generations import archive_generation
 

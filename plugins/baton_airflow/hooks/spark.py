@@ -54,8 +54,10 @@ class BatonSparkHook(BaseHook):
         extra = conn.extra_dejson or {}
         conf = extra.get("conf") or {}
         if not isinstance(conf, dict):
-            raise ValueError(f"connection {self.spark_conn_id}: extra field 'conf' must be an object of "
-                             f"Spark settings, got {type(conf).__name__}")
+            raise ValueError(
+                f"connection {self.spark_conn_id}: extra field 'conf' must be an object of "
+                f"Spark settings, got {type(conf).__name__}"
+            )
         master = extra.get("master")
         if not master and conn.host:
             host = conn.host if "://" in conn.host else f"spark://{conn.host}"
@@ -83,32 +85,73 @@ class BatonSparkHook(BaseHook):
     def launcher(self) -> Launcher:
         return Launcher(self.state_dir)
 
-    def spec(self, app: str, slot: Slot | str, bootstrap: str, generation: int = 0,
-             conf: Mapping[str, str] | None = None, starting_offsets: str = "earliest") -> LaunchSpec:
+    def spec(
+        self,
+        app: str,
+        slot: Slot | str,
+        bootstrap: str,
+        generation: int = 0,
+        conf: Mapping[str, str] | None = None,
+        starting_offsets: str = "earliest",
+    ) -> LaunchSpec:
         master, conn_conf = self.settings()
         # The cluster's security settings, when a Kafka connection registered them here (BatonKafkaHook):
         # the slot gets the path of their private file in its environment, never the settings themselves.
         security = registered_file(bootstrap, security_dir())
-        return LaunchSpec(app=app, slot=Slot(slot), generation=generation, bootstrap=bootstrap,
-                          state_dir=self.state_dir, master=master, conf={**conn_conf, **(conf or {})},
-                          starting_offsets=starting_offsets, client_config_file=str(security) if security else "")
+        return LaunchSpec(
+            app=app,
+            slot=Slot(slot),
+            generation=generation,
+            bootstrap=bootstrap,
+            state_dir=self.state_dir,
+            master=master,
+            conf={**conn_conf, **(conf or {})},
+            starting_offsets=starting_offsets,
+            client_config_file=str(security) if security else "",
+        )
 
-    def ensure_started(self, app: str, slot: Slot | str, bootstrap: str, generation: int = 0,
-                       conf: Mapping[str, str] | None = None, starting_offsets: str = "earliest") -> SlotProcess:
+    def ensure_started(
+        self,
+        app: str,
+        slot: Slot | str,
+        bootstrap: str,
+        generation: int = 0,
+        conf: Mapping[str, str] | None = None,
+        starting_offsets: str = "earliest",
+    ) -> SlotProcess:
         """Start the slot or reattach to its running launch; returns its recorded identity."""
         rec = self.launcher().ensure_started(self.spec(app, slot, bootstrap, generation, conf, starting_offsets))
-        self.log.info("slot %s/%s: pid %s on %s (launch %s, log %s)", rec.app, rec.slot.value, rec.pid,
-                      rec.master, rec.launch_id, rec.log_path)
+        self.log.info(
+            "slot %s/%s: pid %s on %s (launch %s, log %s)",
+            rec.app,
+            rec.slot.value,
+            rec.pid,
+            rec.master,
+            rec.launch_id,
+            rec.log_path,
+        )
         return rec
 
-    def stage(self, app: str, slot: Slot | str, bootstrap: str, generation: int = 0,
-              conf: Mapping[str, str] | None = None, starting_offsets: str = "earliest") -> SlotProcess | None:
+    def stage(
+        self,
+        app: str,
+        slot: Slot | str,
+        bootstrap: str,
+        generation: int = 0,
+        conf: Mapping[str, str] | None = None,
+        starting_offsets: str = "earliest",
+    ) -> SlotProcess | None:
         """Start the slot's next launch beside its running one, held until a later ensure_started of the
         same launch promotes it (baton.launcher.stage); None when the slot runs nothing."""
         rec = self.launcher().stage(self.spec(app, slot, bootstrap, generation, conf, starting_offsets))
         if rec is not None:
-            self.log.info("slot %s/%s: next launch staged, pid %s (launch %s): it starts up beside the running one",
-                          rec.app, rec.slot.value, rec.pid, rec.launch_id)
+            self.log.info(
+                "slot %s/%s: next launch staged, pid %s (launch %s): it starts up beside the running one",
+                rec.app,
+                rec.slot.value,
+                rec.pid,
+                rec.launch_id,
+            )
         return rec
 
     def discard_staged(self, app: str, slot: Slot | str) -> bool:
@@ -117,8 +160,9 @@ class BatonSparkHook(BaseHook):
     def find(self, app: str, slot: Slot | str) -> SlotProcess | None:
         return self.launcher().find(app, slot)
 
-    def stop(self, app: str, slot: Slot | str, grace_s: float = 60.0, self_stop_s: float = 0.0,
-             keep_staged: bool = False) -> StopResult:
+    def stop(
+        self, app: str, slot: Slot | str, grace_s: float = 60.0, self_stop_s: float = 0.0, keep_staged: bool = False
+    ) -> StopResult:
         """Stop the slot: wait self_stop_s for it to end by itself (write the control-topic stop
         request first), then SIGTERM, then SIGKILL after grace_s; a staged next launch goes too unless
         keep_staged."""
@@ -130,6 +174,14 @@ class BatonSparkHook(BaseHook):
     @staticmethod
     def describe(rec: SlotProcess) -> dict[str, Any]:
         """A JSON-able summary for XCom."""
-        return {"app": rec.app, "slot": rec.slot.value, "pid": rec.pid, "host": rec.host, "master": rec.master,
-                "generation": rec.generation, "version": rec.version, "launch_id": rec.launch_id,
-                "log": rec.log_path}
+        return {
+            "app": rec.app,
+            "slot": rec.slot.value,
+            "pid": rec.pid,
+            "host": rec.host,
+            "master": rec.master,
+            "generation": rec.generation,
+            "version": rec.version,
+            "launch_id": rec.launch_id,
+            "log": rec.log_path,
+        }

@@ -59,16 +59,30 @@ class ConfirmRequestOperator(AppOperator):
             rec = plane.update(app.name, begin_operation(operation, now_ms + HOLD_S * 1000, now_ms))
         except (AppDefinitionError, RequestRefused, ValueError) as exc:
             raise fail_with_reason(context, f"confirmation of {app.name} refused: {exc}; nothing was changed") from None
-        plan = ConfirmPlan(app=app.name, operation=operation, epoch=rec.epoch, keep=confirmation.keep,
-                           rebuild=confirmation.rebuild, generation=confirmation.generation,
-                           version=confirmation.version, definition=str(definition),
-                           drop_generation=confirmation.drop_generation, drop_version=confirmation.drop_version,
-                           discards_reprocess=confirmation.discards_reprocess,
-                           keep_until_ms=now_ms + int(days * DAY_MS))
-        self.log.info("%s: %s keeps generation %s (%s); %s moves from generation %s onto it%s", app.name,
-                      confirmation.keep.value, confirmation.generation, confirmation.version,
-                      confirmation.rebuild.value, confirmation.drop_generation,
-                      " (the reprocess is discarded: the way back was taken)" if confirmation.discards_reprocess else "")
+        plan = ConfirmPlan(
+            app=app.name,
+            operation=operation,
+            epoch=rec.epoch,
+            keep=confirmation.keep,
+            rebuild=confirmation.rebuild,
+            generation=confirmation.generation,
+            version=confirmation.version,
+            definition=str(definition),
+            drop_generation=confirmation.drop_generation,
+            drop_version=confirmation.drop_version,
+            discards_reprocess=confirmation.discards_reprocess,
+            keep_until_ms=now_ms + int(days * DAY_MS),
+        )
+        self.log.info(
+            "%s: %s keeps generation %s (%s); %s moves from generation %s onto it%s",
+            app.name,
+            confirmation.keep.value,
+            confirmation.generation,
+            confirmation.version,
+            confirmation.rebuild.value,
+            confirmation.drop_generation,
+            " (the reprocess is discarded: the way back was taken)" if confirmation.discards_reprocess else "",
+        )
         return plan.to_xcom()
 
 
@@ -112,10 +126,15 @@ class FinishConfirmOperator(PlanStepOperator):
         archived = state.archive_unused(rec, f"unused after {context['run_id']}", plan.keep_until_ms, now_ms)
         purged = state.purge_expired(app.name, now_ms)
         rec = plane.update(app.name, end_operation(plan.operation))
-        summary = {"active": rec.active.value, "generation": plan.generation, "version": plan.version,
-                   "standby": {"slot": plan.rebuild.value, "generation": rec.slots[plan.rebuild].generation},
-                   "discarded_reprocess": plan.discards_reprocess,
-                   "archived": [str(p) for p in archived], "purged": [str(p) for p in purged]}
+        summary = {
+            "active": rec.active.value,
+            "generation": plan.generation,
+            "version": plan.version,
+            "standby": {"slot": plan.rebuild.value, "generation": rec.slots[plan.rebuild].generation},
+            "discarded_reprocess": plan.discards_reprocess,
+            "archived": [str(p) for p in archived],
+            "purged": [str(p) for p in purged],
+        }
         self.log.info("confirmed: %s", summary)
         return summary
 

@@ -24,17 +24,29 @@ from baton_airflow.triggers.base import met_or_raise
 from baton_airflow.triggers.cutover import CutoverTrigger
 
 
-def plan_ahead(control: BatonControlHook, app: AppDefinition, rec: ControlRecord, ahead_s: float,
-               fence: bool = False) -> dict[int, int]:
+def plan_ahead(
+    control: BatonControlHook, app: AppDefinition, rec: ControlRecord, ahead_s: float, fence: bool = False
+) -> dict[int, int]:
     """A position ahead of the input the active has not read yet (baton.handoff.plan_ahead); `fence`:
     one the other slot must reach as well before it takes over."""
     read_standby = (lambda: control.status(app.name, other(rec.active))) if fence else None
-    return handoff.plan_ahead(lambda: control.status(app.name, rec.active), lambda: control.input_end(app),
-                              app.input.partitions, ahead_s, read_standby=read_standby)
+    return handoff.plan_ahead(
+        lambda: control.status(app.name, rec.active),
+        lambda: control.input_end(app),
+        app.input.partitions,
+        ahead_s,
+        read_standby=read_standby,
+    )
 
 
-def set_fence(control: BatonControlHook, app: AppDefinition, rec: ControlRecord, ahead_s: float,
-              hold_s: float = 600.0, by: str = "") -> ControlRecord:
+def set_fence(
+    control: BatonControlHook,
+    app: AppDefinition,
+    rec: ControlRecord,
+    ahead_s: float,
+    hold_s: float = 600.0,
+    by: str = "",
+) -> ControlRecord:
     """Set F `ahead_s` of arrivals beyond the input's end (plan_ahead), at rec's epoch. After `hold_s`
     the health DAG lifts it if the handoff has not finished (its run died)."""
     fence = plan_ahead(control, app, rec, ahead_s, fence=True)
@@ -44,8 +56,15 @@ def set_fence(control: BatonControlHook, app: AppDefinition, rec: ControlRecord,
 class _HandoffOperator(BaseOperator):
     template_fields: Sequence[str] = ("app",)
 
-    def __init__(self, *, app: str, kafka_conn_id: str = BatonKafkaHook.default_conn_name, retries: int = 2,
-                 retry_delay: timedelta = timedelta(seconds=5), **kwargs: Any):
+    def __init__(
+        self,
+        *,
+        app: str,
+        kafka_conn_id: str = BatonKafkaHook.default_conn_name,
+        retries: int = 2,
+        retry_delay: timedelta = timedelta(seconds=5),
+        **kwargs: Any,
+    ):
         super().__init__(retries=retries, retry_delay=retry_delay, **kwargs)
         self.app, self.kafka_conn_id = app, kafka_conn_id
 
@@ -73,22 +92,31 @@ class FenceOperator(_HandoffOperator):
             raise AirflowFailException(f"{app.name} has never been started: nothing to hand over")
         run = context["run_id"]
         if (done := finished(rec, run)) is not None:  # this run cut over already (a re-run): its plan again
-            self.log.info("%s: this run's handoff to %s at %s is done (epoch %s)", app.name, done.to.value,
-                          done.fence, rec.epoch)
+            self.log.info(
+                "%s: this run's handoff to %s at %s is done (epoch %s)", app.name, done.to.value, done.fence, rec.epoch
+            )
             return plan_of(done).to_xcom()
         standby = other(rec.active)
         for slot in (rec.active, standby):
             spec = rec.slots.get(slot)
             if spec is None or spec.desired is not SlotState.RUNNING:
-                raise AirflowFailException(f"{app.name}/{slot.value} is {spec.desired.value if spec else 'not started'}: "
-                                           "a handoff needs both slots RUNNING")
+                raise AirflowFailException(
+                    f"{app.name}/{slot.value} is {spec.desired.value if spec else 'not started'}: "
+                    "a handoff needs both slots RUNNING"
+                )
         reuse = rec.fence is not None
         try:  # a fence this run set before (a retry) is kept; another handoff's is refused
             rec = set_fence(control, app, rec, float(self.ahead_s), float(self.hold_s), by=run)
         except HandoffError as exc:
             raise AirflowFailException(str(exc)) from None
-        self.log.info("%s: %s fence %s at epoch %s (%s s ahead)", app.name, "reusing this run's" if reuse else "set",
-                      rec.fence, rec.epoch, self.ahead_s)
+        self.log.info(
+            "%s: %s fence %s at epoch %s (%s s ahead)",
+            app.name,
+            "reusing this run's" if reuse else "set",
+            rec.fence,
+            rec.epoch,
+            self.ahead_s,
+        )
         return plan_of(rec.handoff).to_xcom()
 
 
@@ -120,8 +148,16 @@ class CutoverOperator(_HandoffOperator):
 
     template_fields = ("app", "plan", "correct", "wait_timeout_s", "ahead_s")
 
-    def __init__(self, *, plan: Any, correct: bool | str = False, wait_timeout_s: float | str = 120.0,
-                 ahead_s: float | str = 2.0, retries: int = 3, **kwargs: Any):
+    def __init__(
+        self,
+        *,
+        plan: Any,
+        correct: bool | str = False,
+        wait_timeout_s: float | str = 120.0,
+        ahead_s: float | str = 2.0,
+        retries: int = 3,
+        **kwargs: Any,
+    ):
         # retries: apache/airflow#71580 (a deferred task), and a retry after a timeout
         super().__init__(retries=retries, **kwargs)
         self.plan, self.correct, self.wait_timeout_s, self.ahead_s = plan, correct, wait_timeout_s, ahead_s
@@ -131,7 +167,9 @@ class CutoverOperator(_HandoffOperator):
         control = self.control()
         plan = HandoffPlan.of(self.plan)
         rec = control.plane().current(app.name)
-        mine = rec.handoff if rec is not None and rec.handoff is not None and rec.handoff.id == context["run_id"] else None
+        mine = (
+            rec.handoff if rec is not None and rec.handoff is not None and rec.handoff.id == context["run_id"] else None
+        )
         if mine is not None and mine.epoch == plan.epoch:  # this run planned its fence again before (a retry): that one
             plan = plan_of(mine)
         if rec is not None and rec.active is plan.to and rec.epoch == plan.epoch + 1:  # done before (a retry)
@@ -142,14 +180,25 @@ class CutoverOperator(_HandoffOperator):
         # Looked at every 0.1 s: once the active said it holds at F, a look while it is short of F reads its
         # marker alone (one fetch, baton.fence_gate.FenceGate); the time from the active at F to the write
         # is output gap.
-        self.defer(trigger=CutoverTrigger(
-            app=app.name, slot=plan.to.value, bootstrap=control.bootstrap, fence=plan.fence, epoch=plan.epoch,
-            trail_records=app.max_lag_records, correct=str(self.correct).lower() == "true",
-            timeout_s=float(self.wait_timeout_s), poll_s=0.1), method_name="execute_complete",
-            kwargs={"plan": plan.to_xcom(), "attempt": attempt})
+        self.defer(
+            trigger=CutoverTrigger(
+                app=app.name,
+                slot=plan.to.value,
+                bootstrap=control.bootstrap,
+                fence=plan.fence,
+                epoch=plan.epoch,
+                trail_records=app.max_lag_records,
+                correct=str(self.correct).lower() == "true",
+                timeout_s=float(self.wait_timeout_s),
+                poll_s=0.1,
+            ),
+            method_name="execute_complete",
+            kwargs={"plan": plan.to_xcom(), "attempt": attempt},
+        )
 
-    def execute_complete(self, context: Any, event: dict[str, Any], plan: dict[str, Any] | None = None,
-                         attempt: int = 1) -> dict[str, Any]:
+    def execute_complete(
+        self, context: Any, event: dict[str, Any], plan: dict[str, Any] | None = None, attempt: int = 1
+    ) -> dict[str, Any]:
         app, _ = resolve(self.app, "blue")
         control = self.control()
         planned = HandoffPlan.of(plan if plan is not None else self.plan)
@@ -160,32 +209,43 @@ class CutoverOperator(_HandoffOperator):
         self.log.info("%s", met_or_raise(context, event))
         rec = control.plane().current(app.name)  # observed, not assumed
         if rec is None or rec.active is not planned.to or rec.epoch < planned.epoch + 1:
-            raise AirflowFailException(f"{app.name}: the trigger reported the cutover, the control record does not "
-                                       f"show it ({rec.active.value if rec else None} active at epoch "
-                                       f"{rec.epoch if rec else None})")
+            raise AirflowFailException(
+                f"{app.name}: the trigger reported the cutover, the control record does not "
+                f"show it ({rec.active.value if rec else None} active at epoch "
+                f"{rec.epoch if rec else None})"
+            )
         return self.cut(app, planned, rec)
 
-    def plan_again(self, context: Any, control: BatonControlHook, app: AppDefinition, plan: HandoffPlan,
-                   attempt: int, why: str) -> HandoffPlan | None:
+    def plan_again(
+        self, context: Any, control: BatonControlHook, app: AppDefinition, plan: HandoffPlan, attempt: int, why: str
+    ) -> HandoffPlan | None:
         """A new fence, farther ahead, if the active passed this one and nothing else moved; else None."""
         plane, run = control.plane(), context["run_id"]
         rec = plane.require(app.name)
         if not fence_passed(rec, plan.epoch, plan.fence, run, control.last_commit(app)):
             return None
-        ahead = float(self.ahead_s) * 2 ** attempt
+        ahead = float(self.ahead_s) * 2**attempt
         new = plan_ahead(control, app, rec, ahead, fence=True)
         try:
             rec = plane.update(app.name, moved_fence(plan.fence, new, plan.epoch, run))
         except HandoffError as exc:  # something else moved meanwhile: the gate's own failure stands
             self.log.warning("%s: not planning another fence: %s", app.name, exc)
             return None
-        self.log.warning("%s: %s; fence moved to %s (%g s ahead, fence %d of %d)", app.name, why, rec.fence, ahead,
-                         attempt + 1, MAX_CUTOVER_FENCES)
+        self.log.warning(
+            "%s: %s; fence moved to %s (%g s ahead, fence %d of %d)",
+            app.name,
+            why,
+            rec.fence,
+            ahead,
+            attempt + 1,
+            MAX_CUTOVER_FENCES,
+        )
         return plan_of(rec.handoff)
 
     def cut(self, app: AppDefinition, plan: HandoffPlan, rec: ControlRecord) -> dict[str, Any]:
-        self.log.info("%s: %s is active at epoch %s and emits from %s", app.name, rec.active.value, rec.epoch,
-                      plan.fence)
+        self.log.info(
+            "%s: %s is active at epoch %s and emits from %s", app.name, rec.active.value, rec.epoch, plan.fence
+        )
         # at_ms: when the new active took over (the settle check counts from here): the cutover's write
         at_ms = rec.ts_ms if rec.epoch == plan.epoch + 1 and rec.ts_ms else int(time.time() * 1000)
         return Cutover(epoch=plan.epoch + 1, active=rec.active, fence=plan.fence, at_ms=at_ms).to_xcom()
@@ -213,6 +273,10 @@ class AbortHandoffOperator(_HandoffOperator):
         except HandoffError as exc:  # another handoff's fence (e.g. a failover's): not ours to lift
             self.log.info("%s: %s", app.name, exc)
             return
-        self.log.warning("%s: handoff aborted before the cutover; fence lifted, %s stays active at epoch %s",
-                         app.name, rec.active.value, rec.epoch)
+        self.log.warning(
+            "%s: handoff aborted before the cutover; fence lifted, %s stays active at epoch %s",
+            app.name,
+            rec.active.value,
+            rec.epoch,
+        )
         raise AirflowFailException(f"{app.name}: handoff aborted before the cutover; {rec.active.value} stays active")

@@ -60,8 +60,14 @@ def came_up(health: SlotHealth) -> bool:
 
 
 class HealthCheckOperator(BaseOperator):
-    def __init__(self, *, kafka_conn_id: str = BatonKafkaHook.default_conn_name,
-                 spark_conn_id: str = BatonSparkHook.default_conn_name, act: bool = True, **kwargs: Any):
+    def __init__(
+        self,
+        *,
+        kafka_conn_id: str = BatonKafkaHook.default_conn_name,
+        spark_conn_id: str = BatonSparkHook.default_conn_name,
+        act: bool = True,
+        **kwargs: Any,
+    ):
         super().__init__(**kwargs)
         self.kafka_conn_id, self.spark_conn_id, self.act = kafka_conn_id, spark_conn_id, act
         self.clock = time.time  # injected in unit tests
@@ -86,8 +92,11 @@ class HealthCheckOperator(BaseOperator):
                 healths.append(health)
                 if not self.act:
                     continue
-                if health.verdict is Verdict.DEAD and slot is record.active and self.can_fail_over(
-                        record, other(slot), by_slot.get(other(slot))):
+                if (
+                    health.verdict is Verdict.DEAD
+                    and slot is record.active
+                    and self.can_fail_over(record, other(slot), by_slot.get(other(slot)))
+                ):
                     done = self.fail_over(app, slot, record, control, spark, health.reason)
                     actions.append(f"{app.name}/{slot.value}: {done}")
                 action = self.act_on(app, slot, health, record, control, spark)
@@ -100,10 +109,17 @@ class HealthCheckOperator(BaseOperator):
         for a in actions:
             self.log.warning("action: %s", a)
         self.alert(alerts_of(healths, failed), context)
-        return {"slots": {f"{h.app}/{h.slot.value}": {"verdict": h.verdict.value, "reason": h.reason,
-                                                       "findings": [f"{f.rule}: {f.message}" for f in h.findings]}
-                          for h in healths},
-                "actions": actions}
+        return {
+            "slots": {
+                f"{h.app}/{h.slot.value}": {
+                    "verdict": h.verdict.value,
+                    "reason": h.reason,
+                    "findings": [f"{f.rule}: {f.message}" for f in h.findings],
+                }
+                for h in healths
+            },
+            "actions": actions,
+        }
 
     def alert(self, alerts: list[Alert], context: Any) -> None:
         """Send what is due (baton.alerts) to the deployment's notifiers (baton_airflow.alerts), after the
@@ -118,8 +134,10 @@ class HealthCheckOperator(BaseOperator):
         send_now, holding = due(alerts, sent, now_ms)
         delivered = {a.key for a in send(send_now, dict(context), factories)}
         # An alert a notifier failed to take is due again at the next run.
-        Variable.set(SENT_VARIABLE, json.dumps({k: t for k, t in holding.items()
-                                                if k in delivered or k not in {a.key for a in send_now}}))
+        Variable.set(
+            SENT_VARIABLE,
+            json.dumps({k: t for k, t in holding.items() if k in delivered or k not in {a.key for a in send_now}}),
+        )
         for a in send_now:
             self.log.warning("alert%s: %s", "" if a.key in delivered else " (not sent, tried again next run)", a.text())
 
@@ -132,11 +150,19 @@ class HealthCheckOperator(BaseOperator):
             lifted = plane.update(record.app, without_fence(record.epoch))
         except HandoffError:  # a cutover moved the epoch meanwhile: the fence is gone with it
             return None
-        return lifted, (f"lifted the fence {dict(record.fence)} its handoff left (expired; the run that set it "
-                        f"did not finish); {lifted.active.value} emits on at epoch {lifted.epoch}")
+        return lifted, (
+            f"lifted the fence {dict(record.fence)} its handoff left (expired; the run that set it "
+            f"did not finish); {lifted.active.value} emits on at epoch {lifted.epoch}"
+        )
 
-    def assess_app(self, app: AppDefinition, record: ControlRecord, control: BatonControlHook,
-                   spark: BatonSparkHook, lag_samples: dict) -> list[tuple[Slot, SlotHealth]]:
+    def assess_app(
+        self,
+        app: AppDefinition,
+        record: ControlRecord,
+        control: BatonControlHook,
+        spark: BatonSparkHook,
+        lag_samples: dict,
+    ) -> list[tuple[Slot, SlotHealth]]:
         now_ms = int(self.clock() * 1000)
         policy = HealthPolicy.from_app(app)
         statuses = control.status(app.name)
@@ -150,9 +176,19 @@ class HealthCheckOperator(BaseOperator):
             key = f"{app.name}/{slot.value}"
             history = [s for s in statuses if s.slot is slot][-200:]
             samples = [tuple(s) for s in lag_samples.get(key, []) if s[0] > now_ms - policy.lag_window_s * 1000]
-            health = assess(app, slot, spec, history, end, state.disk_bytes(app.name, slot), now_ms, policy,
-                            cap=compute_cap(record, slot, marker, app.input.partitions),
-                            started_ms=spec.started_ms if spec and spec.started_ms else None, lag_history=samples)
+            health = assess(
+                app,
+                slot,
+                spec,
+                history,
+                end,
+                state.disk_bytes(app.name, slot),
+                now_ms,
+                policy,
+                cap=compute_cap(record, slot, marker, app.input.partitions),
+                started_ms=spec.started_ms if spec and spec.started_ms else None,
+                lag_history=samples,
+            )
             health = self.with_newer_launch(app, slot, spec, health, spark, now_ms, policy)
             health = self.with_process_check(app, slot, spec, health, spark)
             health = self.with_lease_check(spec, health, leases.get(slot), now_ms, policy)
@@ -165,15 +201,26 @@ class HealthCheckOperator(BaseOperator):
         return out
 
     @staticmethod
-    def with_newer_launch(app: AppDefinition, slot: Slot, spec, health: SlotHealth, spark: BatonSparkHook,
-                          now_ms: int, policy: HealthPolicy) -> SlotHealth:
+    def with_newer_launch(
+        app: AppDefinition,
+        slot: Slot,
+        spec,
+        health: SlotHealth,
+        spark: BatonSparkHook,
+        now_ms: int,
+        policy: HealthPolicy,
+    ) -> SlotHealth:
         """A STOPPED or FAILED record published before the slot's running launch began is the previous
         launch's last word, not this one's: a restart stops the old launch after its spec's start time
         and promotes the staged one right after (baton.launcher: launched_at is the promotion's time,
         on the launcher's host, where the slot runs). Until the new launch reports, it is starting."""
         last = health.last
-        if (spec is None or health.verdict is not Verdict.DEAD or last is None
-                or last.state not in (SlotState.STOPPED, SlotState.FAILED)):
+        if (
+            spec is None
+            or health.verdict is not Verdict.DEAD
+            or last is None
+            or last.state not in (SlotState.STOPPED, SlotState.FAILED)
+        ):
             return health
         launch = spark.launcher().read_record(app.name, slot)
         if launch is None or launch.launched_at * 1000 <= last.ts_ms or spark.find(app.name, slot) is None:
@@ -181,10 +228,16 @@ class HealthCheckOperator(BaseOperator):
         return starting_since(health, int(launch.launched_at * 1000), now_ms, policy)
 
     @staticmethod
-    def with_process_check(app: AppDefinition, slot: Slot, spec, health: SlotHealth, spark: BatonSparkHook) -> SlotHealth:
+    def with_process_check(
+        app: AppDefinition, slot: Slot, spec, health: SlotHealth, spark: BatonSparkHook
+    ) -> SlotHealth:
         """A slot that should run but whose recorded launch has ended is dead now, whatever its last
         status record says (a kill -9 leaves no record): no need to wait for the silence rule."""
-        if spec is None or spec.desired not in (SlotState.STARTING, SlotState.RUNNING) or health.verdict is Verdict.DEAD:
+        if (
+            spec is None
+            or spec.desired not in (SlotState.STARTING, SlotState.RUNNING)
+            or health.verdict is Verdict.DEAD
+        ):
             return health
         launcher = spark.launcher()
         launch = launcher.read_record(app.name, slot)
@@ -192,8 +245,11 @@ class HealthCheckOperator(BaseOperator):
             return health
         ended = launcher.exit_info(launch)
         code = ended.code if ended is not None else "unknown"
-        gone = Finding("process", Severity.CRITICAL, f"driver of launch {launch.launch_id[:8]} (pid {launch.pid}) "
-                                                     f"has exited (code {code})")
+        gone = Finding(
+            "process",
+            Severity.CRITICAL,
+            f"driver of launch {launch.launch_id[:8]} (pid {launch.pid}) has exited (code {code})",
+        )
         return dataclasses.replace(health, verdict=Verdict.DEAD, findings=[gone, *health.findings])
 
     @staticmethod
@@ -205,8 +261,9 @@ class HealthCheckOperator(BaseOperator):
         return dataclasses.replace(health, verdict=Verdict.DEAD, findings=[expired, *health.findings])
 
     @staticmethod
-    def last_error(app: AppDefinition, slot: Slot, spec, health: SlotHealth, control: BatonControlHook,
-                   spark: BatonSparkHook) -> str:
+    def last_error(
+        app: AppDefinition, slot: Slot, spec, health: SlotHealth, control: BatonControlHook, spark: BatonSparkHook
+    ) -> str:
         """Why the slot's last launch died, for the FAILED reason. The status was read before the
         process check, so a driver that published its error and exited in between is read again;
         one that died without a word (kill -9, a JVM crash) is described by its exit code and log."""
@@ -221,10 +278,17 @@ class HealthCheckOperator(BaseOperator):
         if launch is None:
             return ""
         ended = launcher.exit_info(launch)
-        lines = [ln for ln in BatonSlotStateHook.log_tail(launch.log_path, 40).splitlines()
-                 if ln.strip() and not ln.startswith("[baton]")]
+        lines = [
+            ln
+            for ln in BatonSlotStateHook.log_tail(launch.log_path, 40).splitlines()
+            if ln.strip() and not ln.startswith("[baton]")
+        ]
         code = ended.code if ended is not None else "unknown"
-        return f"driver exited with code {code}" + (f": {lines[-1].strip()}" if lines else "") + f" (log {launch.log_path})"
+        return (
+            f"driver exited with code {code}"
+            + (f": {lines[-1].strip()}" if lines else "")
+            + f" (log {launch.log_path})"
+        )
 
     @staticmethod
     def can_fail_over(record: ControlRecord, standby: Slot, health: SlotHealth | None) -> bool:
@@ -232,24 +296,44 @@ class HealthCheckOperator(BaseOperator):
         spec = record.slots.get(standby)
         return spec is not None and spec.desired is SlotState.RUNNING and alive(health)
 
-    def fail_over(self, app: AppDefinition, dead: Slot, record: ControlRecord, control: BatonControlHook,
-                  spark: BatonSparkHook, health_reason: str = "") -> str:
+    def fail_over(
+        self,
+        app: AppDefinition,
+        dead: Slot,
+        record: ControlRecord,
+        control: BatonControlHook,
+        spark: BatonSparkHook,
+        health_reason: str = "",
+    ) -> str:
         """The active is dead: hand over to the standby at what the dead one emitted (baton.handoff);
         the dead slot is then restarted as the standby by the usual rule."""
         spark.stop(app.name, dead, grace_s=10)  # whatever is left of it; Kafka fences a late write anyway
         marker = control.last_commit(app)
         standby = other(dead)
         try:
-            ok, message = fail_over(control.plane(), app.name, app.input.partitions, dead, record.epoch,
-                                    dict(marker.emitted) if marker is not None else {},
-                                    control.status(app.name, standby, last_n=500),
-                                    reason=f"found dead by baton_health: {health_reason}")
+            ok, message = fail_over(
+                control.plane(),
+                app.name,
+                app.input.partitions,
+                dead,
+                record.epoch,
+                dict(marker.emitted) if marker is not None else {},
+                control.status(app.name, standby, last_n=500),
+                reason=f"found dead by baton_health: {health_reason}",
+            )
         except HandoffError as exc:  # the standby took over by itself meanwhile (its lease watch): done
             return f"no failover by baton_health: {exc}"
         return message if ok else f"{message}; restarting {dead.value} instead"
 
-    def act_on(self, app: AppDefinition, slot: Slot, health: SlotHealth, record: ControlRecord,
-               control: BatonControlHook, spark: BatonSparkHook) -> str:
+    def act_on(
+        self,
+        app: AppDefinition,
+        slot: Slot,
+        health: SlotHealth,
+        record: ControlRecord,
+        control: BatonControlHook,
+        spark: BatonSparkHook,
+    ) -> str:
         spec = record.slots.get(slot)
         if spec is None or spec.desired not in (SlotState.STARTING, SlotState.RUNNING):
             return ""
@@ -262,8 +346,9 @@ class HealthCheckOperator(BaseOperator):
             # put-back's launch and started the refused version again.
             return f"left alone: {exc}"
 
-    def repair(self, app: AppDefinition, slot: Slot, spec, health: SlotHealth, control: BatonControlHook,
-               spark: BatonSparkHook) -> str:
+    def repair(
+        self, app: AppDefinition, slot: Slot, spec, health: SlotHealth, control: BatonControlHook, spark: BatonSparkHook
+    ) -> str:
         """act_on's moves, each only if the slot's spec is still `spec` (SlotMoved otherwise)."""
         plane = control.plane()
         if spec.desired is SlotState.STARTING and came_up(health):
@@ -273,7 +358,9 @@ class HealthCheckOperator(BaseOperator):
             return ""
         policy = HealthPolicy.from_app(app)
         now_ms = int(self.clock() * 1000)
-        decision = decide_restart(spec.restarts, now_ms, policy, self.last_error(app, slot, spec, health, control, spark))
+        decision = decide_restart(
+            spec.restarts, now_ms, policy, self.last_error(app, slot, spec, health, control, spark)
+        )
         if decision.action is RestartAction.WAIT:
             return f"dead ({health.reason}); {decision.reason}"
         if decision.action is RestartAction.GIVE_UP:
@@ -282,12 +369,20 @@ class HealthCheckOperator(BaseOperator):
             spark.stop(app.name, slot, grace_s=30)
             return f"{FAILED_PREFIX}{decision.reason}"
         restarts = tuple(prune_restarts(spec.restarts, now_ms, policy)) + (now_ms,)
-        plane.move_slot(app.name, slot, SlotState.STARTING, reason=f"restarted: {health.reason}",
-                        restarts=restarts, started_ms=now_ms, if_unchanged=spec)
+        plane.move_slot(
+            app.name,
+            slot,
+            SlotState.STARTING,
+            reason=f"restarted: {health.reason}",
+            restarts=restarts,
+            started_ms=now_ms,
+            if_unchanged=spec,
+        )
         spark.stop(app.name, slot, grace_s=10)  # whatever is left of the dead launch (a hung driver)
         # The version the slot runs (a rolling upgrade may have moved it off the registry's).
-        proc = spark.ensure_started(str(version_path(app.name, spec.version)), slot, control.bootstrap,
-                                    generation=spec.generation)
+        proc = spark.ensure_started(
+            str(version_path(app.name, spec.version)), slot, control.bootstrap, generation=spec.generation
+        )
         return f"restarted (pid {proc.pid}; {decision.reason}): {health.reason}"
 
 
@@ -295,10 +390,20 @@ def starting_since(health: SlotHealth, launched_ms: int, now_ms: int, policy: He
     """The verdict of a slot whose running launch began at launched_ms and has not reported yet."""
     since = now_ms - launched_ms
     if since > policy.start_grace_s * 1000:
-        return dataclasses.replace(health, verdict=Verdict.DEAD, findings=[Finding(
-            "liveness", Severity.CRITICAL, f"no status record {since / 1000:.0f} s after its launch "
-                                           f"(grace {policy.start_grace_s:g} s)")])
+        return dataclasses.replace(
+            health,
+            verdict=Verdict.DEAD,
+            findings=[
+                Finding(
+                    "liveness",
+                    Severity.CRITICAL,
+                    f"no status record {since / 1000:.0f} s after its launch (grace {policy.start_grace_s:g} s)",
+                )
+            ],
+        )
     last = f" (the last record, {health.last.state.value}, is the previous launch's)" if health.last else ""
-    return dataclasses.replace(health, verdict=Verdict.STARTING, findings=[Finding(
-        "starting", Severity.INFO, f"launched {since / 1000:.1f} s ago, no status yet{last}")])
-
+    return dataclasses.replace(
+        health,
+        verdict=Verdict.STARTING,
+        findings=[Finding("starting", Severity.INFO, f"launched {since / 1000:.1f} s ago, no status yet{last}")],
+    )

@@ -51,8 +51,17 @@ class ReprocessRequestOperator(AppOperator):
 
     template_fields = ("app", "version", "start", "start_timestamp_ms", "start_offsets", "end")
 
-    def __init__(self, *, version: str, start: str = "earliest", start_timestamp_ms: Any = None,
-                 start_offsets: Any = None, end: str = "handover", retries: int = 1, **kwargs: Any):
+    def __init__(
+        self,
+        *,
+        version: str,
+        start: str = "earliest",
+        start_timestamp_ms: Any = None,
+        start_offsets: Any = None,
+        end: str = "handover",
+        retries: int = 1,
+        **kwargs: Any,
+    ):
         super().__init__(retries=retries, **kwargs)
         self.version, self.start = version, start
         self.start_timestamp_ms, self.start_offsets, self.end = start_timestamp_ms, start_offsets, end
@@ -75,23 +84,48 @@ class ReprocessRequestOperator(AppOperator):
             if rec is None or rec.operation != operation:  # a retry of this run skips the checks it passed
                 check_app_state(rec, now_ms)
             lows, ends = control.kafka.bounds(app.input.topic, range(app.input.partitions))
-            offsets = resolve_start(start, app.input.partitions, lows, ends, now_ms,
-                                    lambda ts: control.kafka.offsets_for_timestamp(app.input.topic,
-                                                                                   range(app.input.partitions), ts))
+            offsets = resolve_start(
+                start,
+                app.input.partitions,
+                lows,
+                ends,
+                now_ms,
+                lambda ts: control.kafka.offsets_for_timestamp(app.input.topic, range(app.input.partitions), ts),
+            )
             rec = plane.update(app.name, begin_operation(operation, now_ms + HOLD_S * 1000, now_ms))
         except (AppDefinitionError, RequestRefused, ImportError) as exc:
             raise fail_with_reason(context, f"reprocess of {app.name} refused: {exc}; nothing was changed") from None
         standby = other(rec.active)
         generation = max(spec.generation for spec in rec.slots.values()) + 1
-        if rec.slots[standby].version == new.version and rec.slots[standby].generation > rec.slots[rec.active].generation:
+        if (
+            rec.slots[standby].version == new.version
+            and rec.slots[standby].generation > rec.slots[rec.active].generation
+        ):
             generation = rec.slots[standby].generation  # a retry: the new generation is already this one
-        self.log.info("%s: reprocess with %s from %s (%s) in %s as generation %s", app.name, new.version, offsets,
-                      start.kind, standby.value, generation)
-        return ReprocessPlan(app=app.name, version=new.version, definition=str(definition), operation=operation,
-                             active=rec.active, standby=standby, epoch=rec.epoch,
-                             from_version=rec.slots[standby].version or app.version,
-                             from_generation=rec.slots[standby].generation, generation=generation,
-                             start=start.kind, start_offsets=offsets, end=end).to_xcom()
+        self.log.info(
+            "%s: reprocess with %s from %s (%s) in %s as generation %s",
+            app.name,
+            new.version,
+            offsets,
+            start.kind,
+            standby.value,
+            generation,
+        )
+        return ReprocessPlan(
+            app=app.name,
+            version=new.version,
+            definition=str(definition),
+            operation=operation,
+            active=rec.active,
+            standby=standby,
+            epoch=rec.epoch,
+            from_version=rec.slots[standby].version or app.version,
+            from_generation=rec.slots[standby].generation,
+            generation=generation,
+            start=start.kind,
+            start_offsets=offsets,
+            end=end,
+        ).to_xcom()
 
 
 def _none(value: Any) -> Any:
@@ -109,8 +143,14 @@ class NewGenerationOperator(AppOperator):
     slot_key = "standby"
     plan_type: type[ReprocessPlan | ConfirmPlan] = ReprocessPlan
 
-    def __init__(self, *, plan: Any, wait_timeout_s: float = 600.0, retries: int = 2,  # apache/airflow#71580
-                 **kwargs: Any):
+    def __init__(
+        self,
+        *,
+        plan: Any,
+        wait_timeout_s: float = 600.0,
+        retries: int = 2,  # apache/airflow#71580
+        **kwargs: Any,
+    ):
         super().__init__(retries=retries, **kwargs)
         self.plan, self.wait_timeout_s = plan, wait_timeout_s
 
@@ -143,37 +183,65 @@ class NewGenerationOperator(AppOperator):
                 if spec.desired is not SlotState.STOPPED:  # else a retry: stopped already
                     # Its start-up beside the old generation, promoted by ensure_started below
                     # (baton.launcher.stage): the stop's downtime without the JVM's start.
-                    spark.stage(plan.definition, slot, control.bootstrap, generation=generation,
-                                starting_offsets=offsets)
+                    spark.stage(
+                        plan.definition, slot, control.bootstrap, generation=generation, starting_offsets=offsets
+                    )
                     plane.move_slot(app.name, slot, SlotState.STOPPING, reason=why)
                     spark.stop(app.name, slot, grace_s=60, self_stop_s=60, keep_staged=True)
                     plane.move_slot(app.name, slot, SlotState.STOPPED, reason=why)
                 self.prepare(spark, app.name, slot, spec, why)
-                spec = plane.move_slot(app.name, slot, SlotState.STARTING, version=plan.version, reason=why,
-                                       generation=generation, started_ms=plane.now_ms()).slots[slot]
+                spec = plane.move_slot(
+                    app.name,
+                    slot,
+                    SlotState.STARTING,
+                    version=plan.version,
+                    reason=why,
+                    generation=generation,
+                    started_ms=plane.now_ms(),
+                ).slots[slot]
             elif spec.desired is not SlotState.RUNNING:
                 spec = plane.move_slot(app.name, slot, SlotState.STARTING, reason=why).slots[slot]
         except IllegalTransition as exc:
             spark.discard_staged(app.name, slot)
             raise fail_with_reason(context, f"{app.name}/{slot.value}: {exc}") from None
-        proc = spark.ensure_started(plan.definition, slot, control.bootstrap, generation=generation,
-                                    starting_offsets=offsets)
-        self.log.info("%s/%s: generation %s (%s) from %s, pid %s", app.name, slot.value, generation,
-                      plan.version, offsets, proc.pid)
-        self.defer(trigger=SlotRunningTrigger(app=app.name, slot=slot.value, bootstrap=control.bootstrap,
-                                              since_ms=int(proc.launched_at * 1000), timeout_s=self.wait_timeout_s),
-                   method_name="execute_complete",
-                   kwargs={"launch": BatonSparkHook.describe(proc), "since_ms": int(proc.launched_at * 1000)})
+        proc = spark.ensure_started(
+            plan.definition, slot, control.bootstrap, generation=generation, starting_offsets=offsets
+        )
+        self.log.info(
+            "%s/%s: generation %s (%s) from %s, pid %s",
+            app.name,
+            slot.value,
+            generation,
+            plan.version,
+            offsets,
+            proc.pid,
+        )
+        self.defer(
+            trigger=SlotRunningTrigger(
+                app=app.name,
+                slot=slot.value,
+                bootstrap=control.bootstrap,
+                since_ms=int(proc.launched_at * 1000),
+                timeout_s=self.wait_timeout_s,
+            ),
+            method_name="execute_complete",
+            kwargs={"launch": BatonSparkHook.describe(proc), "since_ms": int(proc.launched_at * 1000)},
+        )
 
     def execute_complete(self, context: Any, event: dict[str, Any], launch: dict[str, Any], since_ms: int) -> dict:
         plan = self.run_plan()
         app, slot = resolve(self.app, getattr(plan, self.slot_key))
-        met_or_raise(context, event, lead=f"{slot.value} did not start on generation {plan.generation}",
-                     detail=f"driver log: {launch.get('log')}")
+        met_or_raise(
+            context,
+            event,
+            lead=f"{slot.value} did not start on generation {plan.generation}",
+            detail=f"driver log: {launch.get('log')}",
+        )
         control, _ = self.hooks()
         control.plane().move_slot(app.name, slot, SlotState.RUNNING, reason="")
-        return SlotRestart(slot=slot, since_ms=since_ms, launch=launch, version=plan.version,
-                           generation=plan.generation).to_xcom()
+        return SlotRestart(
+            slot=slot, since_ms=since_ms, launch=launch, version=plan.version, generation=plan.generation
+        ).to_xcom()
 
 
 class InvariantsOperator(AppOperator):
@@ -195,24 +263,42 @@ class InvariantsOperator(AppOperator):
         control, _ = self.hooks()
         asked = f"{context['run_id']}:{context['ti'].try_number}"
         control.plane().update(app.name, ask_invariants(asked))
-        self.log.info("asked %s (generation %d) to check the app's invariants on its state (request %s)",
-                      slot.value, plan.generation, asked)
-        self.defer(trigger=InvariantsAnswerTrigger(app=app.name, slot=slot.value, bootstrap=control.bootstrap,
-                                                   asked=asked, generation=plan.generation,
-                                                   timeout_s=self.timeout_s, poll_s=self.poll_s),
-                   method_name="execute_complete", kwargs={"asked": asked})
+        self.log.info(
+            "asked %s (generation %d) to check the app's invariants on its state (request %s)",
+            slot.value,
+            plan.generation,
+            asked,
+        )
+        self.defer(
+            trigger=InvariantsAnswerTrigger(
+                app=app.name,
+                slot=slot.value,
+                bootstrap=control.bootstrap,
+                asked=asked,
+                generation=plan.generation,
+                timeout_s=self.timeout_s,
+                poll_s=self.poll_s,
+            ),
+            method_name="execute_complete",
+            kwargs={"asked": asked},
+        )
 
     def execute_complete(self, context: Any, event: dict[str, Any], asked: str) -> dict[str, Any]:
         plan = ReprocessPlan.of(self.plan)
         app, slot = resolve(self.app, plan.standby)
-        met_or_raise(context, event,
-                     lead=f"{app.name}/{slot.value} (generation {plan.generation}) did not answer the invariant check",
-                     detail="is it running? (baton_health restarts a dead slot; its driver.log says why it stopped)")
+        met_or_raise(
+            context,
+            event,
+            lead=f"{app.name}/{slot.value} (generation {plan.generation}) did not answer the invariant check",
+            detail="is it running? (baton_health restarts a dead slot; its driver.log says why it stopped)",
+        )
         control, _ = self.hooks()
         answer = answer_to(control.status(app.name, slot, last_n=500), asked, plan.generation)
         if answer is None:  # answered, then out of the last 500 records: cannot be told apart from no answer
-            raise AirflowException(f"the answer to the invariant check {asked} is no longer in "
-                                   f"{app.name}/{slot.value}'s recent status: a retry asks again")
+            raise AirflowException(
+                f"the answer to the invariant check {asked} is no longer in "
+                f"{app.name}/{slot.value}'s recent status: a retry asks again"
+            )
         try:
             control.plane().update(app.name, answered(asked))
         except Exception as exc:  # noqa: BLE001 - a request left is cleared by the cutover; at worst answered again
@@ -251,11 +337,17 @@ class FinishStagedOperator(PlanStepOperator):
         control, _ = self.hooks()
         rec = control.plane().update(app.name, end_operation(plan.operation))
         staged = plan.standby
-        summary = {"active": rec.active.value, "epoch": rec.epoch,
-                   "staged": {"slot": staged.value, "version": rec.slots[staged].version,
-                              "generation": rec.slots[staged].generation},
-                   "hand_over": {"dag": "baton_cutover", "conf": {"app": app.name, "correct": True}},
-                   "drop": {"dag": "baton_reprocess_confirm", "conf": {"app": app.name}}}
+        summary = {
+            "active": rec.active.value,
+            "epoch": rec.epoch,
+            "staged": {
+                "slot": staged.value,
+                "version": rec.slots[staged].version,
+                "generation": rec.slots[staged].generation,
+            },
+            "hand_over": {"dag": "baton_cutover", "conf": {"app": app.name, "correct": True}},
+            "drop": {"dag": "baton_reprocess_confirm", "conf": {"app": app.name}},
+        }
         self.log.info("reprocess staged: %s", summary)
         return summary
 
@@ -271,13 +363,16 @@ class FinishReprocessOperator(PlanStepOperator):
         plan = ReprocessPlan.of(self.plan)
         rec = control.plane().update(app.name, end_operation(plan.operation))
         old = plan.active
-        summary = {"active": rec.active.value, "epoch": rec.epoch, "generation": plan.generation,
-                   "version": plan.version, "previous": {"slot": old.value, "version": rec.slots[old].version,
-                                                                   "generation": rec.slots[old].generation},
-                   "archived": str(self.slot_state(spark).checkpoint(app.name, plan.standby,
-                                                                     plan.from_generation).parent),
-                   "way_back": {"dag": "baton_cutover", "conf": {"app": app.name, "correct": True}},
-                   "confirm": {"dag": "baton_reprocess_confirm", "conf": {"app": app.name}}}
+        summary = {
+            "active": rec.active.value,
+            "epoch": rec.epoch,
+            "generation": plan.generation,
+            "version": plan.version,
+            "previous": {"slot": old.value, "version": rec.slots[old].version, "generation": rec.slots[old].generation},
+            "archived": str(self.slot_state(spark).checkpoint(app.name, plan.standby, plan.from_generation).parent),
+            "way_back": {"dag": "baton_cutover", "conf": {"app": app.name, "correct": True}},
+            "confirm": {"dag": "baton_reprocess_confirm", "conf": {"app": app.name}},
+        }
         self.log.info("reprocess done: %s", summary)
         return summary
 
@@ -305,10 +400,18 @@ class AbortReprocessOperator(AbortStepsOperator):
             plane.move_slot(app.name, standby, SlotState.STOPPING, reason=f"reprocess aborted: {reason}"[:500])
             spark.stop(app.name, standby, grace_s=60, self_stop_s=60)
             plane.move_slot(app.name, standby, SlotState.STOPPED, reason="reprocess aborted")
-            plane.move_slot(app.name, standby, SlotState.STARTING, version=version, generation=gen,
-                            reason="back on its generation after an aborted reprocess", started_ms=plane.now_ms())
+            plane.move_slot(
+                app.name,
+                standby,
+                SlotState.STARTING,
+                version=version,
+                generation=gen,
+                reason="back on its generation after an aborted reprocess",
+                started_ms=plane.now_ms(),
+            )
             spark.ensure_started(str(version_path(app.name, version)), standby, control.bootstrap, generation=gen)
             back = f"; {standby.value} restarted on generation {gen} ({version})"
         plane.update(app.name, end_operation(plan.operation))
-        raise AirflowFailException(f"{app.name}: reprocess aborted before the cutover: {reason}; "
-                                   f"{rec.active.value} stays active{back}")
+        raise AirflowFailException(
+            f"{app.name}: reprocess aborted before the cutover: {reason}; {rec.active.value} stays active{back}"
+        )

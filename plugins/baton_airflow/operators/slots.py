@@ -40,9 +40,16 @@ class _SlotOperator(BaseOperator):
 
     template_fields = ("app", "slot")
 
-    def __init__(self, *, app: str, slot: str, kafka_conn_id: str = BatonKafkaHook.default_conn_name,
-                 spark_conn_id: str = BatonSparkHook.default_conn_name,
-                 retry_delay: timedelta = timedelta(seconds=10), **kwargs: Any):
+    def __init__(
+        self,
+        *,
+        app: str,
+        slot: str,
+        kafka_conn_id: str = BatonKafkaHook.default_conn_name,
+        spark_conn_id: str = BatonSparkHook.default_conn_name,
+        retry_delay: timedelta = timedelta(seconds=10),
+        **kwargs: Any,
+    ):
         super().__init__(retry_delay=retry_delay, **kwargs)
         self.app, self.slot = app, slot
         self.kafka_conn_id, self.spark_conn_id = kafka_conn_id, spark_conn_id
@@ -77,17 +84,37 @@ class EnsureSlotRunningOperator(_SlotOperator):
             # guard's count starts again.
             fields: dict[str, Any] = {"restarts": ()} if spec is not None and spec.desired is SlotState.FAILED else {}
             try:
-                plane.move_slot(app.name, slot, SlotState.STARTING, version=version,
-                                reason=f"start requested by {context['run_id']}", **fields)
+                plane.move_slot(
+                    app.name,
+                    slot,
+                    SlotState.STARTING,
+                    version=version,
+                    reason=f"start requested by {context['run_id']}",
+                    **fields,
+                )
             except IllegalTransition as exc:
                 raise AirflowFailException(f"{app.name}/{slot.value}: {exc}") from None
         generation = spec.generation if spec is not None else 0
         proc = spark.ensure_started(definition, slot, control.bootstrap, generation=generation)
-        self.log.info("%s/%s launch %s (pid %s, log %s); waiting for RUNNING", app.name, slot.value,
-                      proc.launch_id, proc.pid, proc.log_path)
-        self.defer(trigger=SlotRunningTrigger(app=app.name, slot=slot.value, bootstrap=control.bootstrap,
-                                              since_ms=int(proc.launched_at * 1000), timeout_s=self.wait_timeout_s),
-                   method_name="execute_complete", kwargs={"launch": BatonSparkHook.describe(proc)})
+        self.log.info(
+            "%s/%s launch %s (pid %s, log %s); waiting for RUNNING",
+            app.name,
+            slot.value,
+            proc.launch_id,
+            proc.pid,
+            proc.log_path,
+        )
+        self.defer(
+            trigger=SlotRunningTrigger(
+                app=app.name,
+                slot=slot.value,
+                bootstrap=control.bootstrap,
+                since_ms=int(proc.launched_at * 1000),
+                timeout_s=self.wait_timeout_s,
+            ),
+            method_name="execute_complete",
+            kwargs={"launch": BatonSparkHook.describe(proc)},
+        )
 
     def execute_complete(self, context: Any, event: dict[str, Any], launch: dict[str, Any]) -> dict[str, Any]:
         app, slot = resolve(self.app, self.slot)
@@ -123,7 +150,18 @@ class StopSlotOperator(_SlotOperator):
         if spec is not None and spec.desired is not SlotState.STOPPED:
             plane.move_slot(app.name, slot, SlotState.STOPPED, reason=f"stopped by {context['run_id']}")
         exit_code = result.exit.code if result.exit else None
-        self.log.info("%s/%s: %s (graceful: %s, exit code %s)", app.name, slot.value,
-                      "stopped" if result.was_running else "was not running", result.graceful, exit_code)
-        return {"app": app.name, "slot": slot.value, "was_running": result.was_running,
-                "graceful": result.graceful, "exit_code": exit_code}
+        self.log.info(
+            "%s/%s: %s (graceful: %s, exit code %s)",
+            app.name,
+            slot.value,
+            "stopped" if result.was_running else "was not running",
+            result.graceful,
+            exit_code,
+        )
+        return {
+            "app": app.name,
+            "slot": slot.value,
+            "was_running": result.was_running,
+            "graceful": result.graceful,
+            "exit_code": exit_code,
+        }

@@ -22,9 +22,15 @@ from baton_airflow.hooks.spark import BatonSparkHook
 class AppOperator(BaseOperator):
     template_fields: Sequence[str] = ("app",)
 
-    def __init__(self, *, app: str, kafka_conn_id: str = BatonKafkaHook.default_conn_name,
-                 spark_conn_id: str = BatonSparkHook.default_conn_name,
-                 retry_delay: timedelta = timedelta(seconds=5), **kwargs: Any):
+    def __init__(
+        self,
+        *,
+        app: str,
+        kafka_conn_id: str = BatonKafkaHook.default_conn_name,
+        spark_conn_id: str = BatonSparkHook.default_conn_name,
+        retry_delay: timedelta = timedelta(seconds=5),
+        **kwargs: Any,
+    ):
         super().__init__(retry_delay=retry_delay, **kwargs)
         self.app, self.kafka_conn_id, self.spark_conn_id = app, kafka_conn_id, spark_conn_id
 

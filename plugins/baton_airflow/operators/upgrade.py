@@ -65,24 +65,38 @@ class PreflightOperator(AppOperator):
         control, spark = self.hooks()
         rec = control.plane().current(app.name)
         if rec is None:
-            raise fail_with_reason(context, f"{app.name} has never been started: start it (baton_lifecycle) before upgrading")
+            raise fail_with_reason(
+                context, f"{app.name} has never been started: start it (baton_lifecycle) before upgrading"
+            )
         for slot in Slot:
             spec = rec.slots.get(slot)
             if spec is None or spec.desired is not SlotState.RUNNING or spark.find(app.name, slot) is None:
                 state = spec.desired.value if spec else "not started"
-                raise fail_with_reason(context, f"{app.name}/{slot.value} is {state}: a rolling upgrade needs both slots running")
+                raise fail_with_reason(
+                    context, f"{app.name}/{slot.value} is {state}: a rolling upgrade needs both slots running"
+                )
         if rec.fence is not None:
             raise fail_with_reason(context, f"{app.name}: a fence {rec.fence} is set: another handoff is under way")
         standby = other(rec.active)
         versions = {s: rec.slots[s].version or app.version for s in Slot}
         if versions[rec.active] == new.version:
             raise fail_with_reason(context, f"{app.name}: the active ({rec.active.value}) already runs {new.version}")
-        message = (f"{new.version} is valid and keeps {app.name}'s topics; the standby {standby.value}'s first batch "
-                   f"on it checks the state schema")
+        message = (
+            f"{new.version} is valid and keeps {app.name}'s topics; the standby {standby.value}'s first batch "
+            f"on it checks the state schema"
+        )
         self.log.info("%s", message)
-        return UpgradePlan(app=app.name, version=new.version, definition=str(definition), policy=policy.value,
-                           from_version=versions[rec.active], active=rec.active, standby=standby, epoch=rec.epoch,
-                           preflight=message).to_xcom()
+        return UpgradePlan(
+            app=app.name,
+            version=new.version,
+            definition=str(definition),
+            policy=policy.value,
+            from_version=versions[rec.active],
+            active=rec.active,
+            standby=standby,
+            epoch=rec.epoch,
+            preflight=message,
+        ).to_xcom()
 
 
 class UpgradeSlotOperator(AppOperator):
@@ -129,10 +143,12 @@ class UpgradeSlotOperator(AppOperator):
                 else:  # after the cutover settled: the new active's way back is of no more use
                     new_active = other(slot)
                     state = self.slot_state(spark)
-                    state.drop_way_back(state.checkpoint(app.name, new_active,
-                                                         plane.require(app.name).slots[new_active].generation))
-                spec = plane.move_slot(app.name, slot, SlotState.STARTING, version=version, reason=why,
-                                       started_ms=plane.now_ms()).slots[slot]
+                    state.drop_way_back(
+                        state.checkpoint(app.name, new_active, plane.require(app.name).slots[new_active].generation)
+                    )
+                spec = plane.move_slot(
+                    app.name, slot, SlotState.STARTING, version=version, reason=why, started_ms=plane.now_ms()
+                ).slots[slot]
             elif spec.desired is not SlotState.RUNNING:
                 spec = plane.move_slot(app.name, slot, SlotState.STARTING, reason=why).slots[slot]
         except IllegalTransition as exc:
@@ -141,14 +157,25 @@ class UpgradeSlotOperator(AppOperator):
         proc = spark.ensure_started(definition, slot, control.bootstrap, generation=spec.generation)
         left = _left_digest(control, app.name, slot, int(proc.launched_at * 1000))
         self.log.info("%s/%s: %s launched (pid %s); it left %s", app.name, slot.value, version, proc.pid, left)
-        self.defer(trigger=SlotRunningTrigger(app=app.name, slot=slot.value, bootstrap=control.bootstrap,
-                                              since_ms=int(proc.launched_at * 1000), timeout_s=self.wait_timeout_s),
-                   method_name="execute_complete",
-                   kwargs={"launch": BatonSparkHook.describe(proc), "left": left.to_json() if left else None,
-                           "since_ms": int(proc.launched_at * 1000)})
+        self.defer(
+            trigger=SlotRunningTrigger(
+                app=app.name,
+                slot=slot.value,
+                bootstrap=control.bootstrap,
+                since_ms=int(proc.launched_at * 1000),
+                timeout_s=self.wait_timeout_s,
+            ),
+            method_name="execute_complete",
+            kwargs={
+                "launch": BatonSparkHook.describe(proc),
+                "left": left.to_json() if left else None,
+                "since_ms": int(proc.launched_at * 1000),
+            },
+        )
 
-    def execute_complete(self, context: Any, event: dict[str, Any], launch: dict[str, Any],
-                         left: dict[str, Any] | None, since_ms: int) -> dict[str, Any]:
+    def execute_complete(
+        self, context: Any, event: dict[str, Any], launch: dict[str, Any], left: dict[str, Any] | None, since_ms: int
+    ) -> dict[str, Any]:
         plan = UpgradePlan.of(self.plan)
         app, slot = resolve(self.app, getattr(plan, self.role))
         met_or_raise(context, event, lead=f"{plan.version} did not start", detail=f"driver log: {launch.get('log')}")
@@ -179,8 +206,9 @@ class StateCheckPositionOperator(AppOperator):
         position = plan_ahead(control, app, rec, float(self.ahead_s))
         plane.update(app.name, ask_state_check(position))
         self.log.info("%s: both slots digest their state at %s", app.name, position)
-        return StateCheckPlan(position=position, active=rec.active, standby=standby,
-                              ahead_s=float(self.ahead_s)).to_xcom()
+        return StateCheckPlan(
+            position=position, active=rec.active, standby=standby, ahead_s=float(self.ahead_s)
+        ).to_xcom()
 
 
 def _left_digest(control: BatonControlHook, app: str, slot: Slot, launched_ms: int) -> StateDigest | None:
@@ -206,9 +234,19 @@ class RollbackOperator(AppOperator):
 
     template_fields = ("app", "plan", "cutover", "ahead_s", "fence_timeout_s")
 
-    def __init__(self, *, plan: Any, cutover: Any, settle_task_id: str = "settle", ahead_s: float | str = 2.0,
-                 fence_timeout_s: float | str = 120.0, correct: bool = False, trigger_rule: str = "one_failed",
-                 retries: int = 2, **kwargs: Any):
+    def __init__(
+        self,
+        *,
+        plan: Any,
+        cutover: Any,
+        settle_task_id: str = "settle",
+        ahead_s: float | str = 2.0,
+        fence_timeout_s: float | str = 120.0,
+        correct: bool = False,
+        trigger_rule: str = "one_failed",
+        retries: int = 2,
+        **kwargs: Any,
+    ):
         super().__init__(trigger_rule=trigger_rule, retries=retries, **kwargs)
         self.plan, self.cutover, self.settle_task_id = plan, cutover, settle_task_id
         self.ahead_s, self.fence_timeout_s, self.correct = ahead_s, fence_timeout_s, correct
@@ -228,19 +266,35 @@ class RollbackOperator(AppOperator):
         if finished(rec, by) is not None or (rec.epoch == epoch + 1 and rec.active is back_to):
             self.log.info("%s: already rolled back to %s at epoch %s", app.name, back_to.value, rec.epoch)
         elif rec.active is not new_slot or rec.epoch != epoch:
-            raise AirflowFailException(f"{app.name}: the role moved on since the cutover ({rec.active.value} at epoch "
-                                       f"{rec.epoch}): not rolling back; the settle check said: {reason}")
+            raise AirflowFailException(
+                f"{app.name}: the role moved on since the cutover ({rec.active.value} at epoch "
+                f"{rec.epoch}): not rolling back; the settle check said: {reason}"
+            )
         else:
             how = self.roll_back(control, spark, app, plan, new_slot, epoch, by, reason)
-        plane.move_slot(app.name, new_slot, SlotState.RUNNING, reason=f"rolled back from {plan.version}: {reason}"[:500])
+        plane.move_slot(
+            app.name, new_slot, SlotState.RUNNING, reason=f"rolled back from {plan.version}: {reason}"[:500]
+        )
         if plan.operation:  # a reprocess: the app is free again
             plane.update(app.name, end_operation(plan.operation))
         # The run's outcome, kept where the REST API shows it (the task's XCom) as well as in its log.
-        raise fail_with_reason(context, f"{app.name}: rolled back to {back_to.value} on {plan.from_version} "
-                                        f"(epoch {epoch + 1}, {how}); {plan.version} did not settle: {reason}")
+        raise fail_with_reason(
+            context,
+            f"{app.name}: rolled back to {back_to.value} on {plan.from_version} "
+            f"(epoch {epoch + 1}, {how}); {plan.version} did not settle: {reason}",
+        )
 
-    def roll_back(self, control: BatonControlHook, spark: BatonSparkHook, app, plan: VersionChange, new_slot: Slot,
-                  epoch: int, by: str, reason: str) -> str:
+    def roll_back(
+        self,
+        control: BatonControlHook,
+        spark: BatonSparkHook,
+        app,
+        plan: VersionChange,
+        new_slot: Slot,
+        epoch: int,
+        by: str,
+        reason: str,
+    ) -> str:
         """Hand the role back to the old slot; returns how ("at a fence", or "by a failover")."""
         back_to, plane = other(new_slot), control.plane()
         ahead = float(self.ahead_s)
@@ -252,9 +306,17 @@ class RollbackOperator(AppOperator):
             try:  # this rollback's fence, kept if a retry finds it set; another handoff's is refused
                 rec = set_fence(control, app, plane.require(app.name), ahead, by=by)
             except HandoffError as exc:
-                raise AirflowFailException(f"{app.name}: cannot roll back: {exc}; the settle check said: {reason}") from None
-            self.log.warning("%s: rolling back to %s: fence %s (try %d, %g s ahead)", app.name, back_to.value,
-                             rec.fence, attempt, ahead)
+                raise AirflowFailException(
+                    f"{app.name}: cannot roll back: {exc}; the settle check said: {reason}"
+                ) from None
+            self.log.warning(
+                "%s: rolling back to %s: fence %s (try %d, %g s ahead)",
+                app.name,
+                back_to.value,
+                rec.fence,
+                attempt,
+                ahead,
+            )
             # Cut over the moment the gate is met. After a corrected-output cutover, the old slot's state
             # is published again on the way back.
             assert rec.fence is not None  # set_fence returns the record with its fence
@@ -264,22 +326,34 @@ class RollbackOperator(AppOperator):
             try:
                 plane.update(app.name, without_fence(epoch, by=by))
             except HandoffError as exc:  # the role moved on meanwhile (someone else's handoff)
-                raise AirflowFailException(f"{app.name}: rollback stopped: {exc}; the settle check said: {reason}") from None
+                raise AirflowFailException(
+                    f"{app.name}: rollback stopped: {exc}; the settle check said: {reason}"
+                ) from None
             self.log.warning("%s: fence not held (%s); planning another", app.name, check.message)
             ahead *= 2
         # The new active reaches no fence: stop it, and the old slot takes over at what it emitted.
         spark.stop(app.name, new_slot, grace_s=10)  # a late write of it is fenced by Kafka anyway
         marker = control.last_commit(app)
         try:
-            ok, message = fail_over(plane, app.name, app.input.partitions, new_slot, epoch,
-                                    dict(marker.emitted) if marker is not None else {},
-                                    control.status(app.name, back_to, last_n=500),
-                                    reason=f"rollback: the new active reached no fence; {reason}")
+            ok, message = fail_over(
+                plane,
+                app.name,
+                app.input.partitions,
+                new_slot,
+                epoch,
+                dict(marker.emitted) if marker is not None else {},
+                control.status(app.name, back_to, last_n=500),
+                reason=f"rollback: the new active reached no fence; {reason}",
+            )
         except HandoffError as exc:
             now = plane.require(app.name)
             if now.active is back_to and now.epoch > epoch:  # the old slot took over by itself (its lease watch)
-                self.log.warning("%s: %s took the role back by itself: %s", app.name, back_to.value,
-                                 now.handoff.reason if now.handoff else "")
+                self.log.warning(
+                    "%s: %s took the role back by itself: %s",
+                    app.name,
+                    back_to.value,
+                    now.handoff.reason if now.handoff else "",
+                )
                 return "by the old slot's own failover"
             raise AirflowFailException(f"{app.name}: rollback failed: {exc}; the settle check said: {reason}") from None
         if not ok:
@@ -287,8 +361,16 @@ class RollbackOperator(AppOperator):
         self.log.warning("%s: %s", app.name, message)
         return "by a failover: the new active was stopped"
 
-    def require_running(self, control: BatonControlHook, spark: BatonSparkHook, app, plan: VersionChange,
-                        back_to: Slot, new_slot: Slot, reason: str) -> None:
+    def require_running(
+        self,
+        control: BatonControlHook,
+        spark: BatonSparkHook,
+        app,
+        plan: VersionChange,
+        back_to: Slot,
+        new_slot: Slot,
+        reason: str,
+    ) -> None:
         """The old slot can take the role back only while it runs; else say so, and what to do."""
         spec = control.plane().require(app.name).slots.get(back_to)
         if spec is not None and spec.desired is SlotState.RUNNING and spark.find(app.name, back_to) is not None:
@@ -298,17 +380,27 @@ class RollbackOperator(AppOperator):
             f"{app.name}: cannot roll back: the old slot {back_to.value} ({plan.from_version}) is {state}, "
             f"not running; {new_slot.value} stays active on {plan.version}. Start {back_to.value} "
             f"(baton_lifecycle) and hand the role back with baton_cutover, or upgrade again with version "
-            f"{plan.from_version}. The settle check said: {reason}")
+            f"{plan.from_version}. The settle check said: {reason}"
+        )
 
-    def wait_at_fence(self, control: BatonControlHook, plane, app, standby: Slot, fence: dict[int, int],
-                      epoch: int) -> Check:
+    def wait_at_fence(
+        self, control: BatonControlHook, plane, app, standby: Slot, fence: dict[int, int], epoch: int
+    ) -> Check:
         """The gate at `fence` and the cutover the moment it is met (baton.fence_gate.FenceGate): met, failed, or
         not met within fence_timeout_s (a Check with neither flag)."""
         deadline = time.monotonic() + float(self.fence_timeout_s)
-        gate = FenceGate(plane, app.name, standby, epoch, fence, lambda: control.last_commit(app),
-                         lambda: control.status(app.name, other(standby), last_n=500),
-                         lambda: control.status(app.name, standby, last_n=500),
-                         trail_records=app.max_lag_records, correct=self.correct)
+        gate = FenceGate(
+            plane,
+            app.name,
+            standby,
+            epoch,
+            fence,
+            lambda: control.last_commit(app),
+            lambda: control.status(app.name, other(standby), last_n=500),
+            lambda: control.status(app.name, standby, last_n=500),
+            trail_records=app.max_lag_records,
+            correct=self.correct,
+        )
         while True:
             check = gate.look()
             if check.met or check.failed:
@@ -343,29 +435,37 @@ class AbortUpgradeOperator(AbortStepsOperator):
         active = f"{rec.active.value} stays active at epoch {rec.epoch}" if rec is not None else "nothing changed"
         raise AirflowFailException(f"{app.name}: rolling upgrade aborted before the cutover: {reason}; {active}{where}")
 
-    def put_back(self, control: BatonControlHook, spark: BatonSparkHook, app, plan: UpgradePlan, slot: Slot, spec,
-                 reason: str) -> str:
+    def put_back(
+        self, control: BatonControlHook, spark: BatonSparkHook, app, plan: UpgradePlan, slot: Slot, spec, reason: str
+    ) -> str:
         """The standby on the old version again, from the copy of the state it left (UpgradeSlotOperator)."""
         old, new = plan.from_version, plan.version
         state = self.slot_state(spark)
         checkpoint = state.checkpoint(app.name, slot, spec.generation)
         if not state.has_way_back(checkpoint):
-            return (f"; the standby {slot.value} already runs {new} and no copy of the state it left is kept "
-                    f"(run the upgrade with version {old} to put it back)")
+            return (
+                f"; the standby {slot.value} already runs {new} and no copy of the state it left is kept "
+                f"(run the upgrade with version {old} to put it back)"
+            )
         plane, why = control.plane(), f"put back on {old}: {reason}"[:500]
         if spec.desired is not SlotState.STOPPED:  # intent first; the slot stops by itself on STOPPING
             plane.move_slot(app.name, slot, SlotState.STOPPING, reason=why)
             spark.stop(app.name, slot, grace_s=30, self_stop_s=30)
             plane.move_slot(app.name, slot, SlotState.STOPPED, reason=why)
         state.take_way_back(checkpoint)
-        spec = plane.move_slot(app.name, slot, SlotState.STARTING, version=old, reason=why,
-                               started_ms=plane.now_ms()).slots[slot]
-        proc = spark.ensure_started(str(version_path(app.name, old)), slot, control.bootstrap, generation=spec.generation)
+        spec = plane.move_slot(
+            app.name, slot, SlotState.STARTING, version=old, reason=why, started_ms=plane.now_ms()
+        ).slots[slot]
+        proc = spark.ensure_started(
+            str(version_path(app.name, old)), slot, control.bootstrap, generation=spec.generation
+        )
         since_ms, deadline = int(proc.launched_at * 1000), time.monotonic() + self.PUT_BACK_TIMEOUT_S
         while (check := slot_running(control.status(app.name, slot, last_n=500), since_ms)).waiting:
             if time.monotonic() > deadline:
-                return (f"; the standby {slot.value} was restarted on {old} from the state it left and is not "
-                        f"running yet after {self.PUT_BACK_TIMEOUT_S:.0f} s (the health DAG watches it)")
+                return (
+                    f"; the standby {slot.value} was restarted on {old} from the state it left and is not "
+                    f"running yet after {self.PUT_BACK_TIMEOUT_S:.0f} s (the health DAG watches it)"
+                )
             time.sleep(2)
         if check.failed:
             return f"; the standby {slot.value}, put back on {old}, did not start: {check.message}"

@@ -30,9 +30,18 @@ class _SlotSensor(BaseSensorOperator):
 
     template_fields: Sequence[str] = ("app", "slot", "wait_timeout_s")
 
-    def __init__(self, *, app: str, slot: str, wait_timeout_s: float | str | None = 600.0, deferrable: bool = True,
-                 kafka_conn_id: str = BatonKafkaHook.default_conn_name,
-                 retry_delay: timedelta = timedelta(seconds=10), retries: int = 2, **kwargs: Any):
+    def __init__(
+        self,
+        *,
+        app: str,
+        slot: str,
+        wait_timeout_s: float | str | None = 600.0,
+        deferrable: bool = True,
+        kafka_conn_id: str = BatonKafkaHook.default_conn_name,
+        retry_delay: timedelta = timedelta(seconds=10),
+        retries: int = 2,
+        **kwargs: Any,
+    ):
         # retries: apache/airflow#71580, a deferred task can end "success but queued"
         super().__init__(retry_delay=retry_delay, retries=retries, **kwargs)
         self.app, self.slot, self.wait_timeout_s, self.kafka_conn_id = app, slot, wait_timeout_s, kafka_conn_id
@@ -47,12 +56,21 @@ class _SlotSensor(BaseSensorOperator):
 
     def wait_s(self) -> float:
         """How long the wait may take: wait_timeout_s, else the sensor API's timeout."""
-        return float(self.wait_timeout_s) if self.wait_timeout_s is not None and self.wait_timeout_s != "" else float(self.timeout)
+        return (
+            float(self.wait_timeout_s)
+            if self.wait_timeout_s is not None and self.wait_timeout_s != ""
+            else float(self.timeout)
+        )
 
     def status_trigger(self, context: Any) -> SlotWaitTrigger:
         app = load_app(self.app)
-        return self.trigger_class(app=app.name, slot=self.slot, bootstrap=BatonKafkaHook(self.kafka_conn_id).bootstrap,
-                                  timeout_s=self.wait_s(), **self.trigger_args(context))
+        return self.trigger_class(
+            app=app.name,
+            slot=self.slot,
+            bootstrap=BatonKafkaHook(self.kafka_conn_id).bootstrap,
+            timeout_s=self.wait_s(),
+            **self.trigger_args(context),
+        )
 
     def execute(self, context: Any) -> Any:
         if not self.deferrable:
@@ -90,8 +108,10 @@ class SlotRunningSensor(_SlotSensor):
         self.since_ms, self.pid = since_ms, pid
 
     def trigger_args(self, context: Any) -> dict[str, Any]:
-        return dict(since_ms=int(self.since_ms or 0),
-                    pid=int(self.pid) if self.pid is not None and self.pid not in ("", "None") else None)
+        return dict(
+            since_ms=int(self.since_ms or 0),
+            pid=int(self.pid) if self.pid is not None and self.pid not in ("", "None") else None,
+        )
 
 
 class PositionReachedSensor(_SlotSensor):
@@ -121,8 +141,15 @@ class LagWithinSensor(_SlotSensor):
 
     template_fields = (*_SlotSensor.template_fields, "max_lag", "max_lag_s", "since_ms", "restart")
 
-    def __init__(self, *, max_lag: int | str | None = None, max_lag_s: float | str | None = None,
-                 since_ms: int | str = 0, restart: Any = None, **kwargs: Any):
+    def __init__(
+        self,
+        *,
+        max_lag: int | str | None = None,
+        max_lag_s: float | str | None = None,
+        since_ms: int | str = 0,
+        restart: Any = None,
+        **kwargs: Any,
+    ):
         kwargs.setdefault("slot", "")
         super().__init__(**kwargs)
         self.max_lag, self.max_lag_s, self.since_ms, self.restart = max_lag, max_lag_s, since_ms, restart
@@ -135,9 +162,11 @@ class LagWithinSensor(_SlotSensor):
 
     def trigger_args(self, context: Any) -> dict[str, Any]:
         app = load_app(self.app)
-        return dict(max_lag=int(self.max_lag) if self.max_lag is not None and self.max_lag != "" else app.max_lag_records,
-                    max_lag_s=float(self.max_lag_s) if self.max_lag_s is not None and self.max_lag_s != "" else None,
-                    since_ms=int(self.since_ms or 0))
+        return dict(
+            max_lag=int(self.max_lag) if self.max_lag is not None and self.max_lag != "" else app.max_lag_records,
+            max_lag_s=float(self.max_lag_s) if self.max_lag_s is not None and self.max_lag_s != "" else None,
+            since_ms=int(self.since_ms or 0),
+        )
 
 
 class SlotHealthySensor(_SlotSensor):
@@ -210,8 +239,15 @@ class SettleSensor(_SlotSensor):
 
     template_fields = ("app", "cutover", "settle_s", "max_batch_ms")
 
-    def __init__(self, *, cutover: Any, settle_s: float | str = 30.0, max_batch_ms: int | str = 0,
-                 correct: bool = False, **kwargs: Any):
+    def __init__(
+        self,
+        *,
+        cutover: Any,
+        settle_s: float | str = 30.0,
+        max_batch_ms: int | str = 0,
+        correct: bool = False,
+        **kwargs: Any,
+    ):
         kwargs.setdefault("slot", "")
         super().__init__(**kwargs)
         self.cutover, self.settle_s, self.max_batch_ms, self.correct = cutover, settle_s, max_batch_ms, correct
@@ -230,15 +266,32 @@ class SettleSensor(_SlotSensor):
         cutover = Cutover.of(self.cutover)
         # The defaults follow the old version: the budgets, or its own pace and lag when a busy host held
         # it past them (a rollback to a version as slow helps nobody).
-        old_active = read_slot_status(BatonKafkaHook(self.kafka_conn_id).bootstrap, app.name,
-                                      cutover.active.other.value)
+        old_active = read_slot_status(
+            BatonKafkaHook(self.kafka_conn_id).bootstrap, app.name, cutover.active.other.value
+        )
         limit, why = int(self.max_batch_ms), "as asked"
         cost, cost_why = None, "none: the limit was asked for"
         if not limit:
             limit, why = settle_batch_limit(old_active, cutover.at_ms, app.batch_ms_budget)
             cost, cost_why = settle_record_cost(old_active, cutover.at_ms)
         max_lag, lag_why = settle_lag_limit(old_active, cutover.at_ms, app.max_lag_records)
-        self.log.info("%s settle: batch-time limit %d ms, %s; excused per record at most: %s; lag limit %d records, "
-                      "%s", app.name, limit, why, cost_why, max_lag, lag_why)
-        return dict(since_ms=cutover.at_ms, epoch=cutover.epoch, fence=cutover.fence, settle_s=float(self.settle_s),
-                    max_batch_ms=limit, max_lag=max_lag, correct=bool(self.correct), record_cost_us=cost, poll_s=1.0)
+        self.log.info(
+            "%s settle: batch-time limit %d ms, %s; excused per record at most: %s; lag limit %d records, %s",
+            app.name,
+            limit,
+            why,
+            cost_why,
+            max_lag,
+            lag_why,
+        )
+        return dict(
+            since_ms=cutover.at_ms,
+            epoch=cutover.epoch,
+            fence=cutover.fence,
+            settle_s=float(self.settle_s),
+            max_batch_ms=limit,
+            max_lag=max_lag,
+            correct=bool(self.correct),
+            record_cost_us=cost,
+            poll_s=1.0,
+        )

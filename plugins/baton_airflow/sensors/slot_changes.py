@@ -17,16 +17,24 @@ class SlotChangeSensor(BaseOperator):
     """Returns the changes found (XCom: app, slot, kind, launch, why); skipped when none came in
     `wait_s`."""
 
-    def __init__(self, *, wait_s: float = 3600.0, kafka_conn_id: str = BatonKafkaHook.default_conn_name,
-                 retry_delay: timedelta = timedelta(seconds=5), retries: int = 2, **kwargs: Any):
+    def __init__(
+        self,
+        *,
+        wait_s: float = 3600.0,
+        kafka_conn_id: str = BatonKafkaHook.default_conn_name,
+        retry_delay: timedelta = timedelta(seconds=5),
+        retries: int = 2,
+        **kwargs: Any,
+    ):
         # retries: apache/airflow#71580, a deferred task can end "success but queued"
         super().__init__(retry_delay=retry_delay, retries=retries, **kwargs)
         self.wait_s, self.kafka_conn_id = float(wait_s), kafka_conn_id
 
     def execute(self, context: Any) -> Any:
-        self.defer(trigger=SlotChangeTrigger(bootstrap=BatonKafkaHook(self.kafka_conn_id).bootstrap,
-                                             timeout_s=self.wait_s),
-                   method_name="execute_complete")
+        self.defer(
+            trigger=SlotChangeTrigger(bootstrap=BatonKafkaHook(self.kafka_conn_id).bootstrap, timeout_s=self.wait_s),
+            method_name="execute_complete",
+        )
 
     def execute_complete(self, context: Any, event: dict[str, Any]) -> list[dict[str, str]]:
         from airflow.sdk.exceptions import AirflowSkipException

@@ -61,8 +61,17 @@ class SlotWaitTrigger(BaseTrigger):
 
     kind: ClassVar[str] = "wait"
 
-    def __init__(self, *, app: str, slot: str, bootstrap: str, timeout_s: float = 600.0, poll_s: float = 2.0,
-                 deadline_ts: float | None = None, client_config_file: str | None = None):
+    def __init__(
+        self,
+        *,
+        app: str,
+        slot: str,
+        bootstrap: str,
+        timeout_s: float = 600.0,
+        poll_s: float = 2.0,
+        deadline_ts: float | None = None,
+        client_config_file: str | None = None,
+    ):
         super().__init__()
         self.app, self.slot, self.bootstrap = app, slot, bootstrap
         self.timeout_s, self.poll_s = float(timeout_s), float(poll_s)
@@ -77,10 +86,19 @@ class SlotWaitTrigger(BaseTrigger):
         return {}
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
-        return (f"{type(self).__module__}.{type(self).__qualname__}",
-                dict(app=self.app, slot=self.slot, bootstrap=self.bootstrap, timeout_s=self.timeout_s,
-                     poll_s=self.poll_s, deadline_ts=self.deadline_ts, client_config_file=self.client_config_file,
-                     **self.args()))
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            dict(
+                app=self.app,
+                slot=self.slot,
+                bootstrap=self.bootstrap,
+                timeout_s=self.timeout_s,
+                poll_s=self.poll_s,
+                deadline_ts=self.deadline_ts,
+                client_config_file=self.client_config_file,
+                **self.args(),
+            ),
+        )
 
     def check(self) -> Check:
         """One blocking poll (runs in a thread)."""
@@ -103,13 +121,17 @@ class SlotWaitTrigger(BaseTrigger):
                 return
             if time.monotonic() - logged_at >= PROGRESS_EVERY_S:  # a long wait says where it stands
                 logged_at = time.monotonic()
-                self.log.info("%s: waiting: %s; %.0f s left", what,
-                              (result.message if result is not None else last_error) or "nothing reported yet",
-                              max(0.0, self.deadline_ts - time.time()))
+                self.log.info(
+                    "%s: waiting: %s; %.0f s left",
+                    what,
+                    (result.message if result is not None else last_error) or "nothing reported yet",
+                    max(0.0, self.deadline_ts - time.time()),
+                )
             if time.time() >= self.deadline_ts:
                 extra = f" (last error: {last_error})" if last_error else ""
-                yield TriggerEvent({"status": "timeout",
-                                    "message": f"{what}: not met within {self.timeout_s:.0f}s{extra}"})
+                yield TriggerEvent(
+                    {"status": "timeout", "message": f"{what}: not met within {self.timeout_s:.0f}s{extra}"}
+                )
                 return
             await asyncio.sleep(self.poll_s)
 

@@ -37,16 +37,29 @@ class CutoverTrigger(SlotWaitTrigger):
 
     kind = "cutover"
 
-    def __init__(self, *, fence: dict[Any, int], epoch: int, trail_records: int = 0, correct: bool = False,
-                 writer: str | None = None, **common: Any):
+    def __init__(
+        self,
+        *,
+        fence: dict[Any, int],
+        epoch: int,
+        trail_records: int = 0,
+        correct: bool = False,
+        writer: str | None = None,
+        **common: Any,
+    ):
         super().__init__(**common)
         self.fence, self.epoch = positions(fence), int(epoch)
         self.trail_records, self.correct, self.writer = int(trail_records), bool(correct), run_writer(writer)
         self.gate: FenceGate | None = None  # made at the first check (in the triggerer)
 
     def args(self) -> dict[str, Any]:
-        return dict(fence=positions_arg(self.fence), epoch=self.epoch, trail_records=self.trail_records,
-                    correct=self.correct, writer=self.writer)
+        return dict(
+            fence=positions_arg(self.fence),
+            epoch=self.epoch,
+            trail_records=self.trail_records,
+            correct=self.correct,
+            writer=self.writer,
+        )
 
     def check(self) -> Check:
         if self.gate is None:  # one gate for this trigger's life: it keeps the active's word once it came
@@ -64,8 +77,14 @@ class CutoverTrigger(SlotWaitTrigger):
         commits_topic = load_app(self.app).commits_topic
         to = Slot(self.slot)
         return FenceGate(
-            ControlPlane(KafkaControlStore(self.bootstrap), writer=self.writer), self.app, to, self.epoch,
-            self.fence, lambda: read_last_marker(self.bootstrap, commits_topic, self.app),
+            ControlPlane(KafkaControlStore(self.bootstrap), writer=self.writer),
+            self.app,
+            to,
+            self.epoch,
+            self.fence,
+            lambda: read_last_marker(self.bootstrap, commits_topic, self.app),
             lambda: slot_history(self.bootstrap, self.app, other(to).value, last_n=500),
             lambda: slot_history(self.bootstrap, self.app, self.slot, last_n=500),
-            trail_records=self.trail_records, correct=self.correct)
+            trail_records=self.trail_records,
+            correct=self.correct,
+        )

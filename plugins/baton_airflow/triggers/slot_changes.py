@@ -39,17 +39,29 @@ class SlotChangeTrigger(BaseTrigger):
     """Met with the changes (a list of baton.slot_changes.SlotChange dicts) when any slot of any app died
     or came up; "quiet" at the deadline (`timeout_s` from the first creation, absolute)."""
 
-    def __init__(self, *, bootstrap: str, timeout_s: float = 3600.0, deadline_ts: float | None = None,
-                 client_config_file: str | None = None):
+    def __init__(
+        self,
+        *,
+        bootstrap: str,
+        timeout_s: float = 3600.0,
+        deadline_ts: float | None = None,
+        client_config_file: str | None = None,
+    ):
         super().__init__()
         self.bootstrap, self.timeout_s = bootstrap, float(timeout_s)
         self.deadline_ts = float(deadline_ts) if deadline_ts is not None else time.time() + self.timeout_s
         self.client_config_file = client_config_file if client_config_file is not None else security_file(bootstrap)
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
-        return (f"{type(self).__module__}.{type(self).__qualname__}",
-                dict(bootstrap=self.bootstrap, timeout_s=self.timeout_s, deadline_ts=self.deadline_ts,
-                     client_config_file=self.client_config_file))
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            dict(
+                bootstrap=self.bootstrap,
+                timeout_s=self.timeout_s,
+                deadline_ts=self.deadline_ts,
+                client_config_file=self.client_config_file,
+            ),
+        )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         use_file(self.bootstrap, self.client_config_file or None)
@@ -64,16 +76,29 @@ class SlotChangeTrigger(BaseTrigger):
                     changes = await asyncio.to_thread(reader.poll)
                     if changes:
                         self.log.info("baton watch: %s", "; ".join(c.message() for c in changes))
-                        yield TriggerEvent({"status": "met", "changes": [c.to_dict() for c in changes],
-                                            "message": "; ".join(c.message() for c in changes)})
+                        yield TriggerEvent(
+                            {
+                                "status": "met",
+                                "changes": [c.to_dict() for c in changes],
+                                "message": "; ".join(c.message() for c in changes),
+                            }
+                        )
                         return
                 if time.monotonic() - logged_at >= 10 * PROGRESS_EVERY_S:
                     logged_at = time.monotonic()
-                    self.log.info("baton watch: %d slot(s) renewing, none died; %.0f s left", reader.slots(),
-                                  max(0.0, self.deadline_ts - time.time()))
+                    self.log.info(
+                        "baton watch: %d slot(s) renewing, none died; %.0f s left",
+                        reader.slots(),
+                        max(0.0, self.deadline_ts - time.time()),
+                    )
                 if time.time() >= self.deadline_ts:
-                    yield TriggerEvent({"status": "quiet", "changes": [],
-                                        "message": f"no slot died or came up in {self.timeout_s:.0f} s"})
+                    yield TriggerEvent(
+                        {
+                            "status": "quiet",
+                            "changes": [],
+                            "message": f"no slot died or came up in {self.timeout_s:.0f} s",
+                        }
+                    )
                     return
         finally:
             await asyncio.to_thread(reader.close)
@@ -89,8 +114,8 @@ class LeaseReader:
         self.bootstrap = bootstrap
         self.watch = SlotChangeWatch(this_host(), proc_start_ticks)
         self._consumer: Consumer | None = None
-        self._end = 0                 # the topic's end when the look-back began
-        self._position = 0            # the next offset to read
+        self._end = 0  # the topic's end when the look-back began
+        self._position = 0  # the next offset to read
         self._look_back_until = 0.0
 
     def _open(self) -> None:
@@ -100,9 +125,17 @@ class LeaseReader:
         from baton.kafka.fetch_wait import fetch_wait_ms
         from baton.settings import LEASES_TOPIC
 
-        consumer = Consumer(kafka_config(self.bootstrap, {
-            "group.id": "baton-watch", "enable.auto.commit": False, "reconnect.backoff.max.ms": 1000,
-            "fetch.wait.max.ms": fetch_wait_ms(self.bootstrap, LEASES_TOPIC, FETCH_WAIT_MS)}))
+        consumer = Consumer(
+            kafka_config(
+                self.bootstrap,
+                {
+                    "group.id": "baton-watch",
+                    "enable.auto.commit": False,
+                    "reconnect.backoff.max.ms": 1000,
+                    "fetch.wait.max.ms": fetch_wait_ms(self.bootstrap, LEASES_TOPIC, FETCH_WAIT_MS),
+                },
+            )
+        )
         try:
             self._end = consumer.get_watermark_offsets(TopicPartition(LEASES_TOPIC, 0), timeout=5)[1]
         except Exception:

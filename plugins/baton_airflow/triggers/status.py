@@ -35,9 +35,18 @@ def healthy_now(bootstrap: str, app_name: str, slot_name: str, history: Sequence
     marker = read_last_marker(bootstrap, app.commits_topic, app.name)
     end = end_offsets(bootstrap, app.input.topic, range(app.input.partitions))
     now_ms, policy = int(time.time() * 1000), HealthPolicy.from_app(app)
-    health = assess(app, slot, spec, history, end, None, now_ms, policy,
-                    cap=compute_cap(record, slot, marker, app.input.partitions),
-                    started_ms=spec.started_ms if spec and spec.started_ms else None)
+    health = assess(
+        app,
+        slot,
+        spec,
+        history,
+        end,
+        None,
+        now_ms,
+        policy,
+        cap=compute_cap(record, slot, marker, app.input.partitions),
+        started_ms=spec.started_ms if spec and spec.started_ms else None,
+    )
     return healthy_check(health, now_ms, policy)
 
 
@@ -102,8 +111,15 @@ class WarmUpTrigger(SlotWaitTrigger):
         history = slot_history(self.bootstrap, self.app, self.slot)
         marker = read_last_marker(self.bootstrap, app.commits_topic, app.name)
         active = slot_history(self.bootstrap, self.app, Slot(self.slot).other.value, last_n=200)
-        return conditions.following(history, marker, conditions.arrival_rate(active), self.max_lag,
-                                    self.max_lag_s, app.standby_pace_ms / 1000, self.since_ms)
+        return conditions.following(
+            history,
+            marker,
+            conditions.arrival_rate(active),
+            self.max_lag,
+            self.max_lag_s,
+            app.standby_pace_ms / 1000,
+            self.since_ms,
+        )
 
 
 class InvariantsAnswerTrigger(SlotWaitTrigger):
@@ -122,8 +138,12 @@ class InvariantsAnswerTrigger(SlotWaitTrigger):
     def check(self) -> Check:
         from baton.invariants import answer_check
 
-        return answer_check(slot_history(self.bootstrap, self.app, self.slot, last_n=500), self.asked,
-                            self.generation, int(time.time() * 1000))
+        return answer_check(
+            slot_history(self.bootstrap, self.app, self.slot, last_n=500),
+            self.asked,
+            self.generation,
+            int(time.time() * 1000),
+        )
 
 
 class SlotHealthyTrigger(SlotWaitTrigger):

@@ -45,15 +45,28 @@ class StateCheckTrigger(SlotWaitTrigger):
 
     kind = "state check"
 
-    def __init__(self, *, target: dict[Any, int], policy: str = "exact", ahead_s: float = 2.0, moves: int = 0,
-                 writer: str | None = None, **common: Any):
+    def __init__(
+        self,
+        *,
+        target: dict[Any, int],
+        policy: str = "exact",
+        ahead_s: float = 2.0,
+        moves: int = 0,
+        writer: str | None = None,
+        **common: Any,
+    ):
         super().__init__(**common)
         self.target, self.policy = positions(target), str(policy)
         self.ahead_s, self.moves, self.writer = float(ahead_s), int(moves), run_writer(writer)
 
     def args(self) -> dict[str, Any]:
-        return dict(target=positions_arg(self.target), policy=self.policy, ahead_s=self.ahead_s, moves=self.moves,
-                    writer=self.writer)
+        return dict(
+            target=positions_arg(self.target),
+            policy=self.policy,
+            ahead_s=self.ahead_s,
+            moves=self.moves,
+            writer=self.writer,
+        )
 
     def check(self) -> Check:
         from baton import upgrade
@@ -65,8 +78,11 @@ class StateCheckTrigger(SlotWaitTrigger):
         if missed is None:
             return upgrade.states_agree(active, standby, self.target, upgrade.Policy(self.policy))
         if self.moves >= MAX_STATE_CHECK_MOVES:
-            return Check(failed=True, message=f"{missed}, after {self.moves} moves further ahead: the slots' "
-                                              "batches span more input than the check can be planned ahead of")
+            return Check(
+                failed=True,
+                message=f"{missed}, after {self.moves} moves further ahead: the slots' "
+                "batches span more input than the check can be planned ahead of",
+            )
         return self.move_further_ahead(missed, active)
 
     def move_further_ahead(self, missed: str, active: list) -> Check:
@@ -78,9 +94,12 @@ class StateCheckTrigger(SlotWaitTrigger):
 
         app = load_app(self.app)
         ahead_s = max(self.ahead_s, 1.0) * 2 ** (self.moves + 1)
-        ahead = plan_ahead(lambda: active, lambda: end_offsets(self.bootstrap, app.input.topic,
-                                                               range(app.input.partitions)),
-                           app.input.partitions, ahead_s)
+        ahead = plan_ahead(
+            lambda: active,
+            lambda: end_offsets(self.bootstrap, app.input.topic, range(app.input.partitions)),
+            app.input.partitions,
+            ahead_s,
+        )
         plane = ControlPlane(KafkaControlStore(self.bootstrap), writer=self.writer)
         # move_state_check adopts a position a try before this one asked meanwhile (a re-created trigger)
         rec = plane.update(app.name, upgrade.move_state_check(self.target, ahead))
@@ -98,8 +117,19 @@ class SettleTrigger(SlotWaitTrigger):
 
     kind = "settle"
 
-    def __init__(self, *, since_ms: int, epoch: int, fence: dict[Any, int], settle_s: float, max_batch_ms: int,
-                 max_lag: int = 0, correct: bool = False, record_cost_us: int | None = None, **common: Any):
+    def __init__(
+        self,
+        *,
+        since_ms: int,
+        epoch: int,
+        fence: dict[Any, int],
+        settle_s: float,
+        max_batch_ms: int,
+        max_lag: int = 0,
+        correct: bool = False,
+        record_cost_us: int | None = None,
+        **common: Any,
+    ):
         super().__init__(**common)
         self.since_ms, self.epoch, self.fence = int(since_ms), int(epoch), positions(fence)
         self.settle_s, self.max_batch_ms, self.max_lag = float(settle_s), int(max_batch_ms), int(max_lag)
@@ -107,9 +137,16 @@ class SettleTrigger(SlotWaitTrigger):
         self.record_cost_us = int(record_cost_us) if record_cost_us is not None else None
 
     def args(self) -> dict[str, Any]:
-        return dict(since_ms=self.since_ms, epoch=self.epoch, fence=positions_arg(self.fence), settle_s=self.settle_s,
-                    max_batch_ms=self.max_batch_ms, max_lag=self.max_lag, correct=self.correct,
-                    record_cost_us=self.record_cost_us)
+        return dict(
+            since_ms=self.since_ms,
+            epoch=self.epoch,
+            fence=positions_arg(self.fence),
+            settle_s=self.settle_s,
+            max_batch_ms=self.max_batch_ms,
+            max_lag=self.max_lag,
+            correct=self.correct,
+            record_cost_us=self.record_cost_us,
+        )
 
     def check(self) -> Check:
         from baton import upgrade
@@ -122,7 +159,18 @@ class SettleTrigger(SlotWaitTrigger):
         marker = read_last_marker(self.bootstrap, app.commits_topic, app.name)
         end = end_offsets(self.bootstrap, app.input.topic, range(app.input.partitions))
         healthy = healthy_now(self.bootstrap, self.app, self.slot, history)
-        return upgrade.settle_check(history, marker, self.epoch, self.fence, end, healthy, int(time.time() * 1000),
-                                    self.since_ms, self.settle_s, self.max_batch_ms,
-                                    self.max_lag or app.max_lag_records, correct=self.correct,
-                                    record_cost_us=self.record_cost_us)
+        return upgrade.settle_check(
+            history,
+            marker,
+            self.epoch,
+            self.fence,
+            end,
+            healthy,
+            int(time.time() * 1000),
+            self.since_ms,
+            self.settle_s,
+            self.max_batch_ms,
+            self.max_lag or app.max_lag_records,
+            correct=self.correct,
+            record_cost_us=self.record_cost_us,
+        )

@@ -25,9 +25,11 @@ if TYPE_CHECKING:
 PAGE = Path(__file__).with_name("page.html")
 REFRESH_S = 2.0
 # A baton, passed between two hands (the nav's icon).
-ICON = ('<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 24 24" fill="none" stroke="currentColor" '
-        'stroke-width="2" stroke-linecap="round"><path d="M4 20 20 4"/><circle cx="5" cy="19" r="2"/>'
-        '<circle cx="19" cy="5" r="2"/></svg>')
+ICON = (
+    '<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 24 24" fill="none" stroke="currentColor" '
+    'stroke-width="2" stroke-linecap="round"><path d="M4 20 20 4"/><circle cx="5" cy="19" r="2"/>'
+    '<circle cx="19" cy="5" r="2"/></svg>'
+)
 
 
 def kafka_bootstrap() -> str:
@@ -61,8 +63,9 @@ class Views:
         try:
             self.feed.refresh()
             views = self.feed.views()
-            self.body = json.dumps({"now_ms": int(time.time() * 1000), "apps": [v.to_json() for v in views]},
-                                   separators=(",", ":")).encode()
+            self.body = json.dumps(
+                {"now_ms": int(time.time() * 1000), "apps": [v.to_json() for v in views]}, separators=(",", ":")
+            ).encode()
             self.views, self.error = views, None
         except Exception as exc:  # the broker unreachable: said by the next answer
             self.error = exc
@@ -88,8 +91,9 @@ class Views:
 
 VIEWS = Views()
 # No docs routes: FastAPI serves them outside the app-wide dependency, i.e. unauthenticated.
-app = FastAPI(title="Baton", dependencies=[Depends(requires_authenticated())], docs_url=None, redoc_url=None,
-              openapi_url=None)
+app = FastAPI(
+    title="Baton", dependencies=[Depends(requires_authenticated())], docs_url=None, redoc_url=None, openapi_url=None
+)
 
 
 def _views():

@@ -11,5 +11,13 @@ from baton_airflow.ui.baton_page import app
 class BatonPagePlugin(AirflowPlugin):
     name = "baton"
     fastapi_apps = [{"app": app, "url_prefix": "/baton", "name": "Baton"}]
-    external_views = [{"name": "Baton", "href": "baton/", "url_route": "baton", "destination": "nav",
-                       "nav_top_level": True, "icon": "baton/icon.svg"}]
+    external_views = [
+        {
+            "name": "Baton",
+            "href": "baton/",
+            "url_route": "baton",
+            "destination": "nav",
+            "nav_top_level": True,
+            "icon": "baton/icon.svg",
+        }
+    ]

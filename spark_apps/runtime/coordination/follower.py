@@ -86,9 +86,18 @@ def write_cap_file(path: Path, cap: Positions | None, write: str = "") -> str | 
 
 
 class Follower:
-    def __init__(self, bootstrap: str, app: str, slot: Slot, commits_topic: str, partitions: int,
-                 cap_file: Path, control_topic: str = CONTROL_TOPIC, standby_pace_s: float = 0.0,
-                 clock=time.monotonic):
+    def __init__(
+        self,
+        bootstrap: str,
+        app: str,
+        slot: Slot,
+        commits_topic: str,
+        partitions: int,
+        cap_file: Path,
+        control_topic: str = CONTROL_TOPIC,
+        standby_pace_s: float = 0.0,
+        clock=time.monotonic,
+    ):
         self.app, self.slot, self.partitions, self.cap_file = app, slot, partitions, cap_file
         self.standby_pace_s, self._clock = standby_pace_s, clock
         self._written_at: float | None = None  # when the cap file was last written (None: never)
@@ -101,12 +110,12 @@ class Follower:
         self._writes = 0
         self._written_says: tuple[Positions | None, tuple[str, Positions] | None] | None = None
         self._write_lock = threading.Lock()
-        self._pending = False                  # a newer cap is held back by the pace
+        self._pending = False  # a newer cap is held back by the pace
         self.control: ControlRecord | None = None
         self.marker: CommitMarker | None = None
         self.processed: Positions | None = None  # where this slot's last batch ended (note_processed)
         self.last_batch: Positions | None = None  # per partition, what the active's last batch held
-        self._emitted_epoch: int | None = None    # the epoch this slot last emitted a batch at
+        self._emitted_epoch: int | None = None  # the epoch this slot last emitted a batch at
         self._topics = (control_topic, commits_topic)
         self._bootstrap = bootstrap
         self._next = {t: 0 for t in self._topics}  # the next offset to read of each (one partition each)
@@ -123,11 +132,18 @@ class Follower:
         return rec
 
     def _new_consumer(self, fetch_wait_ms: int) -> Consumer:
-        return Consumer(kafka_config(self._bootstrap, {
-            "group.id": f"baton-follower-{self.app}-{self.slot.value}",
-            "enable.auto.commit": False, "isolation.level": "read_committed",
-            "enable.partition.eof": True, "fetch.wait.max.ms": fetch_wait_ms,
-        }))
+        return Consumer(
+            kafka_config(
+                self._bootstrap,
+                {
+                    "group.id": f"baton-follower-{self.app}-{self.slot.value}",
+                    "enable.auto.commit": False,
+                    "isolation.level": "read_committed",
+                    "enable.partition.eof": True,
+                    "fetch.wait.max.ms": fetch_wait_ms,
+                },
+            )
+        )
 
     def _fit_fetch_wait(self) -> None:
         """Reopen the consumer where it stands if the desired state asks for another fetch wait."""
@@ -215,8 +231,9 @@ class Follower:
         now = self._clock()
         with self._lock:
             control = self.control
-            cap = compute_cap(control, self.slot, self.marker, self.partitions, self.processed,
-                              self._first_batch_as_active())
+            cap = compute_cap(
+                control, self.slot, self.marker, self.partitions, self.processed, self._first_batch_as_active()
+            )
             standby = self.control is None or self.control.role_of(self.slot) is Role.STANDBY
             # Under a fence the standby is on the handoff's critical path (the cutover waits for it to
             # stand at F): every move of the active's position is taken at once.

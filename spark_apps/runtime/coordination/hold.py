@@ -21,8 +21,8 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Hold:
-    record: Path       # the slot's driver.json
-    timeout_s: float   # a staged launch never promoted (its restart failed) ends by itself after this
+    record: Path  # the slot's driver.json
+    timeout_s: float  # a staged launch never promoted (its restart failed) ends by itself after this
 
     def recorded(self, launch_id: str) -> bool:
         try:
@@ -38,11 +38,17 @@ class Hold:
         started = time.monotonic()
         while not stop.is_set():
             if self.recorded(launch_id):
-                log.warning("staged launch %s promoted after %.1f s: the query starts", launch_id, time.monotonic() - started)
+                log.warning(
+                    "staged launch %s promoted after %.1f s: the query starts", launch_id, time.monotonic() - started
+                )
                 return True
             if time.monotonic() - started > self.timeout_s:
-                log.error("staged launch %s was not promoted within %.0f s (the restart that staged it did not "
-                          "complete): exiting without touching the slot", launch_id, self.timeout_s)
+                log.error(
+                    "staged launch %s was not promoted within %.0f s (the restart that staged it did not "
+                    "complete): exiting without touching the slot",
+                    launch_id,
+                    self.timeout_s,
+                )
                 return False
             stop.wait(poll_s)
         return False

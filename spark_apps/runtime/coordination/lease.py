@@ -72,8 +72,16 @@ RETRY_AFTER_S = 2.0
 
 
 class LeaseKeeper:
-    def __init__(self, app: AppDefinition, slot: Slot, bootstrap: str, follower: Follower,
-                 state: Callable[[], SlotState], alive: Callable[[], bool], launch: str | None = None):
+    def __init__(
+        self,
+        app: AppDefinition,
+        slot: Slot,
+        bootstrap: str,
+        follower: Follower,
+        state: Callable[[], SlotState],
+        alive: Callable[[], bool],
+        launch: str | None = None,
+    ):
         self.app, self.slot, self.bootstrap, self.follower = app, slot, bootstrap, follower
         self.state, self.alive = state, alive
         self.launch = launch or os.environ.get(LAUNCH_ID_ENV) or uuid.uuid4().hex
@@ -89,11 +97,18 @@ class LeaseKeeper:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         ensure_topics(bootstrap, [TopicSpec(LEASES_TOPIC, 1, LEASES_TOPIC_CONFIG)])
-        self._producer = Producer(kafka_config(bootstrap, {
-            "linger.ms": 0, "acks": "all",
-            # A renewal older than the ttl says nothing any more: dropped rather than delivered late.
-            "message.timeout.ms": app.lease_ttl_ms, "reconnect.backoff.max.ms": 1000,
-        }))
+        self._producer = Producer(
+            kafka_config(
+                bootstrap,
+                {
+                    "linger.ms": 0,
+                    "acks": "all",
+                    # A renewal older than the ttl says nothing any more: dropped rather than delivered late.
+                    "message.timeout.ms": app.lease_ttl_ms,
+                    "reconnect.backoff.max.ms": 1000,
+                },
+            )
+        )
         self._fetch_wait = fetch_wait_ms(bootstrap, LEASES_TOPIC, FETCH_WAIT_MS)
         self._consumer = self._new_consumer(self._fetch_wait)
         self._watch = StallWatch()
@@ -102,10 +117,17 @@ class LeaseKeeper:
         self._position = self._known_end = self._end_before = 0
 
     def _new_consumer(self, fetch_wait: int) -> Consumer:
-        return Consumer(kafka_config(self.bootstrap, {
-            "group.id": f"baton-lease-{self.app.name}-{self.slot.value}",
-            "enable.auto.commit": False, "fetch.wait.max.ms": fetch_wait, "reconnect.backoff.max.ms": 1000,
-        }))
+        return Consumer(
+            kafka_config(
+                self.bootstrap,
+                {
+                    "group.id": f"baton-lease-{self.app.name}-{self.slot.value}",
+                    "enable.auto.commit": False,
+                    "fetch.wait.max.ms": fetch_wait,
+                    "reconnect.backoff.max.ms": 1000,
+                },
+            )
+        )
 
     # --- lifecycle --------------------------------------------------------------------------------
     def start(self) -> None:
@@ -152,8 +174,14 @@ class LeaseKeeper:
         end_before, self._end_before = self._end_before, self._known_end
         if self._position >= end_before:
             return
-        reopened = reopen_longer(self._consumer, self._new_consumer, self.bootstrap, [LEASES_TOPIC], self._fetch_wait,
-                                 [TopicPartition(LEASES_TOPIC, 0, self._position)])
+        reopened = reopen_longer(
+            self._consumer,
+            self._new_consumer,
+            self.bootstrap,
+            [LEASES_TOPIC],
+            self._fetch_wait,
+            [TopicPartition(LEASES_TOPIC, 0, self._position)],
+        )
         if reopened is not None:
             self._consumer, self._fetch_wait = reopened
 
@@ -165,12 +193,21 @@ class LeaseKeeper:
             return
         control, _ = self.follower.snapshot()
         self.seq += 1
-        lease = Lease(app=self.app.name, slot=self.slot, launch=self.launch, host=self.host, pid=self.pid,
-                      pid_start=self.pid_start, state=self.state(),
-                      role=control.role_of(self.slot) if control is not None else Role.STANDBY,
-                      epoch_seen=control.epoch if control is not None else 0, seq=self.seq,
-                      ts_ms=int(time.time() * 1000), ttl_ms=self.app.lease_ttl_ms,
-                      interval_ms=self.app.lease_interval_ms)
+        lease = Lease(
+            app=self.app.name,
+            slot=self.slot,
+            launch=self.launch,
+            host=self.host,
+            pid=self.pid,
+            pid_start=self.pid_start,
+            state=self.state(),
+            role=control.role_of(self.slot) if control is not None else Role.STANDBY,
+            epoch_seen=control.epoch if control is not None else 0,
+            seq=self.seq,
+            ts_ms=int(time.time() * 1000),
+            ttl_ms=self.app.lease_ttl_ms,
+            interval_ms=self.app.lease_interval_ms,
+        )
         self._inflight = True
         self._producer.produce(LEASES_TOPIC, lease.to_bytes(), lease.key(), on_delivery=self._delivered)
         self._next_renewal = now + self.interval_s
@@ -187,8 +224,16 @@ class LeaseKeeper:
         control, _ = self.follower.snapshot()
         other = self.judge.other
         gone = other is not None and process_gone(other, self.host, proc_start_ticks)
-        return control, decide_takeover(control, self.slot, self.state(), self.judge, gone,
-                                        self.follower.processed, emitted, self.app.max_lag_records)
+        return control, decide_takeover(
+            control,
+            self.slot,
+            self.state(),
+            self.judge,
+            gone,
+            self.follower.processed,
+            emitted,
+            self.app.max_lag_records,
+        )
 
     def _maybe_take_over(self) -> None:
         current, marker = self.follower.snapshot()
@@ -202,35 +247,50 @@ class LeaseKeeper:
             return
         self._next_try = time.monotonic() + RETRY_AFTER_S
         t0 = time.monotonic()
-        fence_writer(self.bootstrap, self.app.name)                        # 1
+        fence_writer(self.bootstrap, self.app.name)  # 1
         final = read_last_marker(self.bootstrap, self.app.commits_topic, self.app.name)  # 2
         fence = {p: (final.emitted.get(p, 0) if final else 0) for p in range(self.app.input.partitions)}
-        again, decision = self._decide(fence)                             # 3
+        again, decision = self._decide(fence)  # 3
         if not decision.go or again is None or again.epoch != control.epoch:
-            log.warning("%s/%s: no takeover after fencing the writer: %s", self.app.name, self.slot.value,
-                        decision.reason if again is not None and again.epoch == control.epoch else "the epoch moved")
+            log.warning(
+                "%s/%s: no takeover after fencing the writer: %s",
+                self.app.name,
+                self.slot.value,
+                decision.reason if again is not None and again.epoch == control.epoch else "the epoch moved",
+            )
             return
         from baton.control_plane import ControlPlane, KafkaControlStore, StaleEpoch
 
         plane = ControlPlane(KafkaControlStore(self.bootstrap), writer=f"{self.slot.value} (lease)")
-        try:                                                               # 4
-            record = plane.update(self.app.name, take_over(self.slot, control.epoch, fence, decision.reason, int(time.time() * 1000)),
-                                  expected_epoch=control.epoch)
+        try:  # 4
+            record = plane.update(
+                self.app.name,
+                take_over(self.slot, control.epoch, fence, decision.reason, int(time.time() * 1000)),
+                expected_epoch=control.epoch,
+            )
         except (HandoffError, StaleEpoch) as exc:
             log.warning("%s/%s: takeover not written: %s", self.app.name, self.slot.value, exc)
             return
-        self.follower.apply_control(record)                               # 5
+        self.follower.apply_control(record)  # 5
         self.taken_over = decision.reason
-        log.warning("%s/%s: took over at epoch %d from %s at %s in %.2f s: %s", self.app.name, self.slot.value,
-                    record.epoch, self.slot.other.value, fence, time.monotonic() - t0, decision.reason)
+        log.warning(
+            "%s/%s: took over at epoch %d from %s at %s in %.2f s: %s",
+            self.app.name,
+            self.slot.value,
+            record.epoch,
+            self.slot.other.value,
+            fence,
+            time.monotonic() - t0,
+            decision.reason,
+        )
 
 
 def fence_writer(bootstrap: str, app: str, timeout_s: float = 10.0) -> None:
     """Fence the app's active writer: initialise a producer with the shared transactional.id (its
     commits fail from now on, its open transaction is aborted), then let it go; the slot's own
     emitter initialises again when it emits (kafka_sink.TransactionalEmitter.acquire)."""
-    p = Producer(kafka_config(bootstrap, {"transactional.id": writer_transactional_id(app),
-                                          "enable.idempotence": True}))
+    p = Producer(
+        kafka_config(bootstrap, {"transactional.id": writer_transactional_id(app), "enable.idempotence": True})
+    )
     p.init_transactions(timeout_s)
     p.flush(1)
-

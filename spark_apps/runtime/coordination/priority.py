@@ -59,8 +59,15 @@ class SlotPriority:
     """Sets the nice value of this slot's processes from its role (`follow`, called from the harness's
     loop). `standby_nice` 0 leaves the priority alone."""
 
-    def __init__(self, standby_nice: int, root: int | None = None, clock=time.monotonic,
-                 threads=tree_threads, may_raise=can_raise_priority, setpriority=os.setpriority):
+    def __init__(
+        self,
+        standby_nice: int,
+        root: int | None = None,
+        clock=time.monotonic,
+        threads=tree_threads,
+        may_raise=can_raise_priority,
+        setpriority=os.setpriority,
+    ):
         self.root = root if root is not None else os.getpid()
         self.base = os.getpriority(os.PRIO_PROCESS, 0)
         self.standby_nice = standby_nice
@@ -71,9 +78,11 @@ class SlotPriority:
         self.enabled = standby_nice > 0 and self.base < 19
         if self.enabled and not may_raise(self.base):
             self.enabled = False
-            log.info("the standby keeps the active's CPU priority: this process may not raise a nice value "
-                     "again (no CAP_SYS_NICE, RLIMIT_NICE %s), so a standby taking over would stay behind",
-                     resource.getrlimit(resource.RLIMIT_NICE)[0])
+            log.info(
+                "the standby keeps the active's CPU priority: this process may not raise a nice value "
+                "again (no CAP_SYS_NICE, RLIMIT_NICE %s), so a standby taking over would stay behind",
+                resource.getrlimit(resource.RLIMIT_NICE)[0],
+            )
 
     def target(self, role: Role, slow_batch: bool = False) -> int:
         return self.base if role is Role.ACTIVE or slow_batch else min(19, self.base + self.standby_nice)
@@ -88,8 +97,13 @@ class SlotPriority:
         if nice != self.current:
             # A role change is worth a line; a long batch's flips (every ~10 s in a catch-up) are not.
             say = log.info if new_role else log.debug
-            say("CPU priority for the %s role: nice %d (was %d)%s", role.value, nice, self.current,
-                ", its batch running long" if slow_batch and role is Role.STANDBY else "")
+            say(
+                "CPU priority for the %s role: nice %d (was %d)%s",
+                role.value,
+                nice,
+                self.current,
+                ", its batch running long" if slow_batch and role is Role.STANDBY else "",
+            )
             self.current = nice
             self._walk()
             self._rewalk_at = self.clock() + REWALK_S
@@ -105,5 +119,7 @@ class SlotPriority:
                 if exc.errno == errno.ESRCH:  # the thread ended meanwhile
                     continue
                 self.enabled = False
-                log.warning("CPU priority left as it is: setting nice %d on thread %d failed (%s)", self.current, tid, exc)
+                log.warning(
+                    "CPU priority left as it is: setting nice %d on thread %d failed (%s)", self.current, tid, exc
+                )
                 return

@@ -26,7 +26,7 @@ def failure_reason(text: str, limit: int = 2000) -> str:
         return m.group(1).strip()[:limit]
     m = re.search(r"Traceback \(most recent call last\):\n(?:[ \t][^\n]*\n|\n)*(\S[^\n]*)", text)
     if m:
-        head = " ".join(text[:m.start()].split())
+        head = " ".join(text[: m.start()].split())
         return (f"{m.group(1).strip()} ({head})" if head else m.group(1).strip())[:limit]
     return text[:limit]
 
@@ -87,9 +87,12 @@ def with_event_count(p: dict, times: BatchTimes | None, packed: bool) -> dict:
     if events == rows:
         return p
     scale = events / rows
-    return {**p, "numInputRows": events,
-            "inputRowsPerSecond": float(p.get("inputRowsPerSecond") or 0.0) * scale,
-            "processedRowsPerSecond": float(p.get("processedRowsPerSecond") or 0.0) * scale}
+    return {
+        **p,
+        "numInputRows": events,
+        "inputRowsPerSecond": float(p.get("inputRowsPerSecond") or 0.0) * scale,
+        "processedRowsPerSecond": float(p.get("processedRowsPerSecond") or 0.0) * scale,
+    }
 
 
 def batch_latencies(p: dict, times: BatchTimes | None) -> tuple[int | None, int | None]:
@@ -118,7 +121,9 @@ def status_from_progress(p: dict, rows_counted: bool = True) -> dict:
         batch_ms=int((p.get("durationMs") or {}).get("triggerExecution", 0)),
         state_rows=int(ops[0].get("numRowsTotal", 0)) if rows_counted else None,
         # RocksDB's files on disk when reported (the seed's disk budget), else the memory figure.
-        state_bytes=int((ops[0].get("customMetrics") or {}).get("rocksdbSstFileSize") or ops[0].get("memoryUsedBytes", 0)),
+        state_bytes=int(
+            (ops[0].get("customMetrics") or {}).get("rocksdbSstFileSize") or ops[0].get("memoryUsedBytes", 0)
+        ),
         state_memory_bytes=int(ops[0].get("memoryUsedBytes", 0)),
     )
 
@@ -178,4 +183,5 @@ def add_progress_listener(spark, harness) -> None:
     ensure_callback_server_started(spark.sparkContext._gateway)
     jvm = spark.sparkContext._jvm
     spark._jsparkSession.streams().addListener(
-        jvm.org.apache.spark.sql.streaming.PythonStreamingQueryListenerWrapper(ProgressBridge(harness)))
+        jvm.org.apache.spark.sql.streaming.PythonStreamingQueryListenerWrapper(ProgressBridge(harness))
+    )

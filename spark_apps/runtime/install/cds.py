@@ -57,8 +57,13 @@ def build(timeout_s: float = 600.0) -> Path:
     with tempfile.TemporaryDirectory(prefix="baton-cds-") as tmp:
         target = Path(tmp) / "archive.jsa"
         env = {**os.environ, "BATON_CDS_DUMP": str(target)}
-        proc = subprocess.run([sys.executable, "-m", "spark_apps.runtime.install.cds_workload", tmp], env=env,
-                              capture_output=True, text=True, timeout=timeout_s)
+        proc = subprocess.run(
+            [sys.executable, "-m", "spark_apps.runtime.install.cds_workload", tmp],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+        )
         if proc.returncode != 0 or not target.is_file():
             raise RuntimeError(f"the CDS workload failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
         os.replace(target, ARCHIVE)

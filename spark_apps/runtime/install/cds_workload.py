@@ -20,20 +20,37 @@ def workload(tmp: Path) -> None:
     from spark_apps.runtime.source.kafka_source import KafkaSource
     from spark_apps.runtime.spark import session
 
-    app = AppDefinition(name="cds", module="spark_apps.apps.click_counts", version="v1",
-                        input=TopicRef("in", 2), output=TopicRef("out", 2))
-    spark = session("baton-cds", app, {"spark.driver.extraJavaOptions":
-                                       f"-XX:ArchiveClassesAtExit={os.environ['BATON_CDS_DUMP']}"})
+    app = AppDefinition(
+        name="cds",
+        module="spark_apps.apps.click_counts",
+        version="v1",
+        input=TopicRef("in", 2),
+        output=TopicRef("out", 2),
+    )
+    spark = session(
+        "baton-cds", app, {"spark.driver.extraJavaOptions": f"-XX:ArchiveClassesAtExit={os.environ['BATON_CDS_DUMP']}"}
+    )
     spark.dataSource.register(KafkaSource)
     DataType.fromDDL("user_id STRING, timestamp LONG")
     checkpoint = str(tmp / "checkpoint")
-    events = (spark.readStream.format("rate").option("rowsPerSecond", 2000).load()
-              .select((F.col("value") % 100).cast("string").alias("user_id"), F.col("value").alias("timestamp")))
+    events = (
+        spark.readStream.format("rate")
+        .option("rowsPerSecond", 2000)
+        .load()
+        .select((F.col("value") % 100).cast("string").alias("user_id"), F.col("value").alias("timestamp"))
+    )
     counts = events.groupBy("user_id").agg(F.count(F.lit(1)).alias("count"))
-    out = counts.select(F.col("user_id").cast("binary").alias("key"),
-                        F.to_json(F.struct("user_id", "count")).cast("binary").alias("value"))
-    query = (out.writeStream.outputMode("update").foreachBatch(lambda df, _id: df.toArrow())
-             .option("checkpointLocation", checkpoint).trigger(processingTime="500 milliseconds").start())
+    out = counts.select(
+        F.col("user_id").cast("binary").alias("key"),
+        F.to_json(F.struct("user_id", "count")).cast("binary").alias("value"),
+    )
+    query = (
+        out.writeStream.outputMode("update")
+        .foreachBatch(lambda df, _id: df.toArrow())
+        .option("checkpointLocation", checkpoint)
+        .trigger(processingTime="500 milliseconds")
+        .start()
+    )
     try:
         while len(query.recentProgress) < 3:
             if query.awaitTermination(0.5):

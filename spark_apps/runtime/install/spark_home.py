@@ -28,9 +28,22 @@ from pathlib import Path
 
 HOME = Path(sys.prefix) / "baton-spark-home"
 # Jars no Baton slot loads a class from: Spark ML and GraphX, and the numeric libraries only they use.
-LEFT_OUT = ("spark-mllib_", "spark-mllib-local_", "spark-graphx_", "breeze_", "breeze-macros_", "spire_",
-            "spire-macros_", "spire-platform_", "spire-util_", "algebra_", "arpack-", "arpack_combined_all-",
-            "blas-", "lapack-")
+LEFT_OUT = (
+    "spark-mllib_",
+    "spark-mllib-local_",
+    "spark-graphx_",
+    "breeze_",
+    "breeze-macros_",
+    "spire_",
+    "spire-macros_",
+    "spire-platform_",
+    "spire-util_",
+    "algebra_",
+    "arpack-",
+    "arpack_combined_all-",
+    "blas-",
+    "lapack-",
+)
 
 
 def pyspark_dir() -> Path:
@@ -66,8 +79,9 @@ def current(home: Path = HOME) -> bool:
         if os.readlink(home / "bin") != str(source / "bin"):
             return False
         want = links(source)
-        return (sorted(os.listdir(home / "jars")) == sorted(want)
-                and all(os.readlink(home / "jars" / name) == str(j) for name, j in want.items()))
+        return sorted(os.listdir(home / "jars")) == sorted(want) and all(
+            os.readlink(home / "jars" / name) == str(j) for name, j in want.items()
+        )
     except OSError:
         return False
 

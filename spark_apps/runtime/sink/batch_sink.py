@@ -80,8 +80,16 @@ def dead_headers(reason: str, topic: str, partition: int, offset: int) -> list[t
 
 
 class RoleGatedSink:
-    def __init__(self, app: AppDefinition, slot: Slot, paths: SlotPaths, follower: Follower,
-                 emitter: TransactionalEmitter, emitted_keys: EmittedKeys, mark: Callable[[str], None]):
+    def __init__(
+        self,
+        app: AppDefinition,
+        slot: Slot,
+        paths: SlotPaths,
+        follower: Follower,
+        emitter: TransactionalEmitter,
+        emitted_keys: EmittedKeys,
+        mark: Callable[[str], None],
+    ):
         self.app, self.slot, self.paths = app, slot, paths
         self.follower, self.emitter, self.emitted_keys, self.mark = follower, emitter, emitted_keys, mark
         self.counters = BatchCounters()
@@ -113,8 +121,9 @@ class RoleGatedSink:
                 raise SlotStopping(f"batch {batch_id} not run: the slot is stopping")
             self.mark("sink called")
             end = read_offset_log(self.paths.checkpoint, batch_id)
-            start = (read_offset_log(self.paths.checkpoint, batch_id - 1) if batch_id > 0
-                     else read_initial(self.paths.spool))
+            start = (
+                read_offset_log(self.paths.checkpoint, batch_id - 1) if batch_id > 0 else read_initial(self.paths.spool)
+            )
             control, _ = self.follower.snapshot()
             table = None
             if is_active(control, self.slot) or "kind" in df.columns or self.image.collecting:
@@ -130,8 +139,9 @@ class RoleGatedSink:
                 if table is None and not self.emitter.already_emitted(end or {}, start):
                     # Run as the standby, and the role came meanwhile with this batch's output owed
                     # (never expected: a standby's batch ends within what the active emitted).
-                    log.warning("batch %s ran as the standby and is owed as the active: run again with its output",
-                                batch_id)
+                    log.warning(
+                        "batch %s ran as the standby and is owed as the active: run again with its output", batch_id
+                    )
                     table = batch_table(df)
             if table is not None:
                 out, dead = self.split(table, start, end or {})
@@ -163,7 +173,9 @@ class RoleGatedSink:
                 # A skipped batch (output emitted before: a replay, or a new active reaching its
                 # handoff's fence) is not this slot's first batch as the active.
                 wrote = active and not res.skipped
-                self.follower.note_processed(end, emitted_epoch=control.epoch if wrote and control is not None else None)
+                self.follower.note_processed(
+                    end, emitted_epoch=control.epoch if wrote and control is not None else None
+                )
 
     def fenced_meanwhile(self, epoch: int, exc: Exception, wait_s: float = 10.0) -> None:
         """A commit that failed after the role moved on was fenced (the new active initialised the shared
@@ -180,8 +192,10 @@ class RoleGatedSink:
             now, _ = self.follower.snapshot()
             if now is not None and now.epoch != epoch:
                 self.emitter.release()
-                raise WriterFenced(f"{self.app.name}/{self.slot.value}: the commit at epoch {epoch} failed ({exc}) "
-                                   f"after epoch {now.epoch} began: fenced") from exc
+                raise WriterFenced(
+                    f"{self.app.name}/{self.slot.value}: the commit at epoch {epoch} failed ({exc}) "
+                    f"after epoch {now.epoch} began: fenced"
+                ) from exc
             if time.monotonic() >= deadline:
                 return
             time.sleep(0.1)
@@ -192,8 +206,10 @@ class RoleGatedSink:
         keys = table.column("key").to_pylist()
         values = table.column("value").to_pylist()
         if "kind" not in table.column_names:  # the source decoded: dead letters are in the spool
-            dead = [(d.key, d.value, dead_headers(d.reason, topic, d.partition, d.offset))
-                    for d in collect(self.paths.spool, start or {}, end)]
+            dead = [
+                (d.key, d.value, dead_headers(d.reason, topic, d.partition, d.offset))
+                for d in collect(self.paths.spool, start or {}, end)
+            ]
             return list(zip(keys, values)), dead
         kinds = table.column("kind").to_pylist()
         out = [(k, v) for kind, k, v in zip(kinds, keys, values) if kind == KIND_OUTPUT]

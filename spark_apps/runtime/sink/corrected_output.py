@@ -77,9 +77,17 @@ class CorrectedOutput:
         except WriterFenced as exc:  # the role moved on meanwhile: the new writer's to do
             log.error("corrected output not published: %s", exc)
             return
-        log.info("published the state at batch %s as corrected output at epoch %s: %d of %d keys (the rest emitted "
-                 "since) in %.1fs (state read %.1fs, published under the batch lock in %.1fs)", batch, control.epoch,
-                 len(published), len(rows), time.monotonic() - started, read_s, publish_s)
+        log.info(
+            "published the state at batch %s as corrected output at epoch %s: %d of %d keys (the rest emitted "
+            "since) in %.1fs (state read %.1fs, published under the batch lock in %.1fs)",
+            batch,
+            control.epoch,
+            len(published),
+            len(rows),
+            time.monotonic() - started,
+            read_s,
+            publish_s,
+        )
 
     def state_may_go_out(self, control, batch: int | None) -> bool:
         """Under the batch lock: whether the state after `batch` may be published as the correction."""
@@ -113,9 +121,16 @@ class CorrectedOutput:
         emitted_keys.clear()
         image.drop()
         self.image_due_since = None
-        log.info("published the state image through batch %s as corrected output at epoch %s: %d of %d keys (the rest "
-                 "emitted since) %.1fs after it stood at the fence, in %.1fs under the batch lock, no state read",
-                 through, control.epoch, len(published), keys, waited, time.monotonic() - locked)
+        log.info(
+            "published the state image through batch %s as corrected output at epoch %s: %d of %d keys (the rest "
+            "emitted since) %.1fs after it stood at the fence, in %.1fs under the batch lock, no state read",
+            through,
+            control.epoch,
+            len(published),
+            keys,
+            waited,
+            time.monotonic() - locked,
+        )
 
     def tend_image(self, control) -> None:
         """Drop a state image no correction will use: one kept past its time (a staged reprocess not

@@ -48,8 +48,16 @@ def _schema():
     return pa.schema([("key", pa.binary()), ("value", pa.binary()), ("reason", pa.string()), ("offset", pa.int64())])
 
 
-def write_spool(directory: str, partition: int, start: int, end: int, keys: Sequence, values: Sequence,
-                reasons: Sequence[str], offsets: Sequence[int]) -> Path:
+def write_spool(
+    directory: str,
+    partition: int,
+    start: int,
+    end: int,
+    keys: Sequence,
+    values: Sequence,
+    reasons: Sequence[str],
+    offsets: Sequence[int],
+) -> Path:
     """Executor side: the dead letters of `partition` in [start, end), atomically (also when none)."""
     import pyarrow as pa
 
@@ -57,8 +65,15 @@ def write_spool(directory: str, partition: int, start: int, end: int, keys: Sequ
     d.mkdir(parents=True, exist_ok=True)
     path = d / f"{partition}-{start}-{end}.arrow"
     tmp = d / f".{path.name}.{os.getpid()}.tmp"
-    table = pa.table([pa.array(keys, pa.binary()), pa.array(values, pa.binary()), pa.array(reasons, pa.string()),
-                      pa.array(offsets, pa.int64())], schema=_schema())
+    table = pa.table(
+        [
+            pa.array(keys, pa.binary()),
+            pa.array(values, pa.binary()),
+            pa.array(reasons, pa.string()),
+            pa.array(offsets, pa.int64()),
+        ],
+        schema=_schema(),
+    )
     with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, table.schema) as w:
         w.write_table(table)
     os.replace(tmp, path)
@@ -112,7 +127,8 @@ def collect(directory: Path, start: Mapping[int, int], end: Mapping[int, int]) -
                 raise SpoolIncomplete(
                     f"no dead-letter spool file for partition {p} offsets [{start[p]}, {e}) in {directory}: the "
                     f"read task did not write one where the driver can see it (the slot folder must be shared "
-                    f"with the executors)")
+                    f"with the executors)"
+                )
         else:
             paths = [path for fp, _fs, fe, path in files if (fp, fe) == (p, e)][:1]
         for path in paths:

@@ -56,22 +56,34 @@ class Emitted:
 
 
 class TransactionalEmitter:
-    def __init__(self, bootstrap: str, app: str, slot: Slot, generation: int, output_topic: str,
-                 dead_letter_topic: str, commits_topic: str, extra: dict | None = None):
+    def __init__(
+        self,
+        bootstrap: str,
+        app: str,
+        slot: Slot,
+        generation: int,
+        output_topic: str,
+        dead_letter_topic: str,
+        commits_topic: str,
+        extra: dict | None = None,
+    ):
         self.app, self.slot, self.generation = app, slot, generation
         self.output_topic, self.dead_letter_topic, self.commits_topic = output_topic, dead_letter_topic, commits_topic
-        self._config = kafka_config(bootstrap, {
-            "transactional.id": writer_transactional_id(app),
-            "enable.idempotence": True,
-            # Below message.timeout.ms (librdkafka refuses more), far above a batch's duration.
-            "linger.ms": 50_000,
-            "batch.num.messages": 100_000,
-            "queue.buffering.max.messages": 2_000_000,
-            "queue.buffering.max.kbytes": 2_097_152,
-            "transaction.timeout.ms": 60_000,
-            "compression.type": "lz4",
-            **(extra or {}),
-        })
+        self._config = kafka_config(
+            bootstrap,
+            {
+                "transactional.id": writer_transactional_id(app),
+                "enable.idempotence": True,
+                # Below message.timeout.ms (librdkafka refuses more), far above a batch's duration.
+                "linger.ms": 50_000,
+                "batch.num.messages": 100_000,
+                "queue.buffering.max.messages": 2_000_000,
+                "queue.buffering.max.kbytes": 2_097_152,
+                "transaction.timeout.ms": 60_000,
+                "compression.type": "lz4",
+                **(extra or {}),
+            },
+        )
         self._producer: Producer | None = None
         self.epoch: int | None = None
         self.last: CommitMarker | None = None
@@ -107,10 +119,15 @@ class TransactionalEmitter:
             return False
         return not (start is not None and rewound(start, end) and covers(self.last.emitted, start))
 
-    def emit(self, batch_id: int, start: Positions, end: Positions,
-             output: Iterable[tuple[bytes | None, bytes | None]],
-             dead_letters: Sequence[tuple[bytes | None, bytes, list[tuple[str, bytes]]]] = (),
-             timeout_s: float = 60.0) -> Emitted:
+    def emit(
+        self,
+        batch_id: int,
+        start: Positions,
+        end: Positions,
+        output: Iterable[tuple[bytes | None, bytes | None]],
+        dead_letters: Sequence[tuple[bytes | None, bytes, list[tuple[str, bytes]]]] = (),
+        timeout_s: float = 60.0,
+    ) -> Emitted:
         """Emit one micro-batch exactly once. `output` is (key, value) pairs; dead letters are
         (key, value, headers)."""
         if self._producer is None or self.epoch is None:
@@ -128,8 +145,7 @@ class TransactionalEmitter:
         """The output holds this epoch's corrected output (the last marker says so)."""
         return self.last is not None and self.epoch is not None and self.last.corrected_epoch >= self.epoch
 
-    def emit_correction(self, output: Iterable[tuple[bytes | None, bytes | None]],
-                        timeout_s: float = 60.0) -> Emitted:
+    def emit_correction(self, output: Iterable[tuple[bytes | None, bytes | None]], timeout_s: float = 60.0) -> Emitted:
         """Publish corrected output for this epoch (spark_apps.runtime.sink.correction): one transaction of
         `output` and a marker that moves no position (the last marker's) and says the correction is
         in. Done already if the last marker says so."""
@@ -138,19 +154,41 @@ class TransactionalEmitter:
         if self.corrected:
             return Emitted(self.last, skipped=True)
         last = self.last
-        return self._commit(last.batch_id if last else -1, last.emitted if last else {}, output, (), timeout_s,
-                            corrected_epoch=self.epoch, headers=[(CORRECTION_HEADER, str(self.epoch).encode())])
+        return self._commit(
+            last.batch_id if last else -1,
+            last.emitted if last else {},
+            output,
+            (),
+            timeout_s,
+            corrected_epoch=self.epoch,
+            headers=[(CORRECTION_HEADER, str(self.epoch).encode())],
+        )
 
-    def _commit(self, batch_id: int, end: Positions, output, dead_letters, timeout_s: float,
-                corrected_epoch: int = 0, headers: list | None = None) -> Emitted:
+    def _commit(
+        self,
+        batch_id: int,
+        end: Positions,
+        output,
+        dead_letters,
+        timeout_s: float,
+        corrected_epoch: int = 0,
+        headers: list | None = None,
+    ) -> Emitted:
         """One transaction: output rows (with `headers`, if any), dead letters, the marker "emitted up
         to `end`" (carrying on the last marker's corrected_epoch)."""
         corrected_epoch = max(corrected_epoch, self.last.corrected_epoch if self.last is not None else 0)
         p, epoch = self._producer, self.epoch
         assert p is not None and epoch is not None  # the callers checked that this writer holds the role
-        marker = CommitMarker(app=self.app, generation=self.generation, epoch=epoch, slot=self.slot,
-                              batch_id=batch_id, emitted=dict(end), ts_ms=int(time.time() * 1000),
-                              corrected_epoch=corrected_epoch)
+        marker = CommitMarker(
+            app=self.app,
+            generation=self.generation,
+            epoch=epoch,
+            slot=self.slot,
+            batch_id=batch_id,
+            emitted=dict(end),
+            ts_ms=int(time.time() * 1000),
+            corrected_epoch=corrected_epoch,
+        )
         try:
             p.begin_transaction()
             produce, topic = p.produce, self.output_topic
@@ -168,7 +206,10 @@ class TransactionalEmitter:
             p.commit_transaction(timeout_s)
         except KafkaException as exc:
             err = exc.args[0]
-            if err.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH) or err.fatal():
+            if (
+                err.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH)
+                or err.fatal()
+            ):
                 self._producer, self.epoch = None, None
                 raise WriterFenced(f"{self.app}/{self.slot.value}: writer fenced ({err.name()})") from exc
             if err.txn_requires_abort():

@@ -25,9 +25,9 @@ KEEP = 8
 
 @dataclass(frozen=True)
 class BatchTimes:
-    end: dict[int, int]           # the batch's end offsets per partition
-    oldest_ms: int | None      # timestamp of its oldest record (within a fetch's span; None: no timestamps)
-    newest_ms: int | None      # timestamp of its newest record
+    end: dict[int, int]  # the batch's end offsets per partition
+    oldest_ms: int | None  # timestamp of its oldest record (within a fetch's span; None: no timestamps)
+    newest_ms: int | None  # timestamp of its newest record
     records: int | None = None  # the events it handed Spark (None: not known, an older reader's file)
 
 
@@ -39,8 +39,14 @@ class BatchTimesFile:
         self._entries: list[dict] = []
 
     def add(self, times: BatchTimes) -> None:
-        self._entries.append({"end": {str(p): o for p, o in times.end.items()},
-                              "oldest_ms": times.oldest_ms, "newest_ms": times.newest_ms, "records": times.records})
+        self._entries.append(
+            {
+                "end": {str(p): o for p, o in times.end.items()},
+                "oldest_ms": times.oldest_ms,
+                "newest_ms": times.newest_ms,
+                "records": times.records,
+            }
+        )
         del self._entries[:-KEEP]
         tmp = self.path.with_name(self.path.name + ".tmp")
         try:
@@ -60,8 +66,12 @@ def read_batch_times(path: str | Path, end: dict[int, int]) -> BatchTimes | None
     for e in reversed(entries if isinstance(entries, list) else []):
         if isinstance(e, dict) and e.get("end") == want:
             try:
-                return BatchTimes(end, _int_or_none(e.get("oldest_ms")), _int_or_none(e.get("newest_ms")),
-                                  _int_or_none(e.get("records")))
+                return BatchTimes(
+                    end,
+                    _int_or_none(e.get("oldest_ms")),
+                    _int_or_none(e.get("newest_ms")),
+                    _int_or_none(e.get("records")),
+                )
             except (KeyError, TypeError, ValueError):
                 return None
     return None

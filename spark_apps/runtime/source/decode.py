@@ -36,8 +36,10 @@ _INT_RANGES = {"tinyint": 8, "smallint": 16, "int": 32, "bigint": 64}
 # Spark simple type name -> (Python type for the strict decoder, Arrow type name).
 TYPES: dict[str, tuple[Any, str]] = {
     "string": (str, "string"),
-    **{name: (Annotated[int, msgspec.Meta(ge=-(1 << (bits - 1)), le=(1 << (bits - 1)) - 1)], f"int{bits}")
-       for name, bits in _INT_RANGES.items()},
+    **{
+        name: (Annotated[int, msgspec.Meta(ge=-(1 << (bits - 1)), le=(1 << (bits - 1)) - 1)], f"int{bits}")
+        for name, bits in _INT_RANGES.items()
+    },
     "double": (float, "float64"),
     "float": (float, "float32"),
     "boolean": (bool, "bool"),
@@ -48,8 +50,16 @@ def spark_type(type_name: str):
     """The Spark type of a field of one of the TYPES."""
     from pyspark.sql import types as T
 
-    return {"string": T.StringType, "bigint": T.LongType, "int": T.IntegerType, "smallint": T.ShortType,
-            "tinyint": T.ByteType, "double": T.DoubleType, "float": T.FloatType, "boolean": T.BooleanType}[type_name]()
+    return {
+        "string": T.StringType,
+        "bigint": T.LongType,
+        "int": T.IntegerType,
+        "smallint": T.ShortType,
+        "tinyint": T.ByteType,
+        "double": T.DoubleType,
+        "float": T.FloatType,
+        "boolean": T.BooleanType,
+    }[type_name]()
 
 
 class DecodeSpecError(ValueError):
@@ -91,9 +101,14 @@ class EventDecoder:
         required_set = set(self.required)
         # Strict: required fields typed and mandatory, the others typed or absent/null. Attributes
         # are f0, f1, ... renamed to the JSON names, which need not be Python identifiers.
-        struct = msgspec.defstruct("Event", [
-            (f"f{i}", TYPES[t][0]) if n in required_set else (f"f{i}", TYPES[t][0] | None, None)
-            for i, (n, t) in enumerate(fields)], rename={f"f{i}": n for i, (n, _) in enumerate(fields)})
+        struct = msgspec.defstruct(
+            "Event",
+            [
+                (f"f{i}", TYPES[t][0]) if n in required_set else (f"f{i}", TYPES[t][0] | None, None)
+                for i, (n, t) in enumerate(fields)
+            ],
+            rename={f"f{i}": n for i, (n, _) in enumerate(fields)},
+        )
         self._strict = msgspec.json.Decoder(struct)
         self._any = msgspec.json.Decoder()
         self._lenient = [(n, _lenient(t), n in required_set) for n, t in fields]

@@ -57,10 +57,12 @@ POLICIES = (FAIL, EARLIEST)
 
 BEYOND_END, BEFORE_START, RECREATED, GONE = "beyond the end", "before the start", "recreated", "gone"
 
-WAY_OUT = ("The slot cannot resume from its checkpoint. Way out: reprocess into a new generation "
-           "(baton_reprocess, while the other slot runs: fresh state, replayed from the input that exists), or set "
-           "`on_data_loss: earliest` in the app definition and start it again to resume from the earliest "
-           "available offsets (its state kept, what was lost skipped)")
+WAY_OUT = (
+    "The slot cannot resume from its checkpoint. Way out: reprocess into a new generation "
+    "(baton_reprocess, while the other slot runs: fresh state, replayed from the input that exists), or set "
+    "`on_data_loss: earliest` in the app definition and start it again to resume from the earliest "
+    "available offsets (its state kept, what was lost skipped)"
+)
 
 
 # Partitions described in full in a message (the rest by their positions).
@@ -75,18 +77,22 @@ class InputDataLoss(RuntimeError):
 @dataclass(frozen=True)
 class Loss:
     partition: int
-    kind: str                 # BEYOND_END, BEFORE_START, RECREATED, GONE
-    position: int             # the checkpoint's position that is not in the log
+    kind: str  # BEYOND_END, BEFORE_START, RECREATED, GONE
+    position: int  # the checkpoint's position that is not in the log
     low: int | None = None  # what the broker holds: [low, end)
     end: int | None = None
 
     def describe(self) -> str:
         held = f"the broker holds [{self.low}, {self.end})" if self.low is not None else ""
         if self.kind == BEYOND_END:
-            return f"partition {self.partition}: checkpoint at offset {self.position}, beyond the end {self.end} ({held})"
+            return (
+                f"partition {self.partition}: checkpoint at offset {self.position}, beyond the end {self.end} ({held})"
+            )
         if self.kind == BEFORE_START:
-            return (f"partition {self.partition}: checkpoint at offset {self.position}, before the earliest available "
-                    f"offset {self.low} ({held}; offsets [{self.position}, {self.low}) are gone)")
+            return (
+                f"partition {self.partition}: checkpoint at offset {self.position}, before the earliest available "
+                f"offset {self.low} ({held}; offsets [{self.position}, {self.low}) are gone)"
+            )
         if self.kind == RECREATED:
             return f"partition {self.partition}: checkpoint at offset {self.position} of the old topic ({held} now)"
         return f"partition {self.partition}: checkpoint at offset {self.position}, the topic has no such partition now"
@@ -95,7 +101,7 @@ class Loss:
 @dataclass(frozen=True)
 class Decision:
     losses: tuple[Loss, ...] = ()
-    what: str = ""                                         # what is lost, and the likely cause ("" when nothing)
+    what: str = ""  # what is lost, and the likely cause ("" when nothing)
     resume: dict[int, int] = field(default_factory=dict)  # policy earliest: partition -> where to resume
 
     @property
@@ -115,8 +121,16 @@ def check_policy(value: str, what: str = "onDataLoss") -> str:
     return v
 
 
-def decide(topic: str, start: Mapping[int, int], lows: Mapping[int, int], ends: Mapping[int, int], policy: str,
-           *, end: Mapping[int, int] | None = None, recreated: tuple[str, str] | None = None) -> Decision:
+def decide(
+    topic: str,
+    start: Mapping[int, int],
+    lows: Mapping[int, int],
+    ends: Mapping[int, int],
+    policy: str,
+    *,
+    end: Mapping[int, int] | None = None,
+    recreated: tuple[str, str] | None = None,
+) -> Decision:
     """Whether a query standing at `start` (and, for a batch replayed after a restart, reading on to `end`)
     can read its input. `lows`/`ends`: what the broker holds per partition that exists now, [low, end); an
     end must be exact where it is below the position checked (see `observe`). `recreated`: (topic id the
@@ -146,22 +160,25 @@ def decide(topic: str, start: Mapping[int, int], lows: Mapping[int, int], ends: 
 
 _CAUSES = {
     BEYOND_END: "the topic was deleted and recreated, or the broker lost its data (a broker reset: the embedded "
-                "broker keeps its data in memory)",
+    "broker keeps its data in memory)",
     BEFORE_START: "retention removed records before this slot read them",
     GONE: "the topic was recreated with fewer partitions",
 }
 
 
-def describe(topic: str, losses: Sequence[Loss], partitions: Sequence[int],
-             recreated: tuple[str, str] | None = None) -> str:
+def describe(
+    topic: str, losses: Sequence[Loss], partitions: Sequence[int], recreated: tuple[str, str] | None = None
+) -> str:
     """One line naming the topic, every lost partition with the checkpoint's position against what the
     broker holds, and the likely cause (Decision.reason adds the way out)."""
     parts = [str(p) for p in sorted(x.partition for x in losses)]
     listed = ", ".join(parts[:16]) + (f", ... ({len(parts)} partitions)" if len(parts) > 16 else "")
     head = f"input data loss on topic {topic!r}, partition{'s' if len(parts) > 1 else ''} {listed}"
     if recreated is not None:
-        cause = (f"the topic was deleted and recreated since the checkpoint read it (topic id {recreated[0]}, now "
-                 f"{recreated[1]}), e.g. by a broker reset")
+        cause = (
+            f"the topic was deleted and recreated since the checkpoint read it (topic id {recreated[0]}, now "
+            f"{recreated[1]}), e.g. by a broker reset"
+        )
     else:
         cause = "; ".join(dict.fromkeys(_CAUSES[x.kind] for x in losses))
     gone = [x for x in losses if x.kind == GONE]
@@ -176,8 +193,11 @@ def describe(topic: str, losses: Sequence[Loss], partitions: Sequence[int],
 
 def skipped(topic: str, decision: Decision) -> str:
     """The warning logged when policy earliest resumes past a loss: what is skipped."""
-    moves = ", ".join(f"partition {x.partition} from {x.position} to {decision.resume[x.partition]}"
-                      for x in decision.losses if x.partition in decision.resume)
+    moves = ", ".join(
+        f"partition {x.partition} from {x.position} to {decision.resume[x.partition]}"
+        for x in decision.losses
+        if x.partition in decision.resume
+    )
     return f"on_data_loss=earliest: resuming {topic!r} at its earliest available offsets ({moves}): {decision.what}"
 
 
@@ -185,8 +205,14 @@ def skipped(topic: str, decision: Decision) -> str:
 # What the broker holds
 
 
-def observe(consumer, topic: str, partitions: Sequence[int], want: Mapping[int, int], timeout_s: float,
-            metadata_timeout_s: float = 15.0) -> tuple[dict[int, int], dict[int, int]]:
+def observe(
+    consumer,
+    topic: str,
+    partitions: Sequence[int],
+    want: Mapping[int, int],
+    timeout_s: float,
+    metadata_timeout_s: float = 15.0,
+) -> tuple[dict[int, int], dict[int, int]]:
     """(earliest, end) per partition of `partitions`, each end exact where it is below `want[p]` (the
     furthest position to check) and otherwise some value >= want[p]. ListOffsets first; a partition
     whose reported end is below its position is read from that end until EOF (its true end) or a record
@@ -198,8 +224,9 @@ def observe(consumer, topic: str, partitions: Sequence[int], want: Mapping[int, 
 
     lows, ends = {}, {}
     for p in partitions:
-        lows[p], ends[p] = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=metadata_timeout_s,
-                                                          cached=False)
+        lows[p], ends[p] = consumer.get_watermark_offsets(
+            TopicPartition(topic, p), timeout=metadata_timeout_s, cached=False
+        )
     probe = {p: ends[p] for p in partitions if p in want and want[p] > ends[p]}
     if not probe:
         return lows, ends
@@ -237,8 +264,14 @@ def observe(consumer, topic: str, partitions: Sequence[int], want: Mapping[int, 
         elif settled(p):
             ends[p] = max(want[p], reached[p])
         else:
-            log.warning("baton-kafka: %s[%d]: neither its end nor offset %d read within %.0fs; taking the position "
-                        "as in the log", topic, p, want[p] - 1, timeout_s)
+            log.warning(
+                "baton-kafka: %s[%d]: neither its end nor offset %d read within %.0fs; taking the position "
+                "as in the log",
+                topic,
+                p,
+                want[p] - 1,
+                timeout_s,
+            )
             ends[p] = want[p]
     return lows, ends
 

@@ -41,9 +41,18 @@ class InputEnds(threading.Thread):
 
     def _consumer(self) -> Consumer:
         self.fetch_wait = fetch_wait_ms(self.bootstrap, self.topic, FETCH_WAIT_MS)
-        return Consumer(kafka_config(self.bootstrap, {"group.id": f"baton-ends-{uuid.uuid4().hex[:8]}",
-                                     "enable.auto.commit": False, "isolation.level": "read_committed",
-                                     "enable.partition.eof": True, "fetch.wait.max.ms": self.fetch_wait}))
+        return Consumer(
+            kafka_config(
+                self.bootstrap,
+                {
+                    "group.id": f"baton-ends-{uuid.uuid4().hex[:8]}",
+                    "enable.auto.commit": False,
+                    "isolation.level": "read_committed",
+                    "enable.partition.eof": True,
+                    "fetch.wait.max.ms": self.fetch_wait,
+                },
+            )
+        )
 
     def latest(self) -> dict[int, int] | None:
         """The end read within the last fresh_s, else None: an older end, beside a newer batch's
@@ -57,10 +66,13 @@ class InputEnds(threading.Thread):
                     if fetch_wait_ms(self.bootstrap, self.topic, FETCH_WAIT_MS) != self.fetch_wait:
                         self.consumer.close()  # a probe stalled: Tansu needs a longer wait (baton.kafka.fetch_wait)
                         self.consumer = self._consumer()
-                    bound = {p: self.consumer.get_watermark_offsets(TopicPartition(self.topic, p), timeout=2)[1]
-                             for p in range(self.partitions)}
-                    self._latest = probe_ends(self.consumer, self.topic, bound, PROBE_TIMEOUT_S, self.bootstrap,
-                                              self.fetch_wait)[0]
+                    bound = {
+                        p: self.consumer.get_watermark_offsets(TopicPartition(self.topic, p), timeout=2)[1]
+                        for p in range(self.partitions)
+                    }
+                    self._latest = probe_ends(
+                        self.consumer, self.topic, bound, PROBE_TIMEOUT_S, self.bootstrap, self.fetch_wait
+                    )[0]
                     self._read_at = time.monotonic()
                 except KafkaException as exc:  # the broker away for a moment: the last end stands
                     log.debug("input end not read: %s", exc)

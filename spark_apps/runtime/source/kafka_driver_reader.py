@@ -104,8 +104,12 @@ def broker_silent(exc: BaseException) -> bool:
 
     from baton.kafka.tail import is_fatal
 
-    return (isinstance(exc, KafkaException) and bool(exc.args) and isinstance(exc.args[0], KafkaError)
-            and not is_fatal(exc.args[0]))
+    return (
+        isinstance(exc, KafkaException)
+        and bool(exc.args)
+        and isinstance(exc.args[0], KafkaError)
+        and not is_fatal(exc.args[0])
+    )
 
 
 class DriverStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -117,8 +121,9 @@ class DriverStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableN
         self._pacer = BatchPacer(options.min_batch_interval_s, options.cap_file)
         self._applied = AppliedCap(options.cap_file) if options.cap_file else None
         interval = self._pacer.interval_s
-        self._lead = WindowLead(max(TAIL_FETCH_LEAD_S, TAIL_FETCH_LEAD_SHARE * interval),
-                                TAIL_FETCH_LEAD_CEILING_SHARE * interval)
+        self._lead = WindowLead(
+            max(TAIL_FETCH_LEAD_S, TAIL_FETCH_LEAD_SHARE * interval), TAIL_FETCH_LEAD_CEILING_SHARE * interval
+        )
         self._out_of_range = 0  # reads in a row that met an out-of-range position
         self.identity_every_s = IDENTITY_EVERY_S
         self._identity_at = time.monotonic()
@@ -151,8 +156,12 @@ class DriverStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableN
                 raise
             now = time.monotonic()
             self._silent_since = self._silent_since or now
-            log.warning("baton-kafka: %s: the broker has not answered for %.0f s (%s): no batch until it does",
-                        self.opts.topic, now - self._silent_since, exc)
+            log.warning(
+                "baton-kafka: %s: the broker has not answered for %.0f s (%s): no batch until it does",
+                self.opts.topic,
+                now - self._silent_since,
+                exc,
+            )
             return iter(()), start
         self._silent_since = None
         return batch
@@ -168,9 +177,11 @@ class DriverStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableN
             self._prefetch.close()
             self._prefetch, self.planner.verified = None, False
             if self._out_of_range > MAX_OUT_OF_RANGE:
-                raise InputDataLoss(f"input data loss on topic {self.opts.topic!r}: the broker keeps answering "
-                                    f"offset out of range at {gone} (partition: offset) while the query stands at "
-                                    f"{begin}. {WAY_OUT}.")
+                raise InputDataLoss(
+                    f"input data loss on topic {self.opts.topic!r}: the broker keeps answering "
+                    f"offset out of range at {gone} (partition: offset) while the query stands at "
+                    f"{begin}. {WAY_OUT}."
+                )
         if self._prefetch is not None and self._identity_due() and self.planner.identity_changed(IDENTITY_TIMEOUT_S):
             self._prefetch.close()  # the topic was recreated under the query: check where it stands
             self._prefetch, self.planner.verified = None, False
@@ -192,8 +203,9 @@ class DriverStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableN
             # yet would end the query).
             want = {p: min(self._target.get(p, begin[p]), limits[p]) for p in parts}
             if not prefetch.wait_until(want, self.opts.max_records, self.opts.poll_timeout_s):
-                raise TimeoutError(f"{self.opts.topic}: records up to {want} not fetched within "
-                                   f"{self.opts.poll_timeout_s:.0f}s")
+                raise TimeoutError(
+                    f"{self.opts.topic}: records up to {want} not fetched within {self.opts.poll_timeout_s:.0f}s"
+                )
         elif fresh:
             # The first read waits (briefly) until the consumer reached each partition's end, so a
             # restarted slot's first batch takes the backlog instead of costing a trigger.
@@ -257,9 +269,14 @@ class DriverStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableN
             tuning = {"queued.min.messages": 1_000_000, "fetch.queue.backoff.ms": 1, "fetch.wait.max.ms": 200}
             conf = self.planner._conf(**tuning)
             # The user's kafka.* settings still win (_conf): over the pace as over the rest of the tuning.
-            paced_conf = self.planner._conf(**{**tuning, "queued.min.messages": 1,
-                                               "fetch.queue.backoff.ms": FOLLOW_FETCH_PACE_MS,
-                                               "max.partition.fetch.bytes": FOLLOW_PARTITION_FETCH_BYTES})
+            paced_conf = self.planner._conf(
+                **{
+                    **tuning,
+                    "queued.min.messages": 1,
+                    "fetch.queue.backoff.ms": FOLLOW_FETCH_PACE_MS,
+                    "max.partition.fetch.bytes": FOLLOW_PARTITION_FETCH_BYTES,
+                }
+            )
             decode: Callable[[list], tuple[list[int], list[list], list[tuple]]]
             if self.opts.value_fields is None:
                 width, decode = 4, lambda msgs: (list(map(lambda m: m.offset(), msgs)), raw_columns(msgs), [])
@@ -267,9 +284,17 @@ class DriverStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableN
                 decoder = EventDecoder(self.opts.value_fields, self.opts.required)
                 width, decode = len(self.opts.value_fields), lambda msgs: decode_records(decoder, msgs)
             per_partition = max(10_000, MAX_BUFFERED // max(1, len(begin)))
-            self._prefetch = Prefetcher(lambda: Consumer(conf), self.opts.topic, begin, width, decode, per_partition,
-                                        align=self.opts.align_partitions,
-                                        make_paced_consumer=lambda: Consumer(paced_conf), paced=paced)
+            self._prefetch = Prefetcher(
+                lambda: Consumer(conf),
+                self.opts.topic,
+                begin,
+                width,
+                decode,
+                per_partition,
+                align=self.opts.align_partitions,
+                make_paced_consumer=lambda: Consumer(paced_conf),
+                paced=paced,
+            )
         return self._prefetch
 
     def _quiet_until(self, following: bool) -> float:

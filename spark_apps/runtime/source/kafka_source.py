@@ -45,7 +45,9 @@ class KafkaSource(DataSource):
         if opts.read_on == "driver":  # Spark then asks for simpleStreamReader
             from pyspark.errors import PySparkNotImplementedError
 
-            raise PySparkNotImplementedError(errorClass="NOT_IMPLEMENTED", messageParameters={"feature": "streamReader"})
+            raise PySparkNotImplementedError(
+                errorClass="NOT_IMPLEMENTED", messageParameters={"feature": "streamReader"}
+            )
         return KafkaStreamReader(opts)
 
     def simpleStreamReader(self, schema: StructType) -> DriverStreamReader:
@@ -55,6 +57,7 @@ class KafkaSource(DataSource):
         opts = parse_options(self.options)
         expected = output_schema(opts)
         if [(f.name, f.dataType) for f in schema.fields] != [(f.name, f.dataType) for f in expected.fields]:
-            raise ValueError(f"{FORMAT} has the schema its options give ({expected.simpleString()}); "
-                             f"got {schema.simpleString()}")
+            raise ValueError(
+                f"{FORMAT} has the schema its options give ({expected.simpleString()}); got {schema.simpleString()}"
+            )
         return opts

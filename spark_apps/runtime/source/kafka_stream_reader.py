@@ -110,14 +110,17 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _conf(self, **tuning) -> dict:
         """Consumer settings: the source's own (not overridable: parse_options rejects them), then
         per-role tuning, then the user's kafka.* pass-through (which may override the tuning)."""
-        conf = kafka_config(self.opts.bootstrap, {
-            "group.id": GROUP_ID,  # required by librdkafka; no subscription, nothing committed
-            "enable.auto.commit": False,
-            "enable.auto.offset.store": False,
-            "isolation.level": "read_committed",
-            "enable.partition.eof": True,
-            "auto.offset.reset": "error",  # a position that no longer exists fails, never skips
-        })
+        conf = kafka_config(
+            self.opts.bootstrap,
+            {
+                "group.id": GROUP_ID,  # required by librdkafka; no subscription, nothing committed
+                "enable.auto.commit": False,
+                "enable.auto.offset.store": False,
+                "isolation.level": "read_committed",
+                "enable.partition.eof": True,
+                "auto.offset.reset": "error",  # a position that no longer exists fails, never skips
+            },
+        )
         conf.update(tuning)
         conf.update(self.opts.kafka_conf)
         return conf
@@ -149,8 +152,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         c = self._consumer()
         lows, ends = {}, {}
         for p in parts:
-            lo, hi = c.get_watermark_offsets(TopicPartition(self.opts.topic, p), timeout=METADATA_TIMEOUT_S,
-                                             cached=False)
+            lo, hi = c.get_watermark_offsets(
+                TopicPartition(self.opts.topic, p), timeout=METADATA_TIMEOUT_S, cached=False
+            )
             lows[p], ends[p] = lo, hi
         self._lows.update(lows)
         return lows, ends
@@ -158,11 +162,16 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def available_ends(self, parts: Sequence[int]) -> dict[int, int]:
         """Readable end per partition: the ListOffsets lower bound, then read to EOF or past the bound."""
         _, bound = self._watermarks(parts)
-        ends, unsettled = probe_ends(self._consumer(), self.opts.topic, bound, PROBE_TIMEOUT_S,
-                                     self.opts.bootstrap, self._probe_wait)
+        ends, unsettled = probe_ends(
+            self._consumer(), self.opts.topic, bound, PROBE_TIMEOUT_S, self.opts.bootstrap, self._probe_wait
+        )
         if unsettled:
-            log.warning("baton-kafka: no partition end found for %s of %s (fetch.wait.max.ms=%d); using positions reached",
-                        sorted(unsettled), self.opts.topic, self._probe_wait)
+            log.warning(
+                "baton-kafka: no partition end found for %s of %s (fetch.wait.max.ms=%d); using positions reached",
+                sorted(unsettled),
+                self.opts.topic,
+                self._probe_wait,
+            )
         return ends
 
     def offset_for_timestamp(self, p: int, ts_ms: int, low: int, end: int) -> int:
@@ -170,7 +179,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         timestamps do not decrease within the partition): binary search, one record per step."""
         consumer = self._consumer()
         return search_timestamp(
-            lambda o: first_record(consumer, self.opts.topic, p, o, end, self.opts.poll_timeout_s), ts_ms, low, end)
+            lambda o: first_record(consumer, self.opts.topic, p, o, end, self.opts.poll_timeout_s), ts_ms, low, end
+        )
 
     # -- DataSourceStreamReader
     def initialOffset(self) -> dict:
@@ -239,7 +249,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if not self.verified:  # a batch replayed after a restart: planned on input that may be gone
             self.verified = True
             ranges = self.replay_ranges(s, e)
-            return [KafkaInputPartition(self.opts.topic, p, lo, hi) for p, (lo, hi) in sorted(ranges.items()) if hi > lo]
+            return [
+                KafkaInputPartition(self.opts.topic, p, lo, hi) for p, (lo, hi) in sorted(ranges.items()) if hi > lo
+            ]
         missing = [p for p in e if p not in s]
         if missing:
             if any(p not in self._lows for p in missing):
@@ -373,11 +385,15 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         topic, p, start, end = partition.topic, partition.partition, partition.start, partition.end
         if start >= end:
             return
-        c = Consumer(self._conf(**{
-            "queued.min.messages": 1_000_000,
-            "fetch.queue.backoff.ms": 1,
-            "fetch.wait.max.ms": 100,
-        }))
+        c = Consumer(
+            self._conf(
+                **{
+                    "queued.min.messages": 1_000_000,
+                    "fetch.queue.backoff.ms": 1,
+                    "fetch.wait.max.ms": 100,
+                }
+            )
+        )
         try:
             chunks = read_range(c, topic, p, start, end, self.opts.poll_timeout_s, self.opts.on_data_loss)
             if self.opts.value_fields is None:

@@ -86,10 +86,12 @@ def _string_chunks(arr, bounds: list[int]):
     offsets = pa.Array.from_buffers(pa.int32(), len(arr) + 1, [None, offset_buf], offset=arr.offset)
     data = data or pa.py_buffer(b"")
     row_starts = pc.take(offsets, pa.array(bounds, pa.int32()))  # where each packed row's bytes start
-    packed = pa.Array.from_buffers(pa.binary(), len(bounds) - 1, [None, row_starts.buffers()[1], data],
-                                   offset=row_starts.offset)
-    ends = [pc.subtract(offsets.slice(lo + 1, hi - lo), row_starts[k]) for k, (lo, hi) in
-            enumerate(zip(bounds, bounds[1:]))]
+    packed = pa.Array.from_buffers(
+        pa.binary(), len(bounds) - 1, [None, row_starts.buffers()[1], data], offset=row_starts.offset
+    )
+    ends = [
+        pc.subtract(offsets.slice(lo + 1, hi - lo), row_starts[k]) for k, (lo, hi) in enumerate(zip(bounds, bounds[1:]))
+    ]
     return packed, (pa.concat_arrays(ends) if ends else pa.array([], pa.int32()))
 
 

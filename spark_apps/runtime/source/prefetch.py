@@ -122,11 +122,11 @@ class Stamp:
 
 @dataclass
 class PartitionBuffer:
-    start: int                   # the first offset not taken yet
-    next: int                    # the offset after everything consumed (past markers)
-    width: int                   # number of columns
-    caught_up: bool = False      # the consumer reached the partition's end at least once
-    at_end: bool = False         # the consumer's last word on the partition: it reached the end (EOF)
+    start: int  # the first offset not taken yet
+    next: int  # the offset after everything consumed (past markers)
+    width: int  # number of columns
+    caught_up: bool = False  # the consumer reached the partition's end at least once
+    at_end: bool = False  # the consumer's last word on the partition: it reached the end (EOF)
     offsets: list[int] = field(default_factory=list)
     columns: list[list] = field(default_factory=list)
     dead: list[tuple] = field(default_factory=list)
@@ -139,8 +139,9 @@ class PartitionBuffer:
     def __len__(self) -> int:
         return len(self.offsets) + len(self.dead)
 
-    def append(self, offsets: list[int], columns: list[list], dead: list[tuple], next_offset: int,
-               stamp: Stamp | None = None) -> None:
+    def append(
+        self, offsets: list[int], columns: list[list], dead: list[tuple], next_offset: int, stamp: Stamp | None = None
+    ) -> None:
         if stamp is not None:
             self.stamps.append(stamp)
         self.offsets.extend(offsets)
@@ -166,18 +167,25 @@ class PartitionBuffer:
                 else:
                     di += 1
             g, d = gi, di
-            following = [o for o in (self.offsets[g] if g < len(self.offsets) else None,
-                                     self.dead[d][0] if d < len(self.dead) else None) if o is not None]
+            following = [
+                o
+                for o in (
+                    self.offsets[g] if g < len(self.offsets) else None,
+                    self.dead[d][0] if d < len(self.dead) else None,
+                )
+                if o is not None
+            ]
             end = min(following)
-        taken = Taken(self.start, int(max(end, self.start)), self.offsets[:g], [c[:g] for c in self.columns],
-                      self.dead[:d])
+        taken = Taken(
+            self.start, int(max(end, self.start)), self.offsets[:g], [c[:g] for c in self.columns], self.dead[:d]
+        )
         at = [st.offset for st in self.stamps]
         n = bisect_left(at, taken.end)  # the chunks holding records of [start, end)
         if g + d and n:
             taken.oldest_ms = self.stamps[0].first_ms if self.stamps[0].first_ms >= 0 else None
             taken.newest_ms = max(st.last_ms for st in self.stamps[:n]) if taken.oldest_ms is not None else None
         # Keep the chunk holding the new start (its rest is still buffered).
-        del self.stamps[:max(0, bisect_left(at, taken.end + 1) - 1)]
+        del self.stamps[: max(0, bisect_left(at, taken.end + 1) - 1)]
         del self.offsets[:g]
         for c in self.columns:
             del c[:g]
@@ -215,9 +223,18 @@ class WindowReport:
 class Prefetcher:
     """Owns the consumer and its thread; `take` is called by the batch planner."""
 
-    def __init__(self, make_consumer: Callable, topic: str, begin: dict[int, int], width: int,
-                 decode: Callable[[list], tuple[list[int], list[list], list[tuple]]], max_buffered: int,
-                 align: bool = True, make_paced_consumer: Callable | None = None, paced: bool = False):
+    def __init__(
+        self,
+        make_consumer: Callable,
+        topic: str,
+        begin: dict[int, int],
+        width: int,
+        decode: Callable[[list], tuple[list[int], list[list], list[tuple]]],
+        max_buffered: int,
+        align: bool = True,
+        make_paced_consumer: Callable | None = None,
+        paced: bool = False,
+    ):
         self.topic, self.width, self.decode, self.max_buffered = topic, width, decode, max_buffered
         # The consumer that fetches at once, and the paced one (module docstring); None: never paced.
         self._make_at_once, self._make_paced = make_consumer, make_paced_consumer
@@ -280,7 +297,11 @@ class Prefetcher:
             if self.align:
                 limits = self._aligned(begin, limits)
             ready = {p: self.buffers[p].available(limits.get(p, float("inf"))) for p in begin if p not in self._seeks}
-            share = split_limit({p: n for p, n in ready.items() if n}, budget) if budget is not None and any(ready.values()) else None
+            share = (
+                split_limit({p: n for p, n in ready.items() if n}, budget)
+                if budget is not None and any(ready.values())
+                else None
+            )
             out = {}
             for p in sorted(ready):
                 n = ready[p] if share is None else share.get(p, 0)
@@ -299,14 +320,23 @@ class Prefetcher:
         if self._held_since is None:
             self._held_since = now
         if now - self._held_since > ALIGN_MAX_HOLD_S:
-            log.warning("%s: partitions %s brought nothing for %.0f s while the others have records ready: taking "
-                        "those without keeping the partitions abreast", self.topic,
-                        sorted(p for p, b in bufs.items() if not b.stamps and not b.at_end), now - self._held_since)
+            log.warning(
+                "%s: partitions %s brought nothing for %.0f s while the others have records ready: taking "
+                "those without keeping the partitions abreast",
+                self.topic,
+                sorted(p for p, b in bufs.items() if not b.stamps and not b.at_end),
+                now - self._held_since,
+            )
             return limits
         return aligned
 
-    def wait_until(self, ends: dict[int, float] | None, budget: int | None, timeout_s: float,
-                   limits: dict[int, float] | None = None) -> bool:
+    def wait_until(
+        self,
+        ends: dict[int, float] | None,
+        budget: int | None,
+        timeout_s: float,
+        limits: dict[int, float] | None = None,
+    ) -> bool:
         """Wait until every partition's buffer reaches `ends`, or (ends None) the partition's end as the
         consumer found it, or holds `budget` records below the limits; False on timeout. A full buffer
         counts as reached: its fetching is paused until a batch takes from it (a backlog larger than the
@@ -317,13 +347,24 @@ class Prefetcher:
             self._raise()
             with self._lock:
                 if ends is None:
-                    reached = all(b.caught_up or b.next >= ends_or_limits.get(p, float("inf")) or self._full(b)
-                                  for p, b in self.buffers.items() if p not in self._seeks)
+                    reached = all(
+                        b.caught_up or b.next >= ends_or_limits.get(p, float("inf")) or self._full(b)
+                        for p, b in self.buffers.items()
+                        if p not in self._seeks
+                    )
                 else:
-                    reached = all(p not in self.buffers or p in self._seeks or self.buffers[p].next >= e
-                                  or self._full(self.buffers[p]) for p, e in ends.items())
-                enough = budget is not None and sum(
-                    self.buffers[p].available(e) for p, e in ends_or_limits.items() if p in self.buffers) >= budget
+                    reached = all(
+                        p not in self.buffers
+                        or p in self._seeks
+                        or self.buffers[p].next >= e
+                        or self._full(self.buffers[p])
+                        for p, e in ends.items()
+                    )
+                enough = (
+                    budget is not None
+                    and sum(self.buffers[p].available(e) for p, e in ends_or_limits.items() if p in self.buffers)
+                    >= budget
+                )
             if reached or enough:
                 return True
             if time.monotonic() > deadline:
@@ -396,8 +437,11 @@ class Prefetcher:
             quiet = time.monotonic() < self._quiet_until
             # A full buffer, or in the quiet time a partition that has reached its end: no fetching until
             # that changes.
-            held = {p for p, b in self.buffers.items()
-                    if self._full(b) or (quiet and b.caught_up and p in self._delivered and p not in seeks)}
+            held = {
+                p
+                for p, b in self.buffers.items()
+                if self._full(b) or (quiet and b.caught_up and p in self._delivered and p not in seeks)
+            }
             nexts = {p: b.next for p, b in self.buffers.items()}
         if new:
             self._consumer.incremental_assign([TopicPartition(self.topic, p, self.buffers[p].start) for p in new])
@@ -442,8 +486,10 @@ class Prefetcher:
             by_part.setdefault(m.partition(), []).append(m)
         decoded = {p: self.decode(ms) for p, ms in by_part.items()}
         self._delivered.update(by_part)
-        positions = {tp.partition: tp.offset for tp in
-                     self._consumer.position([TopicPartition(self.topic, p) for p in self.buffers])}
+        positions = {
+            tp.partition: tp.offset
+            for tp in self._consumer.position([TopicPartition(self.topic, p) for p in self.buffers])
+        }
         if self._paced:
             at_end |= self._reached_high_watermark(by_part, positions)
         with self._lock:

@@ -26,14 +26,16 @@ from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, Str
 from spark_apps.runtime.source.decode import spark_type
 from spark_apps.runtime.source.source_options import SourceOptions
 
-SCHEMA = StructType([
-    StructField("key", BinaryType()),
-    StructField("value", BinaryType()),
-    StructField("topic", StringType()),
-    StructField("partition", IntegerType()),
-    StructField("offset", LongType()),
-    StructField("timestamp", TimestampType()),
-])
+SCHEMA = StructType(
+    [
+        StructField("key", BinaryType()),
+        StructField("value", BinaryType()),
+        StructField("topic", StringType()),
+        StructField("partition", IntegerType()),
+        StructField("offset", LongType()),
+        StructField("timestamp", TimestampType()),
+    ]
+)
 
 
 def output_schema(opts: SourceOptions) -> StructType:
@@ -69,11 +71,17 @@ def raw_record_batch(topic: str, p: int, columns: list[list]):
     schema = to_arrow_schema(SCHEMA, timezone="UTC")
     keys, values, offsets, stamps = columns
     n = len(offsets)
-    return pa.RecordBatch.from_arrays([
-        pa.array(keys, pa.binary()), pa.array(values, pa.binary()),
-        pa.array([topic] * n, pa.string()), pa.array([p] * n, pa.int32()), pa.array(offsets, pa.int64()),
-        pa.array(stamps, pa.timestamp("ms", tz="UTC")).cast(schema.field("timestamp").type),
-    ], schema=schema)
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array(keys, pa.binary()),
+            pa.array(values, pa.binary()),
+            pa.array([topic] * n, pa.string()),
+            pa.array([p] * n, pa.int32()),
+            pa.array(offsets, pa.int64()),
+            pa.array(stamps, pa.timestamp("ms", tz="UTC")).cast(schema.field("timestamp").type),
+        ],
+        schema=schema,
+    )
 
 
 def decode_records(decoder, msgs: list) -> tuple[list[int], list[list], list[tuple]]:

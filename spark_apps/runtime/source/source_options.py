@@ -70,17 +70,48 @@ DEFAULT_POLL_TIMEOUT_MS = 120_000
 class SourceOptions:
     """Parsed, validated options (everything but what needs the broker)."""
 
-    __slots__ = ("bootstrap", "topic", "starting", "starting_timestamp", "max_records",
-                 "cap_file", "poll_timeout_s", "kafka_conf", "value_fields", "required", "dead_letter_dir",
-                 "read_on", "min_batch_interval_s", "on_data_loss", "identity_file", "batch_times_file",
-                 "align_partitions", "packed")
+    __slots__ = (
+        "bootstrap",
+        "topic",
+        "starting",
+        "starting_timestamp",
+        "max_records",
+        "cap_file",
+        "poll_timeout_s",
+        "kafka_conf",
+        "value_fields",
+        "required",
+        "dead_letter_dir",
+        "read_on",
+        "min_batch_interval_s",
+        "on_data_loss",
+        "identity_file",
+        "batch_times_file",
+        "align_partitions",
+        "packed",
+    )
 
-    def __init__(self, bootstrap: str, topic: str, starting: Any, starting_timestamp: int | None,
-                 max_records: int | None, cap_file: str | None, poll_timeout_s: float,
-                 kafka_conf: dict[str, str], value_fields: list[tuple[str, str]] | None = None,
-                 required: Sequence[str] = (), dead_letter_dir: str | None = None, read_on: str = "executors",
-                 min_batch_interval_s: float = 0.0, on_data_loss: str = "fail", identity_file: str | None = None,
-                 batch_times_file: str | None = None, align_partitions: bool = True, packed: bool = False):
+    def __init__(
+        self,
+        bootstrap: str,
+        topic: str,
+        starting: Any,
+        starting_timestamp: int | None,
+        max_records: int | None,
+        cap_file: str | None,
+        poll_timeout_s: float,
+        kafka_conf: dict[str, str],
+        value_fields: list[tuple[str, str]] | None = None,
+        required: Sequence[str] = (),
+        dead_letter_dir: str | None = None,
+        read_on: str = "executors",
+        min_batch_interval_s: float = 0.0,
+        on_data_loss: str = "fail",
+        identity_file: str | None = None,
+        batch_times_file: str | None = None,
+        align_partitions: bool = True,
+        packed: bool = False,
+    ):
         self.bootstrap = bootstrap
         self.topic = topic
         self.starting = starting  # "earliest" | "latest" | {partition: offset or EARLIEST/LATEST}
@@ -118,8 +149,9 @@ def _positive_int(name: str, raw: str) -> int:
     return v
 
 
-def parse_partition_json(name: str, raw: str, topic: str, allow_markers: bool,
-                         ignore: tuple[str, ...] = ()) -> dict[int, int]:
+def parse_partition_json(
+    name: str, raw: str, topic: str, allow_markers: bool, ignore: tuple[str, ...] = ()
+) -> dict[int, int]:
     """{"0": 42, "1": 7} (or Spark's {"<topic>": {...}}) -> {0: 42, 1: 7}; keys in `ignore` are left out."""
     try:
         obj = json.loads(raw)
@@ -186,7 +218,8 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         else:
             raise ValueError(
                 f"option 'startingOffsets' must be 'earliest', 'latest' or a JSON object "
-                f"{{\"<partition>\": <offset>}}, got {raw_start!r}")
+                f'{{"<partition>": <offset>}}, got {raw_start!r}'
+            )
 
     raw_max = opts.pop("maxrecordspertrigger", None)
     max_records = _positive_int("maxRecordsPerTrigger", raw_max) if raw_max is not None else None
@@ -215,7 +248,7 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
     kafka_conf: dict[str, str] = {}
     for k in list(opts):
         if k.startswith("kafka."):
-            key = k[len("kafka."):]
+            key = k[len("kafka.") :]
             if key in _OWNED_CONF:
                 raise ValueError(f"option {k!r} is set by the source and cannot be overridden")
             kafka_conf[key] = opts.pop(k)
@@ -224,10 +257,26 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
     for k in opts:
         if k != "path":
             log.warning("baton-kafka: ignoring unknown option %r", k)
-    return SourceOptions(bootstrap, topic, starting, starting_timestamp, max_records, cap_file,
-                         poll_ms / 1000.0, kafka_conf, value_fields, required, dead_letter_dir, read_on,
-                         interval_ms / 1000.0, on_data_loss, identity_file, batch_times_file,
-                         align_partitions=raw_align == "true", packed=raw_packed == "true")
+    return SourceOptions(
+        bootstrap,
+        topic,
+        starting,
+        starting_timestamp,
+        max_records,
+        cap_file,
+        poll_ms / 1000.0,
+        kafka_conf,
+        value_fields,
+        required,
+        dead_letter_dir,
+        read_on,
+        interval_ms / 1000.0,
+        on_data_loss,
+        identity_file,
+        batch_times_file,
+        align_partitions=raw_align == "true",
+        packed=raw_packed == "true",
+    )
 
 
 def _parse_decoding(opts: dict) -> tuple[list[tuple[str, str]] | None, list[str], str | None]:
@@ -244,8 +293,10 @@ def _parse_decoding(opts: dict) -> tuple[list[tuple[str, str]] | None, list[str]
         fields = [(str(n), str(t).lower()) for n, t in json.loads(raw_fields)]
         required = [str(r) for r in json.loads(raw_required)] if raw_required is not None else []
     except (ValueError, TypeError):
-        raise ValueError(f"option 'valueFields' must be JSON [[name, type], ...] and 'requiredFields' JSON "
-                         f"[name, ...]; got {raw_fields!r} and {raw_required!r}") from None
+        raise ValueError(
+            f"option 'valueFields' must be JSON [[name, type], ...] and 'requiredFields' JSON "
+            f"[name, ...]; got {raw_fields!r} and {raw_required!r}"
+        ) from None
     try:
         EventDecoder(fields, required)
     except DecodeSpecError as exc:
@@ -255,5 +306,11 @@ def _parse_decoding(opts: dict) -> tuple[list[tuple[str, str]] | None, list[str]
     return fields, required, dead_letter_dir
 
 
-_OWNED_CONF = {"group.id", "enable.auto.commit", "enable.partition.eof", "isolation.level",
-               "auto.offset.reset", "enable.auto.offset.store"}
+_OWNED_CONF = {
+    "group.id",
+    "enable.auto.commit",
+    "enable.partition.eof",
+    "isolation.level",
+    "auto.offset.reset",
+    "enable.auto.offset.store",
+}

@@ -25,13 +25,16 @@ def offsets_from_json(offsets: Mapping[str, Any]) -> dict[int, int]:
     return {int(p): int(o) for p, o in offsets.items()}
 
 
-def resolve_starting(spec: dict[int, int], partitions: Sequence[int], lows: Mapping[int, int],
-                     ends: Mapping[int, int]) -> dict[int, int]:
+def resolve_starting(
+    spec: dict[int, int], partitions: Sequence[int], lows: Mapping[int, int], ends: Mapping[int, int]
+) -> dict[int, int]:
     """Check a startingOffsets JSON against the topic and resolve the -2/-1 markers."""
     unknown = sorted(set(spec) - set(partitions))
     if unknown:
-        raise ValueError(f"option 'startingOffsets' names partitions {unknown} that the topic does not have "
-                         f"(it has {sorted(partitions)})")
+        raise ValueError(
+            f"option 'startingOffsets' names partitions {unknown} that the topic does not have "
+            f"(it has {sorted(partitions)})"
+        )
     missing = sorted(set(partitions) - set(spec))
     if missing:
         raise ValueError(f"option 'startingOffsets' must name every partition; missing {missing}")
@@ -43,8 +46,10 @@ def resolve_starting(spec: dict[int, int], partitions: Sequence[int], lows: Mapp
         elif o == LATEST:
             o = ends[p]
         elif not lows[p] <= o <= ends[p]:
-            raise ValueError(f"option 'startingOffsets': offset {o} for partition {p} is outside the "
-                             f"partition's available range [{lows[p]}, {ends[p]}]")
+            raise ValueError(
+                f"option 'startingOffsets': offset {o} for partition {p} is outside the "
+                f"partition's available range [{lows[p]}, {ends[p]}]"
+            )
         out[p] = o
     return out
 
@@ -56,8 +61,10 @@ def parse_cap(text: str, partitions: Sequence[int], path: str = "capFile") -> di
     unknown = sorted(set(spec) - set(partitions))
     missing = sorted(set(partitions) - set(spec))
     if unknown or missing:
-        raise ValueError(f"option 'capFile' ({path}) must name every partition of the topic "
-                         f"{sorted(partitions)}: missing {missing}, unknown {unknown}")
+        raise ValueError(
+            f"option 'capFile' ({path}) must name every partition of the topic "
+            f"{sorted(partitions)}: missing {missing}, unknown {unknown}"
+        )
     return spec
 
 
@@ -72,8 +79,9 @@ def cap_text(path: str | None) -> str | None:
         return None
 
 
-def read_cap(path: str, partitions: Sequence[int], attempts: int = 3,
-             applied: AppliedCap | None = None) -> dict[int, int] | None:
+def read_cap(
+    path: str, partitions: Sequence[int], attempts: int = 3, applied: AppliedCap | None = None
+) -> dict[int, int] | None:
     """Read the cap file; None when it does not exist. A torn read is retried briefly. `applied`: the
     source plans its next batch under what this returns, and says so (applied_cap.py)."""
     for i in range(attempts):
@@ -130,8 +138,11 @@ class BatchPacer:
             return False
         now = time.monotonic() if now is None else now
         text = cap_text(self.cap_file)
-        if (self._looked_at is not None and text == self._looked_cap
-                and now - self._looked_at < self.interval_s - TICK_SLACK_S):
+        if (
+            self._looked_at is not None
+            and text == self._looked_cap
+            and now - self._looked_at < self.interval_s - TICK_SLACK_S
+        ):
             return True
         self._looked_at, self._looked_cap = now, text
         return False
@@ -169,9 +180,14 @@ def split_limit(backlog: Mapping[int, int], limit: int) -> dict[int, int]:
     return share
 
 
-def plan_end(start: Mapping[int, int], available: Mapping[int, int], *,
-             cap: Mapping[int, int] | None = None, max_records: int | None = None,
-             target: Mapping[int, int] | None = None) -> dict[int, int]:
+def plan_end(
+    start: Mapping[int, int],
+    available: Mapping[int, int],
+    *,
+    cap: Mapping[int, int] | None = None,
+    max_records: int | None = None,
+    target: Mapping[int, int] | None = None,
+) -> dict[int, int]:
     """A batch's end offsets: available, bounded by cap and the availableNow target, never below
     start (no rewind), then admission control. Partitions only in `available` start at their
     `start` entry, which the caller fills in (new partitions)."""

@@ -29,8 +29,9 @@ TAIL_WAIT_S = 0.05
 METADATA_TIMEOUT_S = 15.0
 
 
-def read_range(c, topic: str, p: int, start: int, end: int, timeout_s: float,
-               on_data_loss: str = FAIL) -> Iterator[tuple[list, list[int]]]:
+def read_range(
+    c, topic: str, p: int, start: int, end: int, timeout_s: float, on_data_loss: str = FAIL
+) -> Iterator[tuple[list, list[int]]]:
     """The records of `topic`[p] in [start, end) as (messages, offsets) chunks of at most CHUNK, read
     by the assigned consumer `c`. Stops when the next offset reaches `end`, not after a count:
     transaction markers and aborted records use offsets but are never delivered. A position the broker
@@ -64,8 +65,9 @@ def read_range(c, topic: str, p: int, start: int, end: int, timeout_s: float,
                         if offset_of(m) >= end:
                             done = True
                     elif err.code() in OUT_OF_RANGE:
-                        low, high = c.get_watermark_offsets(TopicPartition(topic, p), timeout=METADATA_TIMEOUT_S,
-                                                            cached=False)
+                        low, high = c.get_watermark_offsets(
+                            TopicPartition(topic, p), timeout=METADATA_TIMEOUT_S, cached=False
+                        )
                         what = describe_out_of_range(topic, p, offset_of(m), start, end, low, high)
                         if on_data_loss == FAIL:
                             raise InputDataLoss(f"{what} {WAY_OUT}.")
@@ -97,13 +99,14 @@ def read_range(c, topic: str, p: int, start: int, end: int, timeout_s: float,
                 nxt = pos
                 progress_at = time.monotonic()
             elif time.monotonic() - progress_at > timeout_s:
-                raise TimeoutError(
-                    f"{topic}[{p}]: no progress at offset {nxt} (reading to {end}) for {timeout_s:.0f}s")
+                raise TimeoutError(f"{topic}[{p}]: no progress at offset {nxt} (reading to {end}) for {timeout_s:.0f}s")
 
 
 def describe_out_of_range(topic: str, p: int, offset: int, start: int, end: int, low: int, high: int) -> str:
     """One line for a read that met a position the broker does not hold (ListOffsets' figures: on Tansu
     the end is a lower bound)."""
-    return (f"input data loss on topic {topic!r}, partition {p}: offset {offset} is not in the log (the broker holds "
-            f"[{low}, {high})) while reading [{start}, {end}): the topic was recreated or truncated, or retention "
-            f"removed records before they were read.")
+    return (
+        f"input data loss on topic {topic!r}, partition {p}: offset {offset} is not in the log (the broker holds "
+        f"[{low}, {high})) while reading [{start}, {end}): the topic was recreated or truncated, or retention "
+        f"removed records before they were read."
+    )

@@ -36,8 +36,15 @@ class WindowLead:
         if not answered or delay_s > TIGHT_SHARE * self.s:
             self.s = min(self.ceiling_s, max(self.s, delay_s) * GROWTH)
             if self.s > before:
-                log.info("%s: fetch window lead %.2f -> %.2f s (a partition's first answer %s %.2f s after the "
-                         "window opened)", what, before, self.s, "came" if answered else "not in", delay_s)
+                log.info(
+                    "%s: fetch window lead %.2f -> %.2f s (a partition's first answer %s %.2f s after the "
+                    "window opened)",
+                    what,
+                    before,
+                    self.s,
+                    "came" if answered else "not in",
+                    delay_s,
+                )
         else:
             self.s = max(self.base_s, self.s - SHRINK_S)
         return self.s

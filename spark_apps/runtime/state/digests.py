@@ -40,7 +40,9 @@ def live_rows(app: AppDefinition, at: str):
         return None
     mod = importlib.import_module(app.module)
     if not hasattr(mod, "state_live"):
-        raise ValueError(f"{app.module} has state.ttl but no state_live(state, ttl): its slots' digests could not agree")
+        raise ValueError(
+            f"{app.module} has state.ttl but no state_live(state, ttl): its slots' digests could not agree"
+        )
     return lambda state: mod.state_live(state, app.state.ttl)
 
 
@@ -49,8 +51,17 @@ class StateDigests:
     the slot's status, which carries `digest` and `active_digest`; `last_progress()` is its query's
     last progress event."""
 
-    def __init__(self, app: AppDefinition, slot: Slot, state_dir: Path, paths: SlotPaths, follower: Follower,
-                 spark: Callable[[], Any], publish: Callable[[], None], last_progress: Callable[[], dict | None]):
+    def __init__(
+        self,
+        app: AppDefinition,
+        slot: Slot,
+        state_dir: Path,
+        paths: SlotPaths,
+        follower: Follower,
+        spark: Callable[[], Any],
+        publish: Callable[[], None],
+        last_progress: Callable[[], dict | None],
+    ):
         self.app, self.slot, self.state_dir, self.paths, self.follower = app, slot, state_dir, paths, follower
         self.spark, self.publish, self.last_progress = spark, publish, last_progress
         self.digest: StateDigest | None = None  # the last state digest taken (restore, check or stop)
@@ -75,15 +86,17 @@ class StateDigests:
             self.restore_digested = True
             self.take(self.restored_batch, "restore")
 
-    def of_checkpoint(self, checkpoint: Path, batch_id: int | None, at: str,
-                      position: Positions | None = None) -> StateDigest | None:
+    def of_checkpoint(
+        self, checkpoint: Path, batch_id: int | None, at: str, position: Positions | None = None
+    ) -> StateDigest | None:
         """The digest of `checkpoint`'s committed state after `batch_id` (None: the empty state), or
         None if it could not be taken (logged)."""
         started = time.monotonic()
         try:
             if batch_id is None:
-                digest = StateDigest(at=at, batch_id=-1, rows=0, digest="0" * 16, schema="",
-                                     ts_ms=int(time.time() * 1000))
+                digest = StateDigest(
+                    at=at, batch_id=-1, rows=0, digest="0" * 16, schema="", ts_ms=int(time.time() * 1000)
+                )
             else:
                 spark = self.spark()
                 with background_jobs(spark):  # behind the query's batches
@@ -93,8 +106,14 @@ class StateDigests:
         except Exception as exc:  # noqa: BLE001 - a digest is evidence for a gate, not the slot's job
             log.error("state digest (%s, batch %s of %s) failed: %s", at, batch_id, checkpoint, exc)
             return None
-        log.info("state digest (%s, batch %s of %s): %d rows in %.1fs", at, batch_id, checkpoint, digest.rows,
-                 time.monotonic() - started)
+        log.info(
+            "state digest (%s, batch %s of %s): %d rows in %.1fs",
+            at,
+            batch_id,
+            checkpoint,
+            digest.rows,
+            time.monotonic() - started,
+        )
         return digest
 
     def note_left(self) -> None:
@@ -114,8 +133,14 @@ class StateDigests:
             if int(progress.get("batchId", -1)) == batch:
                 ops = progress.get("stateOperators") or []
                 if len(ops) == 1 and len(state_operators(self.paths.checkpoint)) == 1:
-                    self.digest = StateDigest(at="stop", batch_id=batch, rows=int(ops[0].get("numRowsTotal", 0)),
-                                              digest="", schema="", ts_ms=int(time.time() * 1000))
+                    self.digest = StateDigest(
+                        at="stop",
+                        batch_id=batch,
+                        rows=int(ops[0].get("numRowsTotal", 0)),
+                        digest="",
+                        schema="",
+                        ts_ms=int(time.time() * 1000),
+                    )
                     self.publish()
                     return
                 break
@@ -166,6 +191,7 @@ class StateDigests:
             return True, self.of_checkpoint(checkpoint, batch, "check", position=target)
         if passed:
             log.warning("no committed batch of %s ends at %s: no state digest there", checkpoint, target)
-            return True, StateDigest(at="missed", batch_id=-1, rows=0, digest="", schema="",
-                                     ts_ms=int(time.time() * 1000), position=target)
+            return True, StateDigest(
+                at="missed", batch_id=-1, rows=0, digest="", schema="", ts_ms=int(time.time() * 1000), position=target
+            )
         return False, None

@@ -30,8 +30,10 @@ JAR = Path(__file__).resolve().parents[3] / ".venv" / "baton-jvm.jar"
 
 def jar() -> Path:
     if not JAR.is_file():
-        raise RuntimeError(f"state.ttl needs Baton's JVM operators, {JAR}, which `make install` builds with javac "
-                           "(a Java 17+ JDK): run `make install`")
+        raise RuntimeError(
+            f"state.ttl needs Baton's JVM operators, {JAR}, which `make install` builds with javac "
+            "(a Java 17+ JDK): run `make install`"
+        )
     return JAR
 
 

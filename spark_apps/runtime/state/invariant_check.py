@@ -39,8 +39,9 @@ RETRY_AFTER_S = 3.0
 EXAMPLES = 10
 
 
-def check_state_at(spark, module, checkpoint: Path, batch_id: int,
-                   records_up_to: int = 0) -> tuple[int, int, list[str], list | None]:
+def check_state_at(
+    spark, module, checkpoint: Path, batch_id: int, records_up_to: int = 0
+) -> tuple[int, int, list[str], list | None]:
     """(state rows, violations, up to EXAMPLES of their `problem`s, the state's output records) of the
     app module's check_state on the state after `batch_id`: one read of the state, as one task (a
     digest's shape), kept in memory for the questions asked of it. The records only if asked for
@@ -68,8 +69,16 @@ class InvariantsOnRequest:
     """Answers ControlRecord.invariants_asked for one slot while it is the standby. `spark()` is its
     session (None before it exists); `publish()` sends its status, which carries `answer`."""
 
-    def __init__(self, app: AppDefinition, slot: Slot, checkpoint: Path, follower: Follower,
-                 spark: Callable[[], Any], publish: Callable[[], None], sink=None):
+    def __init__(
+        self,
+        app: AppDefinition,
+        slot: Slot,
+        checkpoint: Path,
+        follower: Follower,
+        spark: Callable[[], Any],
+        publish: Callable[[], None],
+        sink=None,
+    ):
         self.app, self.slot, self.checkpoint, self.follower = app, slot, checkpoint, follower
         self.spark, self.publish = spark, publish
         self.sink = sink  # the slot's RoleGatedSink: its state image (None: none kept)
@@ -88,7 +97,9 @@ class InvariantsOnRequest:
             return
         module = importlib.import_module(self.app.module)
         if not hasattr(module, "check_state"):
-            self._answer(InvariantsCheck(asked, ok=True, note=f"{self.app.module} defines no check_state: nothing to check"))
+            self._answer(
+                InvariantsCheck(asked, ok=True, note=f"{self.app.module} defines no check_state: nothing to check")
+            )
             return
         batch = last_committed_batch(self.checkpoint)
         if batch is None:
@@ -108,30 +119,53 @@ class InvariantsOnRequest:
         try:
             with background_jobs(spark):  # behind this slot's batches
                 rows, violations, examples, records = check_state_at(
-                    spark, module, self.checkpoint, batch, records_up_to=image.max_keys if image is not None else 0)
+                    spark, module, self.checkpoint, batch, records_up_to=image.max_keys if image is not None else 0
+                )
         except Exception as exc:  # noqa: BLE001 - the running query's maintenance moved files under the read
             failed += 1
-            log.warning("invariant check %s: reading the state of batch %s failed (attempt %d of %d): %s",
-                        asked, batch, failed, READ_ATTEMPTS, reason_of(exc))
+            log.warning(
+                "invariant check %s: reading the state of batch %s failed (attempt %d of %d): %s",
+                asked,
+                batch,
+                failed,
+                READ_ATTEMPTS,
+                reason_of(exc),
+            )
             self._failed = (asked, failed, time.monotonic())
             if image is not None:  # the next attempt reads a later batch: a new image after it
                 with self.sink.lock:
                     image.drop("the state read failed")
             if failed >= READ_ATTEMPTS:
-                self._answer(InvariantsCheck(asked, ok=False, batch_id=batch, unchecked=True,
-                                             error=f"{type(exc).__name__}: {reason_of(exc)}"))
+                self._answer(
+                    InvariantsCheck(
+                        asked, ok=False, batch_id=batch, unchecked=True, error=f"{type(exc).__name__}: {reason_of(exc)}"
+                    )
+                )
             return
-        log.info("invariant check %s: %d violation(s) in %d state rows of batch %s (%.1fs)", asked, violations, rows,
-                 batch, time.monotonic() - started)
-        self._answer(InvariantsCheck(asked, ok=violations == 0, batch_id=batch, rows=rows, violations=violations,
-                                     examples=tuple(examples)))
+        log.info(
+            "invariant check %s: %d violation(s) in %d state rows of batch %s (%.1fs)",
+            asked,
+            violations,
+            rows,
+            batch,
+            time.monotonic() - started,
+        )
+        self._answer(
+            InvariantsCheck(
+                asked, ok=violations == 0, batch_id=batch, rows=rows, violations=violations, examples=tuple(examples)
+            )
+        )
         if image is not None:  # after the answer: the lock waits for a running batch (27 s seen on a busy host)
             with self.sink.lock:
                 if records is None:
                     image.drop(f"the state's records were not read ({rows} rows)")
                 elif image.base(batch, records):
-                    log.info("state image of batch %s: %d keys, kept current through batch %s", batch,
-                             len(records), image.through)
+                    log.info(
+                        "state image of batch %s: %d keys, kept current through batch %s",
+                        batch,
+                        len(records),
+                        image.through,
+                    )
 
     def _answer(self, answer: InvariantsCheck) -> None:
         self.answer = dataclasses.replace(answer, ts_ms=int(time.time() * 1000))

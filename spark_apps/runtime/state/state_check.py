@@ -25,26 +25,41 @@ def digest_state(spark, checkpoint: Path, batch_id: int, at: str, live: Callable
 
     rows, digest, schemas = 0, 0, []
     for op in state_operators(checkpoint):
-        frame = (spark.read.format("statestore").option("batchId", batch_id).option("operatorId", op)
-                 .load(str(checkpoint)))
+        frame = (
+            spark.read.format("statestore").option("batchId", batch_id).option("operatorId", op).load(str(checkpoint))
+        )
         fields = {f.name: f.dataType.simpleString() for f in frame.schema.fields}
         if live is not None:
             frame = live(frame)
         schemas.append(f"{op}:key={fields.get('key')};value={fields.get('value')}")
         # One task reads every state partition in turn: the digest holds one of the slot's task slots,
         # never both, so a batch of the query (an active serving output) always finds one free.
-        got = frame.coalesce(1).select(F.count(F.lit(1)).alias("n"),
-                                       F.bit_xor(F.xxhash64("key", "value")).alias("x")).first()
+        got = (
+            frame.coalesce(1)
+            .select(F.count(F.lit(1)).alias("n"), F.bit_xor(F.xxhash64("key", "value")).alias("x"))
+            .first()
+        )
         rows += int(got["n"])
         digest ^= int(got["x"] or 0)
-    return StateDigest(at=at, batch_id=batch_id, rows=rows, digest=f"{digest & (2**64 - 1):016x}",
-                       schema=" ".join(schemas), ts_ms=int(time.time() * 1000))
+    return StateDigest(
+        at=at,
+        batch_id=batch_id,
+        rows=rows,
+        digest=f"{digest & (2**64 - 1):016x}",
+        schema=" ".join(schemas),
+        ts_ms=int(time.time() * 1000),
+    )
 
 
 def state_frame(spark, checkpoint: Path, batch_id: int, operator: int = 0):
     """The state after `batch_id` as a frame of the key's and the value's columns (`user_id`, `count`)."""
-    return (spark.read.format("statestore").option("batchId", batch_id).option("operatorId", operator)
-            .load(str(checkpoint)).select("key.*", "value.*"))
+    return (
+        spark.read.format("statestore")
+        .option("batchId", batch_id)
+        .option("operatorId", operator)
+        .load(str(checkpoint))
+        .select("key.*", "value.*")
+    )
 
 
 def state_output(spark, checkpoint: Path, batch_id: int, module) -> list[tuple[bytes | None, bytes | None]]:
@@ -61,6 +76,9 @@ def output_records(module, state) -> list[tuple[bytes | None, bytes | None]]:
     """The module's output record (key, value) for every row of the state frame `state`."""
     from pyspark.sql import functions as F
 
-    table = module.state_output(state).select(
-        F.col("key").cast("binary").alias("key"), F.col("value").cast("binary").alias("value")).toArrow()
+    table = (
+        module.state_output(state)
+        .select(F.col("key").cast("binary").alias("key"), F.col("value").cast("binary").alias("value"))
+        .toArrow()
+    )
     return list(zip(table.column("key").to_pylist(), table.column("value").to_pylist()))

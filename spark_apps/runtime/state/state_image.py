@@ -115,7 +115,8 @@ class StateImage:
 
     def drop(self, why: str = "") -> None:
         if why and self.collecting:
-            log.info("state image (armed after batch %s) dropped: %s; a correction reads the state instead",
-                     self.after, why)
+            log.info(
+                "state image (armed after batch %s) dropped: %s; a correction reads the state instead", self.after, why
+            )
         self.after = self.through = None
         self._rows, self._updates, self.request = None, {}, ""

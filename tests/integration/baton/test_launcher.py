@@ -30,8 +30,9 @@ pytestmark = pytest.mark.integration
 
 
 def control(app_name: str, revision: int, desired: SlotState) -> ControlRecord:
-    return ControlRecord(app=app_name, revision=revision, epoch=1, active=Slot.BLUE,
-                         slots={Slot.BLUE: SlotSpec(desired, "v1")})
+    return ControlRecord(
+        app=app_name, revision=revision, epoch=1, active=Slot.BLUE, slots={Slot.BLUE: SlotSpec(desired, "v1")}
+    )
 
 
 @pytest.fixture
@@ -77,8 +78,13 @@ def start_task(state, definition, bootstrap) -> subprocess.Popen:
         while not any(s.state.value == "running" for s in read_status({bootstrap!r}, rec.app)):
             time.sleep(1)
     """)
-    return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=REPO_ROOT,
-                            env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+    return subprocess.Popen(
+        [sys.executable, "-c", code],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=REPO_ROOT,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+    )
 
 
 def test_local_retry_after_kill_reattaches_and_stop_is_graceful(bootstrap, app, launcher):
@@ -156,9 +162,15 @@ def session_processes(pid: int | None, settle_s: float = 15.0) -> list[int]:
 def test_standalone_cluster_runs_the_same_start(bootstrap, app, launcher, cluster):
     app, definition = app
     assert cluster.alive_workers() == 1
-    rec = launcher.ensure_started(LaunchSpec(app=str(definition), slot=Slot.BLUE, bootstrap=bootstrap,
-                                             master=cluster.master_url,
-                                             conf={"spark.cores.max": "2", "spark.executor.memory": "1g"}))
+    rec = launcher.ensure_started(
+        LaunchSpec(
+            app=str(definition),
+            slot=Slot.BLUE,
+            bootstrap=bootstrap,
+            master=cluster.master_url,
+            conf={"spark.cores.max": "2", "spark.executor.memory": "1g"},
+        )
+    )
     assert rec.master == cluster.master_url
     truth, _ = produce_clicks(bootstrap, app.input.topic, 3000, users=60)
     wait_until_emitted(bootstrap, app, 3000, timeout_s=300)

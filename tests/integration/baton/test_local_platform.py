@@ -19,8 +19,15 @@ pytestmark = pytest.mark.e2e
 @pytest.fixture
 def platform(tmp_path):
     kafka_port = free_port()
-    p = Platform(Settings(state_dir=tmp_path / "state", kafka_port=kafka_port, airflow_port=free_port(),
-                          kafka_bootstrap=f"127.0.0.1:{kafka_port}", spark_master="local[2]"))
+    p = Platform(
+        Settings(
+            state_dir=tmp_path / "state",
+            kafka_port=kafka_port,
+            airflow_port=free_port(),
+            kafka_bootstrap=f"127.0.0.1:{kafka_port}",
+            spark_master="local[2]",
+        )
+    )
     yield p
     p.down(say=lambda *_: None)
 
@@ -35,8 +42,13 @@ def test_up_status_dags_down(platform):
     assert len(airflow_group) >= 5  # standalone + scheduler, dag-processor, api-server, triggerer
 
     client = AirflowClient(platform.airflow.url, "admin", platform.airflow.password())
-    wanted = [("baton_topics", {}), ("baton_health", {}), ("baton_topics", {}), ("baton_health", {}),
-              ("baton_lifecycle", {"app": "click_counts", "action": "stop"})]
+    wanted = [
+        ("baton_topics", {}),
+        ("baton_health", {}),
+        ("baton_topics", {}),
+        ("baton_health", {}),
+        ("baton_lifecycle", {"app": "click_counts", "action": "stop"}),
+    ]
     with ThreadPoolExecutor(len(wanted)) as pool:  # attempts=1: a 5xx fails the test instead of a retry
         runs = list(pool.map(lambda w: (w[0], client.trigger(w[0], w[1], attempts=1)), wanted))
     for dag_id, run in runs:
@@ -86,8 +98,10 @@ def test_a_restart_keeps_airflow_history_a_lost_input_fails_with_its_reason_and_
     said: list[str] = []
     reset(platform, say=said.append)
     assert not (platform.settings.state_dir / "slots").exists()
-    assert f"deleted {platform.postgres.home}: Airflow's metadata database: DAG runs, task history, " \
-           f"connections and variables" in said
+    assert (
+        f"deleted {platform.postgres.home}: Airflow's metadata database: DAG runs, task history, "
+        f"connections and variables" in said
+    )
     platform.up(say=lambda *_: None)
     client = AirflowClient(platform.airflow.url, "admin", platform.airflow.password())
     fresh = start(client)
@@ -114,14 +128,27 @@ def test_demo_runs_the_main_job_until_ctrl_c_and_leaves_nothing_behind(tmp_path)
 
     import psutil
 
-    env = {**os.environ, "BATON_HOME": str(tmp_path / "state"), "BATON_KAFKA_PORT": str(free_port()),
-           "BATON_AIRFLOW_PORT": str(free_port()), "BATON_POSTGRES_PORT": str(free_port())}
+    env = {
+        **os.environ,
+        "BATON_HOME": str(tmp_path / "state"),
+        "BATON_KAFKA_PORT": str(free_port()),
+        "BATON_AIRFLOW_PORT": str(free_port()),
+        "BATON_POSTGRES_PORT": str(free_port()),
+    }
     env.pop("BATON_KAFKA_BOOTSTRAP", None)
-    proc = subprocess.Popen([sys.executable, "-m", "baton.local", "demo"], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "baton.local", "demo"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     # A table row of a slot that reports running and reads input: app slot role desired reported version
     # gen epoch lag lag-s in/s ...
-    flowing = re.compile(r"^click_counts\s+(blue|green)\s+\S+\s+running\s+running\s+v1\s+\d+\s+\d+\s+\S+\s+\S+\s+([\d,]+)")
+    flowing = re.compile(
+        r"^click_counts\s+(blue|green)\s+\S+\s+running\s+running\s+v1\s+\d+\s+\d+\s+\S+\s+\S+\s+([\d,]+)"
+    )
     lines, seen = [], set()
     try:
         deadline = time.monotonic() + 420
@@ -136,7 +163,9 @@ def test_demo_runs_the_main_job_until_ctrl_c_and_leaves_nothing_behind(tmp_path)
         assert "baton_rolling_upgrade" in out and re.search(r"the Baton page: +http://127.0.0.1:\d+/plugin/baton", out)
         state = tmp_path / "state"
         recorded = {p.stem: int(p.read_text()) for p in state.glob("*.pid")}
-        assert sorted(recorded) == sorted(["airflow", TANSU_NAME, POSTGRES_NAME, DEMO_LOADGEN])  # `make down` finds each of them
+        assert sorted(recorded) == sorted(
+            ["airflow", TANSU_NAME, POSTGRES_NAME, DEMO_LOADGEN]
+        )  # `make down` finds each of them
         pids = [pid for name, pid in recorded.items() if name != DEMO_LOADGEN]
         slots = [json.loads(p.read_text())["pid"] for p in state.glob("slots/click_counts/*/driver.pid")]
         assert len(slots) == 2

@@ -18,8 +18,16 @@ pytestmark = pytest.mark.integration
 
 
 def platform_on(bootstrap: str, state_dir) -> Platform:
-    return Platform(Settings(state_dir=state_dir, kafka_port=free_port(), airflow_port=free_port(),
-                             kafka_bootstrap=bootstrap, spark_master="local[2]", external_kafka=True))
+    return Platform(
+        Settings(
+            state_dir=state_dir,
+            kafka_port=free_port(),
+            airflow_port=free_port(),
+            kafka_bootstrap=bootstrap,
+            spark_master="local[2]",
+            external_kafka=True,
+        )
+    )
 
 
 def test_settings_tell_another_cluster_from_the_embedded_broker(monkeypatch):

@@ -32,7 +32,8 @@ def app(bootstrap, topics, tmp_path):
     t = topics(input=2, output=2)
     (tmp_path / f"{name}.yaml").write_text(
         f"name: {name}\nversion: v1\nmodule: spark_apps.apps.click_counts\n"
-        f"input: {{topic: {t['input']}, partitions: 2}}\noutput: {{topic: {t['output']}, partitions: 2}}\n")
+        f"input: {{topic: {t['input']}, partitions: 2}}\noutput: {{topic: {t['output']}, partitions: 2}}\n"
+    )
     ensure_topics(bootstrap, [s for s in platform_topics() if s.name in (CONTROL_TOPIC, STATUS_TOPIC, LEASES_TOPIC)])
     p = Producer({"bootstrap.servers": bootstrap})
     for i in range(1000):
@@ -49,20 +50,54 @@ def produce(bootstrap, items):
 
 
 def controls(name, now):
-    base = dict(app=name, slots={Slot.BLUE: SlotSpec(desired=SlotState.RUNNING, version="v1"),
-                                 Slot.GREEN: SlotSpec(desired=SlotState.RUNNING, version="v1")})
+    base = dict(
+        app=name,
+        slots={
+            Slot.BLUE: SlotSpec(desired=SlotState.RUNNING, version="v1"),
+            Slot.GREEN: SlotSpec(desired=SlotState.RUNNING, version="v1"),
+        },
+    )
     fence = {0: 400, 1: 400}
-    return [ControlRecord(revision=1, epoch=1, active=Slot.BLUE, writer="baton_lifecycle:manual__a", ts_ms=now - 9000, **base),
-            ControlRecord(revision=2, epoch=1, active=Slot.BLUE, fence=fence, writer="baton_cutover:manual__b",
-                          ts_ms=now - 6000, **base),
-            ControlRecord(revision=3, epoch=2, active=Slot.GREEN, writer="baton_cutover:manual__b", ts_ms=now - 5000,
-                          handoff=Handoff(id="manual__b", epoch=1, fence=fence, to=Slot.GREEN), **base)]
+    return [
+        ControlRecord(
+            revision=1, epoch=1, active=Slot.BLUE, writer="baton_lifecycle:manual__a", ts_ms=now - 9000, **base
+        ),
+        ControlRecord(
+            revision=2,
+            epoch=1,
+            active=Slot.BLUE,
+            fence=fence,
+            writer="baton_cutover:manual__b",
+            ts_ms=now - 6000,
+            **base,
+        ),
+        ControlRecord(
+            revision=3,
+            epoch=2,
+            active=Slot.GREEN,
+            writer="baton_cutover:manual__b",
+            ts_ms=now - 5000,
+            handoff=Handoff(id="manual__b", epoch=1, fence=fence, to=Slot.GREEN),
+            **base,
+        ),
+    ]
 
 
 def status(name, slot, ts, processed, batch):
-    return StatusRecord(app=name, slot=slot, state=SlotState.RUNNING, role=Role.ACTIVE if slot is Slot.GREEN else Role.STANDBY,
-                        epoch_seen=2, version="v1", batch_id=batch, processed=processed, input_end={0: 500, 1: 500},
-                        input_rate=100.0, batch_ms=250, ts_ms=ts)
+    return StatusRecord(
+        app=name,
+        slot=slot,
+        state=SlotState.RUNNING,
+        role=Role.ACTIVE if slot is Slot.GREEN else Role.STANDBY,
+        epoch_seen=2,
+        version="v1",
+        batch_id=batch,
+        processed=processed,
+        input_end={0: 500, 1: 500},
+        input_rate=100.0,
+        batch_ms=250,
+        ts_ms=ts,
+    )
 
 
 def test_the_first_read_is_bounded_and_later_refreshes_read_only_what_arrived(bootstrap, app):
@@ -71,9 +106,22 @@ def test_the_first_read_is_bounded_and_later_refreshes_read_only_what_arrived(bo
     produce(bootstrap, [(CONTROL_TOPIC, r.key(), r.to_bytes()) for r in controls(name, now)])
     old = [status(name, Slot.BLUE, now - 4000 + i, {0: 100, 1: 100}, i) for i in range(300)]
     for i in range(0, 300, 10):  # in batches of 10, as slots write them (a tail read starts at a batch)
-        produce(bootstrap, [(STATUS_TOPIC, s.key(), s.to_bytes()) for s in old[i:i + 10]])
-    lease = Lease(app=name, slot=Slot.GREEN, launch="l", host="h", pid=1, pid_start=1, state=SlotState.RUNNING,
-                  role=Role.ACTIVE, epoch_seen=2, seq=1, ts_ms=now - 500, ttl_ms=4000, interval_ms=1000)
+        produce(bootstrap, [(STATUS_TOPIC, s.key(), s.to_bytes()) for s in old[i : i + 10]])
+    lease = Lease(
+        app=name,
+        slot=Slot.GREEN,
+        launch="l",
+        host="h",
+        pid=1,
+        pid_start=1,
+        state=SlotState.RUNNING,
+        role=Role.ACTIVE,
+        epoch_seen=2,
+        seq=1,
+        ts_ms=now - 500,
+        ttl_ms=4000,
+        interval_ms=1000,
+    )
     produce(bootstrap, [(LEASES_TOPIC, lease.key(), lease.to_bytes())])
 
     feed = StatusFeed(bootstrap, status_tail=50)
@@ -90,8 +138,13 @@ def test_the_first_read_is_bounded_and_later_refreshes_read_only_what_arrived(bo
     assert green.lease_age_s is not None and green.lease_age_s < 30 and green.state == ""
 
     position, read = dict(feed.next), feed.read[STATUS_TOPIC]
-    produce(bootstrap, [(STATUS_TOPIC, s.key(), s.to_bytes())
-                        for s in [status(name, Slot.GREEN, now + i, {0: 500, 1: 450}, 1000 + i) for i in range(5)]])
+    produce(
+        bootstrap,
+        [
+            (STATUS_TOPIC, s.key(), s.to_bytes())
+            for s in [status(name, Slot.GREEN, now + i, {0: 500, 1: 450}, 1000 + i) for i in range(5)]
+        ],
+    )
     feed.refresh()
     assert feed.next[STATUS_TOPIC] >= position[STATUS_TOPIC] + 5 and feed.next[CONTROL_TOPIC] == position[CONTROL_TOPIC]
     assert feed.read[STATUS_TOPIC] - read < 50  # only what arrived since (here: 5, and other tests' records)
@@ -101,15 +154,19 @@ def test_the_first_read_is_bounded_and_later_refreshes_read_only_what_arrived(bo
 
 def baton(args, bootstrap, apps_dir, **kw):
     env = {**os.environ, "BATON_KAFKA_BOOTSTRAP": bootstrap, "BATON_APPS_DIR": str(apps_dir)}
-    return subprocess.run([sys.executable, "-m", "baton.local", *args], env=env, capture_output=True, text=True,
-                          timeout=60, **kw)
+    return subprocess.run(
+        [sys.executable, "-m", "baton.local", *args], env=env, capture_output=True, text=True, timeout=60, **kw
+    )
 
 
 def test_baton_apps_and_app_show_the_status_in_the_terminal_and_refuse_an_unknown_app(bootstrap, app):
     app_def, apps_dir = app
     now = int(time.time() * 1000)
-    produce(bootstrap, [(CONTROL_TOPIC, r.key(), r.to_bytes()) for r in controls(app_def.name, now)]
-            + [(STATUS_TOPIC, s.key(), s.to_bytes()) for s in [status(app_def.name, Slot.GREEN, now, {0: 450, 1: 450}, 9)]])
+    produce(
+        bootstrap,
+        [(CONTROL_TOPIC, r.key(), r.to_bytes()) for r in controls(app_def.name, now)]
+        + [(STATUS_TOPIC, s.key(), s.to_bytes()) for s in [status(app_def.name, Slot.GREEN, now, {0: 450, 1: 450}, 9)]],
+    )
     table = baton(["apps"], bootstrap, apps_dir)
     assert table.returncode == 0, table.stderr
     row = next(line for line in table.stdout.splitlines() if line.startswith(app_def.name) and " green " in line)
@@ -126,12 +183,20 @@ def test_baton_apps_and_app_show_the_status_in_the_terminal_and_refuse_an_unknow
 def test_the_metrics_exporter_serves_each_slot_s_figures_to_a_scraper(bootstrap, app):
     app_def, apps_dir = app
     now = int(time.time() * 1000)
-    produce(bootstrap, [(CONTROL_TOPIC, r.key(), r.to_bytes()) for r in controls(app_def.name, now)]
-            + [(STATUS_TOPIC, s.key(), s.to_bytes()) for s in [status(app_def.name, Slot.GREEN, now, {0: 450, 1: 450}, 9)]])
+    produce(
+        bootstrap,
+        [(CONTROL_TOPIC, r.key(), r.to_bytes()) for r in controls(app_def.name, now)]
+        + [(STATUS_TOPIC, s.key(), s.to_bytes()) for s in [status(app_def.name, Slot.GREEN, now, {0: 450, 1: 450}, 9)]],
+    )
     port = free_port()
     env = {**os.environ, "BATON_KAFKA_BOOTSTRAP": bootstrap, "BATON_APPS_DIR": str(apps_dir)}
-    proc = subprocess.Popen([sys.executable, "-m", "baton.local", "metrics", "--port", str(port)], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "baton.local", "metrics", "--port", str(port)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         deadline, text = time.monotonic() + 60, None
         while text is None:
@@ -142,8 +207,11 @@ def test_the_metrics_exporter_serves_each_slot_s_figures_to_a_scraper(bootstrap,
             except OSError:
                 assert time.monotonic() < deadline, "the exporter did not answer within 60 s"
                 time.sleep(0.3)
-        samples = {(s.name, s.labels.get("app"), s.labels.get("slot")): s.value
-                   for f in text_string_to_metric_families(text) for s in f.samples}
+        samples = {
+            (s.name, s.labels.get("app"), s.labels.get("slot")): s.value
+            for f in text_string_to_metric_families(text)
+            for s in f.samples
+        }
         assert samples[("baton_app_epoch", app_def.name, None)] == 2
         assert samples[("baton_slot_lag_records", app_def.name, "green")] == 100
         assert samples[("baton_slot_active", app_def.name, "green")] == 1

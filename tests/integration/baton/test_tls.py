@@ -64,8 +64,12 @@ def test_a_slot_runs_exactly_once_through_tls_and_no_secret_shows(tls_broker, tm
 
     bootstrap, password, terminator = tls_broker
     app, path = make_app(bootstrap, tmp_path)  # its topics made through TLS
-    write_control(bootstrap, ControlRecord(app=app.name, revision=1, epoch=1, active=Slot.BLUE,
-                                           slots={Slot.BLUE: SlotSpec(SlotState.RUNNING, "v1")}))
+    write_control(
+        bootstrap,
+        ControlRecord(
+            app=app.name, revision=1, epoch=1, active=Slot.BLUE, slots={Slot.BLUE: SlotSpec(SlotState.RUNNING, "v1")}
+        ),
+    )
     assert read_control(bootstrap, app.name).epoch == 1
     truth, bad = produce_clicks(bootstrap, app.input.topic, 3_000, users=50, bad_every=50)
     proc = start_slot(bootstrap, path, tmp_path)
@@ -94,8 +98,9 @@ def test_a_slot_runs_exactly_once_through_tls_and_no_secret_shows(tls_broker, tm
     delete_topics(bootstrap, [t.name for t in app.topics()])
 
 
-def test_the_connections_form_is_enough_for_the_hooks_a_slot_they_start_and_a_trigger(tls_cluster, tmp_path,
-                                                                                         monkeypatch):
+def test_the_connections_form_is_enough_for_the_hooks_a_slot_they_start_and_a_trigger(
+    tls_cluster, tmp_path, monkeypatch
+):
     """No BATON_KAFKA_CLIENT_CONFIG: the Airflow connection's TLS fields alone. The hooks' clients use
     them, the slot the Spark hook starts gets their private file's path, and a trigger re-created in
     a process that never saw the connection (the triggerer) reads the same file."""
@@ -113,23 +118,41 @@ def test_the_connections_form_is_enough_for_the_hooks_a_slot_they_start_and_a_tr
     password = pki.client_key_password
     monkeypatch.setenv("BATON_HOME", str(tmp_path / "home"))
     monkeypatch.setattr(client_config, "_registered", {})
-    monkeypatch.setenv("AIRFLOW_CONN_BATON_KAFKA", json.dumps({
-        "conn_type": "baton_kafka", "host": bootstrap,
-        "extra": {"security_protocol": "SSL", "ssl_ca_location": str(pki.ca),
-                  "ssl_certificate_location": str(pki.client_cert), "ssl_key_location": str(pki.client_key),
-                  "ssl_key_password": password}}))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_BATON_KAFKA",
+        json.dumps(
+            {
+                "conn_type": "baton_kafka",
+                "host": bootstrap,
+                "extra": {
+                    "security_protocol": "SSL",
+                    "ssl_ca_location": str(pki.ca),
+                    "ssl_certificate_location": str(pki.client_cert),
+                    "ssl_key_location": str(pki.client_key),
+                    "ssl_key_password": password,
+                },
+            }
+        ),
+    )
     kafka = BatonKafkaHook()
     assert kafka.bootstrap == bootstrap
     name = f"cc_{uuid.uuid4().hex[:8]}"
     path = tmp_path / f"{name}.yaml"
-    path.write_text(f"name: {name}\nmodule: spark_apps.apps.click_counts\nversion: v1\n"
-                    f"input: {{topic: in-{name}, partitions: 2}}\noutput: {{topic: out-{name}, partitions: 2}}\n"
-                    "trigger_ms: 300\nmax_records_per_trigger: 2000\n")
+    path.write_text(
+        f"name: {name}\nmodule: spark_apps.apps.click_counts\nversion: v1\n"
+        f"input: {{topic: in-{name}, partitions: 2}}\noutput: {{topic: out-{name}, partitions: 2}}\n"
+        "trigger_ms: 300\nmax_records_per_trigger: 2000\n"
+    )
     app = load_definition(path)
-    kafka.ensure_topics([TopicSpec(CONTROL_TOPIC, 1, {"cleanup.policy": "compact"}), TopicSpec(STATUS_TOPIC, 1),
-                         *app.topics()])  # through the hook's own admin client
-    write_control(bootstrap, ControlRecord(app=app.name, revision=1, epoch=1, active=Slot.BLUE,
-                                           slots={Slot.BLUE: SlotSpec(SlotState.RUNNING, "v1")}))
+    kafka.ensure_topics(
+        [TopicSpec(CONTROL_TOPIC, 1, {"cleanup.policy": "compact"}), TopicSpec(STATUS_TOPIC, 1), *app.topics()]
+    )  # through the hook's own admin client
+    write_control(
+        bootstrap,
+        ControlRecord(
+            app=app.name, revision=1, epoch=1, active=Slot.BLUE, slots={Slot.BLUE: SlotSpec(SlotState.RUNNING, "v1")}
+        ),
+    )
     truth, _ = produce_clicks(bootstrap, app.input.topic, 2_000, users=40, bad_every=0)
     spark = BatonSparkHook(master="local[2]", state_dir=tmp_path / "state")
     rec = spark.ensure_started(str(path), "blue", bootstrap)

@@ -20,24 +20,77 @@ VIEWPORT = {"width": 1020, "height": 900}
 
 
 def slot(name: str, role: str, **changes) -> dict:
-    view = {"slot": name, "role": role, "desired": "running", "state": "running", "version": "v1", "generation": 0,
-            "epoch_seen": 1, "reason": "", "restarts": 0, "batch_id": 68, "lag_records": 4030, "lag_s": 2.04,
-            "input_rate": 20089.2, "processing_rate": 55325.5, "batch_ms": 414, "latency_ms": 1722,
-            "latency_newest_ms": 432, "state_rows": 100000, "state_bytes": 2097410, "state_memory_bytes": 89355320,
-            "dead_letters": 165200, "report_age_s": 1.5, "lease_age_s": 0.9, "error": "", "host": "vm", "pid": 29155}
+    view = {
+        "slot": name,
+        "role": role,
+        "desired": "running",
+        "state": "running",
+        "version": "v1",
+        "generation": 0,
+        "epoch_seen": 1,
+        "reason": "",
+        "restarts": 0,
+        "batch_id": 68,
+        "lag_records": 4030,
+        "lag_s": 2.04,
+        "input_rate": 20089.2,
+        "processing_rate": 55325.5,
+        "batch_ms": 414,
+        "latency_ms": 1722,
+        "latency_newest_ms": 432,
+        "state_rows": 100000,
+        "state_bytes": 2097410,
+        "state_memory_bytes": 89355320,
+        "dead_letters": 165200,
+        "report_age_s": 1.5,
+        "lease_age_s": 0.9,
+        "error": "",
+        "host": "vm",
+        "pid": 29155,
+    }
     return {**view, **changes}
 
 
 def answer(error: str, now_ms: int = 1_796_152_700_000) -> dict:
-    return {"now_ms": now_ms, "apps": [{
-        "app": "click_counts", "registered": True, "epoch": 1, "active": "blue", "revision": 4, "fence": None,
-        "operation": "", "handoffs": [], "points": [],
-        "slots": [slot("blue", "active", state="failed", desired="failed", error=error,
-                       reason="crash loop: 2 restarts in 600 s"),
-                  slot("green", "standby", reason="restarted by baton_health after its death")],
-        "events": [{"ts_ms": now_ms - 60_000, "revision": 1, "kind": "slot", "text": "registered at epoch 1, blue active",
-                    "writer": "baton_lifecycle:manual__1", "dag_id": "baton_lifecycle", "run_id": "manual__1",
-                    "duration_ms": None}]}]}
+    return {
+        "now_ms": now_ms,
+        "apps": [
+            {
+                "app": "click_counts",
+                "registered": True,
+                "epoch": 1,
+                "active": "blue",
+                "revision": 4,
+                "fence": None,
+                "operation": "",
+                "handoffs": [],
+                "points": [],
+                "slots": [
+                    slot(
+                        "blue",
+                        "active",
+                        state="failed",
+                        desired="failed",
+                        error=error,
+                        reason="crash loop: 2 restarts in 600 s",
+                    ),
+                    slot("green", "standby", reason="restarted by baton_health after its death"),
+                ],
+                "events": [
+                    {
+                        "ts_ms": now_ms - 60_000,
+                        "revision": 1,
+                        "kind": "slot",
+                        "text": "registered at epoch 1, blue active",
+                        "writer": "baton_lifecycle:manual__1",
+                        "dag_id": "baton_lifecycle",
+                        "run_id": "manual__1",
+                        "duration_ms": None,
+                    }
+                ],
+            }
+        ],
+    }
 
 
 def test_a_slot_s_whole_error_is_on_screen_and_the_page_never_scrolls_sideways():
@@ -52,15 +105,20 @@ def test_a_slot_s_whole_error_is_on_screen_and_the_page_never_scrolls_sideways()
         try:
             page = browser.new_page(viewport=VIEWPORT)
             page.route(BASE, lambda route: route.fulfill(status=200, content_type="text/html", body=page_html))
-            page.route(f"{BASE}api/apps", lambda route: route.fulfill(
-                status=200, content_type="application/json", body=json.dumps(answer(error))))
+            page.route(
+                f"{BASE}api/apps",
+                lambda route: route.fulfill(
+                    status=200, content_type="application/json", body=json.dumps(answer(error))
+                ),
+            )
             page.goto(BASE)
             card = page.locator("[data-app=click_counts]")
             card.locator("table.slots tr.active").wait_for(timeout=30_000)
 
             # The page itself fits the width: a wide table scrolls inside its card.
-            assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth"), \
-                page.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
+            assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth"), page.evaluate(
+                "[document.documentElement.scrollWidth, window.innerWidth]"
+            )
             # The failed slot's error: all of its first line, inside the card's width, the way out included.
             why = card.locator(".reason[data-slot=blue]")
             assert "Way out: reprocess into a new generation" in why.inner_text()

@@ -22,18 +22,40 @@ def publish(bootstrap, rec):
     p.flush(10)
 
 
-@pytest.mark.parametrize("age_s, state, met, failed", [
-    (0, SlotState.RUNNING, True, False), (600, SlotState.RUNNING, False, False), (0, SlotState.FAILED, False, True)])
+@pytest.mark.parametrize(
+    "age_s, state, met, failed",
+    [(0, SlotState.RUNNING, True, False), (600, SlotState.RUNNING, False, False), (0, SlotState.FAILED, False, True)],
+)
 def test_healthy_gate(bootstrap, tmp_path, monkeypatch, age_s, state, met, failed):
     app, _ = make_app(bootstrap, tmp_path)
     monkeypatch.setenv("BATON_APPS_DIR", str(tmp_path))
     now_ms = int(time.time() * 1000)
     try:
-        write_control(bootstrap, ControlRecord(app=app.name, revision=1, epoch=1, active=Slot.BLUE, slots={
-            Slot.BLUE: SlotSpec(SlotState.RUNNING, "v1", started_ms=now_ms - 700_000)}))
-        publish(bootstrap, StatusRecord(app=app.name, slot=Slot.BLUE, state=state, role=Role.ACTIVE,
-                                        epoch_seen=1, version="v1", batch_id=3, processed={0: 0, 1: 0},
-                                        emitted={0: 0, 1: 0}, ts_ms=now_ms - age_s * 1000))
+        write_control(
+            bootstrap,
+            ControlRecord(
+                app=app.name,
+                revision=1,
+                epoch=1,
+                active=Slot.BLUE,
+                slots={Slot.BLUE: SlotSpec(SlotState.RUNNING, "v1", started_ms=now_ms - 700_000)},
+            ),
+        )
+        publish(
+            bootstrap,
+            StatusRecord(
+                app=app.name,
+                slot=Slot.BLUE,
+                state=state,
+                role=Role.ACTIVE,
+                epoch_seen=1,
+                version="v1",
+                batch_id=3,
+                processed={0: 0, 1: 0},
+                emitted={0: 0, 1: 0},
+                ts_ms=now_ms - age_s * 1000,
+            ),
+        )
         check = SlotHealthyTrigger(app=app.name, slot="blue", bootstrap=bootstrap).check()
         assert (check.met, check.failed) == (met, failed), check.message
     finally:

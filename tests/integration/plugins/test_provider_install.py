@@ -49,14 +49,30 @@ def run(*argv: str, **kwargs) -> subprocess.CompletedProcess:
 def test_the_wheel_in_a_fresh_airflow_venv_is_a_provider_with_its_connection_types(tmp_path):
     # Built from a copy: setuptools leaves build/ and *.egg-info beside the sources it builds.
     source = tmp_path / "source"
-    shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(
-        ".git", ".venv", ".state", "__pycache__", "build", "*.egg-info", "bench", "tests", "docs", "jvm"))
+    shutil.copytree(
+        REPO,
+        source,
+        ignore=shutil.ignore_patterns(
+            ".git", ".venv", ".state", "__pycache__", "build", "*.egg-info", "bench", "tests", "docs", "jvm"
+        ),
+    )
     run(str(UV), "build", "-q", "--wheel", "-o", str(tmp_path / "dist"), str(source))
     wheel = next((tmp_path / "dist").glob("baton-*.whl"))
     venv = tmp_path / "venv"
     run(str(UV), "venv", "-q", "--python", sys.executable, str(venv))
-    run(str(UV), "pip", "install", "-q", "--python", str(venv / "bin" / "python"), "-c", str(REPO / "requirements.txt"),
-        "apache-airflow-core", "apache-airflow-task-sdk", f"{wheel}[airflow]")
+    run(
+        str(UV),
+        "pip",
+        "install",
+        "-q",
+        "--python",
+        str(venv / "bin" / "python"),
+        "-c",
+        str(REPO / "requirements.txt"),
+        "apache-airflow-core",
+        "apache-airflow-task-sdk",
+        f"{wheel}[airflow]",
+    )
     home = tmp_path / "airflow"
     home.mkdir()
     # Nothing of this checkout on the path: what the venv holds is all the probe sees.
@@ -67,7 +83,8 @@ def test_the_wheel_in_a_fresh_airflow_venv_is_a_provider_with_its_connection_typ
     assert found["types"]["baton_kafka"] == "Baton Kafka" and found["types"]["baton_spark"] == "Baton Spark"
     # The connection form's own fields: TLS and SASL beside login and password (baton_airflow.hooks.kafka)
     assert {"security_protocol", "sasl_mechanism", "ssl_ca_location", "ssl_key_password"} <= {
-        f.rsplit("__", 1)[-1] for f in found["kafka_fields"]}, found["kafka_fields"]
+        f.rsplit("__", 1)[-1] for f in found["kafka_fields"]
+    }, found["kafka_fields"]
     assert "baton_airflow.operators.upgrade" in found["modules"] and "baton_airflow.triggers.status" in found["modules"]
     assert found["from"].startswith(str(venv)), found["from"]
     # The Baton page: its app under /baton and its navigation entry, from the wheel alone.

@@ -37,9 +37,21 @@ class StandIn:
         start = proc_start_ticks(self.proc.pid)
         while not self.stop.is_set():
             self.seq += 1
-            lease = Lease(app=self.app, slot=self.slot, launch=self.launch, host=this_host(), pid=self.proc.pid,
-                          pid_start=start, state=self.state, role=Role.ACTIVE if self.slot is Slot.BLUE else Role.STANDBY,
-                          epoch_seen=1, seq=self.seq, ts_ms=int(time.time() * 1000), ttl_ms=4000, interval_ms=200)
+            lease = Lease(
+                app=self.app,
+                slot=self.slot,
+                launch=self.launch,
+                host=this_host(),
+                pid=self.proc.pid,
+                pid_start=start,
+                state=self.state,
+                role=Role.ACTIVE if self.slot is Slot.BLUE else Role.STANDBY,
+                epoch_seen=1,
+                seq=self.seq,
+                ts_ms=int(time.time() * 1000),
+                ttl_ms=4000,
+                interval_ms=200,
+            )
             self.producer.produce(LEASES_TOPIC, lease.to_bytes(), lease.key())
             self.producer.poll(0)
             self.stop.wait(0.2)
@@ -61,12 +73,14 @@ async def first_event(trigger, timeout_s):
     async def take():
         async for event in trigger.run():
             return event.payload
+
     return await asyncio.wait_for(take(), timeout_s)
 
 
 def changes_of(bootstrap, app, act, timeout_s=60):
     """Run watches (as baton_watch's runs do, one after another) until one reports `app`'s changes; `act`
     runs once the first watch has read its look-back (the live stand-ins are its baseline)."""
+
     async def watch():
         deadline, pending = time.monotonic() + timeout_s, act
         while time.monotonic() < deadline:
@@ -104,7 +118,9 @@ def test_a_kill_is_reported_within_seconds_and_the_restart_once_it_runs(bootstra
             blue.kill()
 
         status, changes = changes_of(bootstrap, app_name, kill_blue)
-        assert status == "met" and [(c["slot"], c["kind"], c["launch"]) for c in changes] == [("blue", "died", "blue-1")]
+        assert status == "met" and [(c["slot"], c["kind"], c["launch"]) for c in changes] == [
+            ("blue", "died", "blue-1")
+        ]
         assert "is gone" in changes[0]["why"]
         assert time.monotonic() - killed_at[0] < 15  # seconds, not baton_health's minute
 

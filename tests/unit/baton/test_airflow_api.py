@@ -43,8 +43,11 @@ def test_a_bad_request_is_not_retried(monkeypatch):
 
 
 def test_a_structured_log_record_reads_as_its_event_and_the_failure_it_carries():
-    record = {"event": "Task failed with exception", "level": "error",
-              "error_detail": [{"exc_type": "AirflowFailException", "exc_value": "blue running: slot failed"}]}
+    record = {
+        "event": "Task failed with exception",
+        "level": "error",
+        "error_detail": [{"exc_type": "AirflowFailException", "exc_value": "blue running: slot failed"}],
+    }
     assert log_line(record) == "Task failed with exception AirflowFailException: blue running: slot failed"
     assert log_line({"event": "trigger completed"}) == "trigger completed"
     assert log_line("a plain line") == "a plain line"

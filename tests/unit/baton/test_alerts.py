@@ -12,10 +12,15 @@ def health(*findings, slot=Slot.BLUE):
 
 
 def test_critical_findings_and_failed_slots_are_alerts_warnings_are_not():
-    got = alerts_of([health(Finding("lease", Severity.CRITICAL, "not renewed for 9 s"),
-                            Finding("batch_time", Severity.WARN, "slow")),
-                     health(Finding("failover", Severity.INFO, "took over"), slot=Slot.GREEN)],
-                    failed={"app/green": "crash loop: 2 restarts"})
+    got = alerts_of(
+        [
+            health(
+                Finding("lease", Severity.CRITICAL, "not renewed for 9 s"), Finding("batch_time", Severity.WARN, "slow")
+            ),
+            health(Finding("failover", Severity.INFO, "took over"), slot=Slot.GREEN),
+        ],
+        failed={"app/green": "crash loop: 2 restarts"},
+    )
     assert [(a.slot, a.rule) for a in got] == [("blue", "lease"), ("green", "failed")]
     assert got[1].text() == "Baton: app/green failed: crash loop: 2 restarts"
 

@@ -13,25 +13,79 @@ from baton.records import ControlRecord, Handoff, Role, Slot, SlotSpec, SlotStat
 NOW = 1_800_000_000_000
 
 
-def control(revision=1, epoch=1, active=Slot.BLUE, fence=None, handoff=None, writer="baton_lifecycle:manual__1",
-            blue=SlotState.RUNNING, green=SlotState.RUNNING, version="v1", operation="", ts=NOW - 60_000):
-    return ControlRecord(app="app", revision=revision, epoch=epoch, active=active, fence=fence, handoff=handoff,
-                         operation=operation, writer=writer, ts_ms=ts,
-                         slots={Slot.BLUE: SlotSpec(desired=blue, version=version),
-                                Slot.GREEN: SlotSpec(desired=green, version=version, restarts=(1, 2))})
+def control(
+    revision=1,
+    epoch=1,
+    active=Slot.BLUE,
+    fence=None,
+    handoff=None,
+    writer="baton_lifecycle:manual__1",
+    blue=SlotState.RUNNING,
+    green=SlotState.RUNNING,
+    version="v1",
+    operation="",
+    ts=NOW - 60_000,
+):
+    return ControlRecord(
+        app="app",
+        revision=revision,
+        epoch=epoch,
+        active=active,
+        fence=fence,
+        handoff=handoff,
+        operation=operation,
+        writer=writer,
+        ts_ms=ts,
+        slots={
+            Slot.BLUE: SlotSpec(desired=blue, version=version),
+            Slot.GREEN: SlotSpec(desired=green, version=version, restarts=(1, 2)),
+        },
+    )
 
 
-def status(slot=Slot.BLUE, ts=NOW - 1000, processed=None, end=None, rate=2000.0, batch=5, batch_ms=400,
-           latency=(1300, 500)):
-    return StatusRecord(app="app", slot=slot, state=SlotState.RUNNING, role=Role.ACTIVE, epoch_seen=1, version="v1",
-                        batch_id=batch, processed=processed or {0: 100, 1: 100}, input_end=end, input_rate=rate,
-                        processing_rate=3000.0, batch_ms=batch_ms, state_rows=42, state_bytes=2048, dead_letters=3,
-                        latency_ms=latency[0], latency_newest_ms=latency[1], pid=7, host="h", ts_ms=ts)
+def status(
+    slot=Slot.BLUE, ts=NOW - 1000, processed=None, end=None, rate=2000.0, batch=5, batch_ms=400, latency=(1300, 500)
+):
+    return StatusRecord(
+        app="app",
+        slot=slot,
+        state=SlotState.RUNNING,
+        role=Role.ACTIVE,
+        epoch_seen=1,
+        version="v1",
+        batch_id=batch,
+        processed=processed or {0: 100, 1: 100},
+        input_end=end,
+        input_rate=rate,
+        processing_rate=3000.0,
+        batch_ms=batch_ms,
+        state_rows=42,
+        state_bytes=2048,
+        dead_letters=3,
+        latency_ms=latency[0],
+        latency_newest_ms=latency[1],
+        pid=7,
+        host="h",
+        ts_ms=ts,
+    )
 
 
 def lease(slot, ts):
-    return Lease(app="app", slot=slot, launch="l", host="h", pid=7, pid_start=1, state=SlotState.RUNNING,
-                 role=Role.ACTIVE, epoch_seen=1, seq=3, ts_ms=ts, ttl_ms=4000, interval_ms=1000)
+    return Lease(
+        app="app",
+        slot=slot,
+        launch="l",
+        host="h",
+        pid=7,
+        pid_start=1,
+        state=SlotState.RUNNING,
+        role=Role.ACTIVE,
+        epoch_seen=1,
+        seq=3,
+        ts_ms=ts,
+        ttl_ms=4000,
+        interval_ms=1000,
+    )
 
 
 def test_the_backlog_counts_unprocessed_records_and_an_end_behind_processed_as_caught_up():
@@ -41,8 +95,15 @@ def test_the_backlog_counts_unprocessed_records_and_an_end_behind_processed_as_c
 
 
 def test_a_slot_s_view_has_its_lag_in_records_and_seconds_at_its_input_rate_and_the_ages():
-    view = app_view("app", True, [control()], [status(), status(ts=NOW - 500, processed={0: 100, 1: 200})],
-                    {Slot.BLUE: lease(Slot.BLUE, NOW - 300)}, {0: 1100, 1: 1200}, NOW)
+    view = app_view(
+        "app",
+        True,
+        [control()],
+        [status(), status(ts=NOW - 500, processed={0: 100, 1: 200})],
+        {Slot.BLUE: lease(Slot.BLUE, NOW - 300)},
+        {0: 1100, 1: 1200},
+        NOW,
+    )
     blue, green = view.slots
     assert (blue.role, blue.desired, blue.state, blue.version) == ("active", "running", "running", "v1")
     assert blue.lag_records == 2000 and blue.lag_s == 1.0  # 2,000 records at 2,000 records/s
@@ -50,7 +111,13 @@ def test_a_slot_s_view_has_its_lag_in_records_and_seconds_at_its_input_rate_and_
     assert (blue.state_rows, blue.state_bytes, blue.dead_letters, blue.batch_ms) == (42, 2048, 3, 400)
     assert (blue.latency_ms, blue.latency_newest_ms) == (1300, 500)
     # Never reported: its control record's wish, no figures.
-    assert (green.role, green.state, green.lag_records, green.report_age_s, green.restarts) == ("standby", "", None, None, 2)
+    assert (green.role, green.state, green.lag_records, green.report_age_s, green.restarts) == (
+        "standby",
+        "",
+        None,
+        None,
+        2,
+    )
 
 
 def test_an_idle_slot_caught_up_has_no_lag_and_an_unknown_rate_leaves_seconds_unknown():
@@ -63,8 +130,8 @@ def test_an_idle_slot_caught_up_has_no_lag_and_an_unknown_rate_leaves_seconds_un
 def test_points_keep_one_per_slot_and_spacing_within_the_window():
     history = [status(ts=NOW - 20_000 + i * 1000, end={0: 100 + i, 1: 100}) for i in range(20)]
     history.append(status(Slot.GREEN, ts=NOW - 1000, end={0: 300, 1: 300}))
-    history.append(status(ts=NOW - 90_000))                 # outside the window
-    history.append(status(ts=NOW - 500, batch=-1))          # before any batch: no figures
+    history.append(status(ts=NOW - 90_000))  # outside the window
+    history.append(status(ts=NOW - 500, batch=-1))  # before any batch: no figures
     got = points(history, since_ms=NOW - 60_000, spacing_ms=10_000)
     blue = [p for p in got if p.slot == "blue"]
     assert len(blue) <= 3 and all(NOW - 60_000 <= p.ts_ms for p in got)
@@ -74,8 +141,15 @@ def test_points_keep_one_per_slot_and_spacing_within_the_window():
     steps = points([status(ts=NOW - 9000, end={0: 150, 1: 100}), status(ts=NOW - 8000)], NOW - 60_000, 10_000)
     assert [(p.ts_ms, p.lag_records) for p in steps] == [(NOW - 8000, 50)]
     # Latency plots the step's worst batch; a batch with no latency known does not hide it.
-    steps = points([status(ts=NOW - 9000, latency=(4000, 10)), status(ts=NOW - 8500, latency=(900, 10)),
-                    status(ts=NOW - 8000, latency=(None, None))], NOW - 60_000, 10_000)
+    steps = points(
+        [
+            status(ts=NOW - 9000, latency=(4000, 10)),
+            status(ts=NOW - 8500, latency=(900, 10)),
+            status(ts=NOW - 8000, latency=(None, None)),
+        ],
+        NOW - 60_000,
+        10_000,
+    )
     assert [p.latency_ms for p in steps] == [4000]
     assert [p.latency_ms for p in points([status(latency=(None, None))], NOW - 60_000)] == [None]
 
@@ -85,13 +159,30 @@ def test_control_changes_read_as_a_history_with_who_did_them():
     records = [
         control(revision=1),
         control(revision=2, fence=fence, writer="baton_cutover:manual__2"),
-        control(revision=3, epoch=2, active=Slot.GREEN, writer="baton_cutover:manual__2",
-                handoff=Handoff(id="manual__2", epoch=1, fence=fence, to=Slot.GREEN)),
-        control(revision=4, epoch=3, active=Slot.BLUE, writer="blue (lease)",
-                handoff=Handoff(id="failover", epoch=2, fence=fence, to=Slot.BLUE, reason="green's process is gone")),
+        control(
+            revision=3,
+            epoch=2,
+            active=Slot.GREEN,
+            writer="baton_cutover:manual__2",
+            handoff=Handoff(id="manual__2", epoch=1, fence=fence, to=Slot.GREEN),
+        ),
+        control(
+            revision=4,
+            epoch=3,
+            active=Slot.BLUE,
+            writer="blue (lease)",
+            handoff=Handoff(id="failover", epoch=2, fence=fence, to=Slot.BLUE, reason="green's process is gone"),
+        ),
         control(revision=5, epoch=3, active=Slot.BLUE, fence=fence, writer="baton_rolling_upgrade:r"),
-        control(revision=6, epoch=3, active=Slot.BLUE, green=SlotState.STOPPED, version="v2",
-                writer="baton_rolling_upgrade:r", operation="reprocess by r"),
+        control(
+            revision=6,
+            epoch=3,
+            active=Slot.BLUE,
+            green=SlotState.STOPPED,
+            version="v2",
+            writer="baton_rolling_upgrade:r",
+            operation="reprocess by r",
+        ),
     ]
     got = events(records)
     kinds = [(e.revision, e.kind) for e in got]
@@ -151,22 +242,28 @@ def test_the_detail_shows_a_slot_s_error_s_first_line_whole():
     from spark_apps.runtime.source.input_check import decide
 
     error = decide("clicks", {0: 25_818, 1: 26_006}, {0: 0, 1: 0}, {0: 0, 1: 0}, "fail").reason
-    failed = dataclasses.replace(status(), state=SlotState.FAILED, error=f"{error}\nTraceback (most recent call last): ...")
+    failed = dataclasses.replace(
+        status(), state=SlotState.FAILED, error=f"{error}\nTraceback (most recent call last): ..."
+    )
     detail = app_detail(app_view("app", True, [control(blue=SlotState.FAILED)], [failed], {}, {0: 100, 1: 100}, NOW))
     blue = next(line for line in detail.splitlines() if line.startswith("  blue: "))
     assert blue.endswith(f"error: {error}") and "Traceback" not in detail
 
 
 def test_metrics_carry_each_slot_s_figures_with_labels_and_skip_what_is_unknown():
-    view = app_view("app", True, [control()], [status()], {Slot.BLUE: lease(Slot.BLUE, NOW - 250)},
-                    {0: 1100, 1: 100}, NOW)
+    view = app_view(
+        "app", True, [control()], [status()], {Slot.BLUE: lease(Slot.BLUE, NOW - 250)}, {0: 1100, 1: 100}, NOW
+    )
     never = app_view("other", True, [], [], {}, None, NOW)
     families = {f.name: f for f in text_string_to_metric_families(render([view, never]).decode())}
     sample = {(f.name, tuple(sorted(s.labels.items()))): s.value for f in families.values() for s in f.samples}
     blue, green = (("app", "app"), ("slot", "blue")), (("app", "app"), ("slot", "green"))
     assert sample[("baton_slot_lag_records", blue)] == 1000
     assert sample[("baton_slot_batch_duration_seconds", blue)] == 0.4
-    assert sample[("baton_slot_latency_seconds", blue)] == 1.3 and sample[("baton_slot_latency_newest_seconds", blue)] == 0.5
+    assert (
+        sample[("baton_slot_latency_seconds", blue)] == 1.3
+        and sample[("baton_slot_latency_newest_seconds", blue)] == 0.5
+    )
     assert sample[("baton_slot_lease_age_seconds", blue)] == 0.25
     assert sample[("baton_slot_active", blue)] == 1 and sample[("baton_slot_active", green)] == 0
     assert ("baton_slot_lag_records", green) not in sample  # never reported: no figure, not a zero

@@ -41,37 +41,40 @@ def test_defaults_and_topics(tmp_path):
     assert [t.name for t in app.topics()] == ["clicks", "user_counts", "baton.demo.deadletter", "baton.demo.commits"]
 
 
-@pytest.mark.parametrize("text, field, problem", [
-    (GOOD.replace("partitions: 4}\noutput", "partitions: 0}\noutput"), "input.partitions", "must be > 0"),
-    (GOOD.replace("partitions: 4}\noutput", "partitions: four}\noutput"), "input.partitions", "must be int"),
-    (GOOD.replace("version: v1\n", ""), "version", "is required"),
-    (GOOD + "trigger_ms: true\n", "trigger_ms", "must be int"),
-    (GOOD + "colour: blue\n", "colour", "is not a known field"),
-    (GOOD + "standby_pace_ms: -1\n", "standby_pace_ms", "must be >= 0"),
-    (GOOD + "standby_nice: 20\n", "standby_nice", "from 0 to 19, got 20"),
-    (GOOD + "standby_nice: -5\n", "standby_nice", "from 0 to 19, got -5"),
-    (GOOD + "lease_ttl_ms: 2000\n", "lease_ttl_ms", "at least 3 x lease_interval_ms (3000)"),
-    (GOOD + "lease_interval_ms: 0\n", "lease_interval_ms", "must be > 0"),
-    (GOOD.replace("user_counts", "clicks"), "output.topic", "must differ"),
-    (GOOD.replace("topic: clicks", "topic: 'bad topic'"), "input.topic", "not a valid Kafka topic"),
-    (GOOD.replace("name: demo", "name: other"), "name", "must match the file name"),
-    ("name: [unclosed", "(file)", "not valid YAML"),
-    (GOOD + "state: {snapshot_every_batches: 0}\n", "state.snapshot_every_batches", "must be > 0"),
-    (GOOD + "state: {snapshot_upload_interval_s: 1.5}\n", "state.snapshot_upload_interval_s", "must be int"),
-    (GOOD + "state: {snapshots: 3}\n", "state.snapshots", "is not a known field"),
-    (GOOD + "state: {partitions: 0}\n", "state.partitions", "must be > 0"),
-    (GOOD + "state: {count_rows: 'no'}\n", "state.count_rows", "must be bool"),
-    (GOOD + "state: {count_rows: 0}\n", "state.count_rows", "must be bool"),
-    (GOOD + "state: {count_rows: false, max_rows: 10}\n", "state.max_rows", "needs state.count_rows"),
-    (GOOD + "state: {ttl: 7d}\n", "state.ttl", "must be a mapping"),
-    (GOOD + "state: {ttl: {on: event_time}}\n", "state.ttl.idle", "is required"),
-    (GOOD + "state: {ttl: {idle: 7 days}}\n", "state.ttl.idle", "positive duration such as 60s"),
-    (GOOD + "state: {ttl: {idle: 0s}}\n", "state.ttl.idle", "positive duration"),
-    (GOOD + "state: {ttl: {idle: 7d, on: processing_time}}\n", "state.ttl.on", "at a different input position"),
-    (GOOD + "state: {ttl: {idle: 7d, evicted: tombstone}}\n", "state.ttl.evicted", "not supported"),
-    (GOOD + "state: {ttl: {idle: 7d, disorder: -1s}}\n", "state.ttl.disorder", "positive duration"),
-    (GOOD + "state: {ttl: {idle: 7d, grace: 1s}}\n", "state.ttl.grace", "is not a known field"),
-])
+@pytest.mark.parametrize(
+    "text, field, problem",
+    [
+        (GOOD.replace("partitions: 4}\noutput", "partitions: 0}\noutput"), "input.partitions", "must be > 0"),
+        (GOOD.replace("partitions: 4}\noutput", "partitions: four}\noutput"), "input.partitions", "must be int"),
+        (GOOD.replace("version: v1\n", ""), "version", "is required"),
+        (GOOD + "trigger_ms: true\n", "trigger_ms", "must be int"),
+        (GOOD + "colour: blue\n", "colour", "is not a known field"),
+        (GOOD + "standby_pace_ms: -1\n", "standby_pace_ms", "must be >= 0"),
+        (GOOD + "standby_nice: 20\n", "standby_nice", "from 0 to 19, got 20"),
+        (GOOD + "standby_nice: -5\n", "standby_nice", "from 0 to 19, got -5"),
+        (GOOD + "lease_ttl_ms: 2000\n", "lease_ttl_ms", "at least 3 x lease_interval_ms (3000)"),
+        (GOOD + "lease_interval_ms: 0\n", "lease_interval_ms", "must be > 0"),
+        (GOOD.replace("user_counts", "clicks"), "output.topic", "must differ"),
+        (GOOD.replace("topic: clicks", "topic: 'bad topic'"), "input.topic", "not a valid Kafka topic"),
+        (GOOD.replace("name: demo", "name: other"), "name", "must match the file name"),
+        ("name: [unclosed", "(file)", "not valid YAML"),
+        (GOOD + "state: {snapshot_every_batches: 0}\n", "state.snapshot_every_batches", "must be > 0"),
+        (GOOD + "state: {snapshot_upload_interval_s: 1.5}\n", "state.snapshot_upload_interval_s", "must be int"),
+        (GOOD + "state: {snapshots: 3}\n", "state.snapshots", "is not a known field"),
+        (GOOD + "state: {partitions: 0}\n", "state.partitions", "must be > 0"),
+        (GOOD + "state: {count_rows: 'no'}\n", "state.count_rows", "must be bool"),
+        (GOOD + "state: {count_rows: 0}\n", "state.count_rows", "must be bool"),
+        (GOOD + "state: {count_rows: false, max_rows: 10}\n", "state.max_rows", "needs state.count_rows"),
+        (GOOD + "state: {ttl: 7d}\n", "state.ttl", "must be a mapping"),
+        (GOOD + "state: {ttl: {on: event_time}}\n", "state.ttl.idle", "is required"),
+        (GOOD + "state: {ttl: {idle: 7 days}}\n", "state.ttl.idle", "positive duration such as 60s"),
+        (GOOD + "state: {ttl: {idle: 0s}}\n", "state.ttl.idle", "positive duration"),
+        (GOOD + "state: {ttl: {idle: 7d, on: processing_time}}\n", "state.ttl.on", "at a different input position"),
+        (GOOD + "state: {ttl: {idle: 7d, evicted: tombstone}}\n", "state.ttl.evicted", "not supported"),
+        (GOOD + "state: {ttl: {idle: 7d, disorder: -1s}}\n", "state.ttl.disorder", "positive duration"),
+        (GOOD + "state: {ttl: {idle: 7d, grace: 1s}}\n", "state.ttl.grace", "is not a known field"),
+    ],
+)
 def test_bad_definitions_name_file_field_and_problem(tmp_path, text, field, problem):
     path = write(tmp_path, text)
     with pytest.raises(AppDefinitionError) as err:
@@ -87,7 +90,9 @@ def test_the_state_stores_snapshot_cadence_reaches_the_slots_spark_settings(tmp_
     default = session_conf(load_definition(write(tmp_path, GOOD)))
     assert default["spark.sql.streaming.stateStore.minDeltasForSnapshot"] == "5"
     assert default["spark.sql.streaming.stateStore.maintenanceInterval"] == "10s"
-    app = load_definition(write(tmp_path, GOOD + "state: {snapshot_every_batches: 10, snapshot_upload_interval_s: 60}\n"))
+    app = load_definition(
+        write(tmp_path, GOOD + "state: {snapshot_every_batches: 10, snapshot_upload_interval_s: 60}\n")
+    )
     conf = session_conf(app)
     assert conf["spark.sql.streaming.stateStore.minDeltasForSnapshot"] == "10"
     assert conf["spark.sql.streaming.stateStore.maintenanceInterval"] == "60s"
@@ -120,7 +125,10 @@ def test_a_state_ttl_is_read_in_event_time_and_brings_its_jvm_operator_to_the_sl
     assert load_definition(write(tmp_path, GOOD)).state.ttl is None
     app = load_definition(write(tmp_path, GOOD + "state: {ttl: {idle: 7d, on: event_time}}\n"))
     assert (app.state.ttl.idle_ms, app.state.ttl.disorder_ms) == (7 * 86_400_000, 10_000)
-    assert load_definition(write(tmp_path, GOOD + "state: {ttl: {idle: 90m, disorder: 500ms}}\n")).state.ttl.disorder_ms == 500
+    assert (
+        load_definition(write(tmp_path, GOOD + "state: {ttl: {idle: 90m, disorder: 500ms}}\n")).state.ttl.disorder_ms
+        == 500
+    )
     assert session_conf(app)["spark.jars"] == str(JAR)  # built by make install
 
 
@@ -160,12 +168,15 @@ def test_one_bad_file_fails_the_whole_registry(tmp_path):
         load_registry(tmp_path)
 
 
-@pytest.mark.parametrize("health, field, problem", [
-    ("{max_restart: 2}", "health.max_restart", "is not a known setting"),
-    ("{max_restarts: two}", "health.max_restarts", "must be a number"),
-    ("{max_restarts: true}", "health.max_restarts", "must be a number"),
-    ("{max_restarts: 0}", "health", "must be > 0"),
-])
+@pytest.mark.parametrize(
+    "health, field, problem",
+    [
+        ("{max_restart: 2}", "health.max_restart", "is not a known setting"),
+        ("{max_restarts: two}", "health.max_restarts", "must be a number"),
+        ("{max_restarts: true}", "health.max_restarts", "must be a number"),
+        ("{max_restarts: 0}", "health", "must be > 0"),
+    ],
+)
 def test_bad_health_overrides_name_the_setting(tmp_path, health, field, problem):
     with pytest.raises(AppDefinitionError) as err:
         load_definition(write(tmp_path, GOOD + f"health: {health}\n"))
@@ -208,7 +219,9 @@ def test_other_versions_live_under_versions_and_keep_the_topics(tmp_path, monkey
     (versions / "v3.yaml").write_text(GOOD.replace("version: v1", "version: v4"))
     with pytest.raises(AppDefinitionError, match="'v4' must match the file name 'v3'"):
         load_version("demo", "v3")
-    (versions / "v5.yaml").write_text(GOOD.replace("version: v1", "version: v5").replace("topic: clicks", "topic: other"))
+    (versions / "v5.yaml").write_text(
+        GOOD.replace("version: v1", "version: v5").replace("topic: clicks", "topic: other")
+    )
     with pytest.raises(AppDefinitionError, match="keeps its app's topics"):
         load_version("demo", "v5")
 

@@ -5,8 +5,18 @@ from baton.records import CommitMarker, Role, Slot, SlotState, StatusRecord
 
 
 def rec(ts, state=SlotState.RUNNING, batch=0, processed=None, error="", pid=7):
-    return StatusRecord(app="a", slot=Slot.BLUE, state=state, role=Role.ACTIVE, epoch_seen=1, batch_id=batch,
-                        processed=processed or {}, error=error, pid=pid, ts_ms=ts)
+    return StatusRecord(
+        app="a",
+        slot=Slot.BLUE,
+        state=state,
+        role=Role.ACTIVE,
+        epoch_seen=1,
+        batch_id=batch,
+        processed=processed or {},
+        error=error,
+        pid=pid,
+        ts_ms=ts,
+    )
 
 
 def test_running_needs_a_running_record_of_the_new_launch():
@@ -35,8 +45,13 @@ def test_position_reached_on_every_partition():
 
 def standby_batch(ts, processed, batch=3, state=SlotState.RUNNING, knew=None, took_ms=0):
     """A standby's status record: `knew`, the active's output its follower had read; `took_ms`, the batch's time."""
-    return dataclasses.replace(rec(ts, state=state, batch=batch, processed=processed), slot=Slot.GREEN,
-                               role=Role.STANDBY, emitted=knew, batch_ms=took_ms)
+    return dataclasses.replace(
+        rec(ts, state=state, batch=batch, processed=processed),
+        slot=Slot.GREEN,
+        role=Role.STANDBY,
+        emitted=knew,
+        batch_ms=took_ms,
+    )
 
 
 def marker(emitted):
@@ -54,7 +69,9 @@ def test_warm_up_measures_the_standby_against_the_active_s_output_with_its_pace_
     near = [standby_batch(100, {0: 480_000, 1: 475_000})]  # 45,000 behind: within 10,000 + 40,000
     assert following(near, active_at, rate=20_000, max_records=10_000, max_seconds=10, pace_s=2.0).met
     # The seconds bound (plus the pace) holds too.
-    assert following(near, active_at, rate=20_000, max_records=10**9, max_seconds=0.5, pace_s=2.0).met  # 2.25 s <= 2.5 s
+    assert following(
+        near, active_at, rate=20_000, max_records=10**9, max_seconds=0.5, pace_s=2.0
+    ).met  # 2.25 s <= 2.5 s
     assert following(near, active_at, rate=20_000, max_records=10**9, max_seconds=0.5, pace_s=0.0).waiting
 
 
@@ -63,7 +80,9 @@ def test_warm_up_counts_only_batches_of_the_new_launch_and_fails_on_a_failed_slo
     old = [standby_batch(50, {0: 100, 1: 100})]
     assert following(old, active_at, rate=10, max_records=0, max_seconds=None, pace_s=0, since_ms=60).waiting
     restoring = old + [standby_batch(70, {}, batch=-1, state=SlotState.RESTORING)]
-    assert "no batch since its start (restoring)" in following(restoring, active_at, 10, 0, None, 0, since_ms=60).message
+    assert (
+        "no batch since its start (restoring)" in following(restoring, active_at, 10, 0, None, 0, since_ms=60).message
+    )
     failed = following(old + [standby_batch(80, {}, batch=-1, state=SlotState.FAILED)], active_at, 10, 0, None, 0, 60)
     assert failed.failed
     # Nothing emitted yet by the active (or no input at all): a standby with a batch is as close as can be.

@@ -95,6 +95,12 @@ def test_a_move_conditioned_on_the_spec_read_is_refused_once_another_step_moved_
         plane.move_slot("app", Slot.GREEN, SlotState.STARTING, reason="restarted", restarts=(5,), if_unchanged=read)
     assert plane.current("app") == put_back
 
-    moved = plane.move_slot("app", Slot.GREEN, SlotState.STARTING, reason="restarted", restarts=(5,),
-                            if_unchanged=put_back.slots[Slot.GREEN])  # unchanged since read: done
+    moved = plane.move_slot(
+        "app",
+        Slot.GREEN,
+        SlotState.STARTING,
+        reason="restarted",
+        restarts=(5,),
+        if_unchanged=put_back.slots[Slot.GREEN],
+    )  # unchanged since read: done
     assert moved.slots[Slot.GREEN].restarts == (5,) and moved.slots[Slot.GREEN].version == "v1"

@@ -11,13 +11,30 @@ from tests.unit.baton.test_handoff import F, marker, plane  # noqa: F401 (plane:
 
 
 def standby(processed, ts_ms=10**13):
-    return StatusRecord(app="app", slot=Slot.GREEN, state=SlotState.RUNNING, role=Role.STANDBY, epoch_seen=1,
-                        batch_id=3, processed=processed, ts_ms=ts_ms)
+    return StatusRecord(
+        app="app",
+        slot=Slot.GREEN,
+        state=SlotState.RUNNING,
+        role=Role.STANDBY,
+        epoch_seen=1,
+        batch_id=3,
+        processed=processed,
+        ts_ms=ts_ms,
+    )
 
 
 def active(held_fence=None, held_for=""):
-    return StatusRecord(app="app", slot=Slot.BLUE, state=SlotState.RUNNING, role=Role.ACTIVE, epoch_seen=1,
-                        batch_id=3, held_fence=held_fence, held_for=held_for, ts_ms=10)
+    return StatusRecord(
+        app="app",
+        slot=Slot.BLUE,
+        state=SlotState.RUNNING,
+        role=Role.ACTIVE,
+        epoch_seen=1,
+        batch_id=3,
+        held_fence=held_fence,
+        held_for=held_for,
+        ts_ms=10,
+    )
 
 
 class Reads:
@@ -36,8 +53,18 @@ class Reads:
         return self.plane.update(app, change)
 
     def gate(self, correct=False):
-        return FenceGate(self, "app", Slot.GREEN, 1, F, self.marker, self.read_active, self.read_standby,
-                         trail_records=50, correct=correct)
+        return FenceGate(
+            self,
+            "app",
+            Slot.GREEN,
+            1,
+            F,
+            self.marker,
+            self.read_active,
+            self.read_standby,
+            trail_records=50,
+            correct=correct,
+        )
 
     def marker(self):
         self.log.append("m")

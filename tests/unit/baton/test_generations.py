@@ -22,8 +22,10 @@ DAY = 86_400_000
 
 
 def record(active=Slot.GREEN, gens=(1, 2), versions=("v1", "v2"), **fields):
-    slots = {Slot.BLUE: SlotSpec(SlotState.RUNNING, versions[0], gens[0]),
-             Slot.GREEN: SlotSpec(SlotState.RUNNING, versions[1], gens[1])}
+    slots = {
+        Slot.BLUE: SlotSpec(SlotState.RUNNING, versions[0], gens[0]),
+        Slot.GREEN: SlotSpec(SlotState.RUNNING, versions[1], gens[1]),
+    }
     return ControlRecord(app="cc", revision=3, epoch=2, active=active, slots=fields.pop("slots", slots), **fields)
 
 
@@ -39,15 +41,25 @@ def test_after_the_way_back_confirming_discards_the_reprocess():
     assert plan.discards_reprocess
 
 
-@pytest.mark.parametrize("rec, words", [
-    (None, "never been started"),
-    (record(gens=(2, 2)), "nothing to confirm: both slots run generation 2"),
-    (record(operation="reprocess by r1", operation_expires_ms=NOW + 1), "reprocess by r1 is under way"),
-    (record(fence={0: 10}), "a fence {0: 10} is set"),
-    (record(slots={Slot.GREEN: SlotSpec(SlotState.RUNNING, "v2", 2)}), "both slots must run"),
-    (record(slots={Slot.BLUE: SlotSpec(SlotState.STOPPED, "v1", 1), Slot.GREEN: SlotSpec(SlotState.RUNNING, "v2", 2)}),
-     "blue stopped"),
-])
+@pytest.mark.parametrize(
+    "rec, words",
+    [
+        (None, "never been started"),
+        (record(gens=(2, 2)), "nothing to confirm: both slots run generation 2"),
+        (record(operation="reprocess by r1", operation_expires_ms=NOW + 1), "reprocess by r1 is under way"),
+        (record(fence={0: 10}), "a fence {0: 10} is set"),
+        (record(slots={Slot.GREEN: SlotSpec(SlotState.RUNNING, "v2", 2)}), "both slots must run"),
+        (
+            record(
+                slots={
+                    Slot.BLUE: SlotSpec(SlotState.STOPPED, "v1", 1),
+                    Slot.GREEN: SlotSpec(SlotState.RUNNING, "v2", 2),
+                }
+            ),
+            "blue stopped",
+        ),
+    ],
+)
 def test_a_confirmation_that_cannot_run_is_refused_with_the_reason(rec, words):
     with pytest.raises(RequestRefused, match=re.escape(words)):
         plan_confirmation(rec, NOW)
@@ -75,8 +87,12 @@ def test_archiving_moves_the_generation_with_a_note_and_keeps_an_earlier_notes_r
     assert moved.parent == archive_root(tmp_path, "cc") and moved.name.startswith("green-gen-1-")
     assert (moved / "checkpoint" / "commits" / "7").read_text() == "v1\n{}"
     note = json.loads((moved / NOTE).read_text())
-    assert (note["why"], note["version"], note["keep_until_ms"], note["generation"]) == \
-        ("reprocess generation 2 (r1)", "v1", NOW + DAY, 1)
+    assert (note["why"], note["version"], note["keep_until_ms"], note["generation"]) == (
+        "reprocess generation 2 (r1)",
+        "v1",
+        NOW + DAY,
+        1,
+    )
     assert archive_generation(tmp_path, "cc", Slot.GREEN, 1, "again", NOW + DAY, NOW) is None  # nothing left
     # The same generation archived twice in one second (a slot rebuilt twice) does not collide.
     make_generation(tmp_path, Slot.GREEN, 1)

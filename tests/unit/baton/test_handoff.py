@@ -41,15 +41,27 @@ def marker(emitted, epoch=1):
 
 
 def standby(processed, batch_id=3, epoch_seen=1, ts_ms=10, state=SlotState.RUNNING):
-    return StatusRecord(app="app", slot=Slot.GREEN, state=state, role=Role.STANDBY,
-                        epoch_seen=epoch_seen, batch_id=batch_id, processed=processed, ts_ms=ts_ms)
+    return StatusRecord(
+        app="app",
+        slot=Slot.GREEN,
+        state=state,
+        role=Role.STANDBY,
+        epoch_seen=epoch_seen,
+        batch_id=batch_id,
+        processed=processed,
+        ts_ms=ts_ms,
+    )
 
 
 def test_the_fence_is_ahead_of_the_input_by_the_arrival_rate_and_never_behind_the_active():
-    assert plan_fence({0: 1000, 1: 1000}, {0: 990, 1: 1200}, rate_per_s=2000, ahead_s=2, partitions=2) == \
-        {0: 3000, 1: 3000}
-    assert plan_fence({0: 1000, 1: 1000}, {0: 990, 1: 1200}, rate_per_s=0, ahead_s=2, partitions=2) == \
-        {0: 1000, 1: 1200}
+    assert plan_fence({0: 1000, 1: 1000}, {0: 990, 1: 1200}, rate_per_s=2000, ahead_s=2, partitions=2) == {
+        0: 3000,
+        1: 3000,
+    }
+    assert plan_fence({0: 1000, 1: 1000}, {0: 990, 1: 1200}, rate_per_s=0, ahead_s=2, partitions=2) == {
+        0: 1000,
+        1: 1200,
+    }
 
 
 def test_a_fence_the_active_passed_moves_in_one_write_only_while_nothing_else_changed(plane):
@@ -121,21 +133,29 @@ def test_an_active_at_the_fence_without_its_word_that_it_holds_there_is_waited_f
 def test_a_trailing_standby_may_be_handed_the_role_once_the_active_stands_at_the_fence():
     now = 1_000_000
     short = [standby({0: 60, 1: 200}, ts_ms=now - 500)]
-    assert not fence_reached(marker(F), short, F, 1, active_holds=True, now_ms=now).met  # by default both must stand at F
+    assert not fence_reached(
+        marker(F), short, F, 1, active_holds=True, now_ms=now
+    ).met  # by default both must stand at F
     check = fence_reached(marker(F), short, F, 1, active_holds=True, trail_records=1000, now_ms=now)
     assert check.met and "40 records short" in check.message
-    assert not fence_reached(marker(F), short, F, 1, active_holds=True, trail_records=39, now_ms=now).met  # beyond the lag bound
+    assert not fence_reached(
+        marker(F), short, F, 1, active_holds=True, trail_records=39, now_ms=now
+    ).met  # beyond the lag bound
     # Never before the active stands at F, nor to a standby that is gone quiet, failed, or has no batch yet.
-    assert not fence_reached(marker({0: 90, 1: 200}), short, F, 1, active_holds=True, trail_records=1000, now_ms=now).met
+    assert not fence_reached(
+        marker({0: 90, 1: 200}), short, F, 1, active_holds=True, trail_records=1000, now_ms=now
+    ).met
     quiet = [standby({0: 60, 1: 200}, ts_ms=now - TRAILING_STANDBY_FRESH_MS - 1)]
     assert not fence_reached(marker(F), quiet, F, 1, active_holds=True, trail_records=1000, now_ms=now).met
     failed = short + [standby({}, batch_id=-1, ts_ms=now, state=SlotState.FAILED)]
     assert not fence_reached(marker(F), failed, F, 1, active_holds=True, trail_records=1000, now_ms=now).met
-    assert not fence_reached(marker(F), [standby({}, batch_id=-1, ts_ms=now)], F, 1, active_holds=True, trail_records=1000,
-                             now_ms=now).met
+    assert not fence_reached(
+        marker(F), [standby({}, batch_id=-1, ts_ms=now)], F, 1, active_holds=True, trail_records=1000, now_ms=now
+    ).met
     # A standby past F still fails the wait.
-    assert fence_reached(marker(F), [standby({0: 101, 1: 200}, ts_ms=now)], F, 1, active_holds=True, trail_records=1000,
-                         now_ms=now).failed
+    assert fence_reached(
+        marker(F), [standby({0: 101, 1: 200}, ts_ms=now)], F, 1, active_holds=True, trail_records=1000, now_ms=now
+    ).failed
 
 
 def test_the_fence_a_slot_took_over_at_holds_for_that_slot_at_that_epoch_only(plane):
@@ -158,7 +178,9 @@ def test_a_standby_past_the_fence_or_a_newer_writer_fails_the_wait():
 
 
 def test_an_active_that_died_short_of_the_fence_fails_the_wait():
-    check = fence_reached(marker({0: 50, 1: 200}), [standby({0: 50, 1: 200})], F, 1, active_holds=True, active_alive=False)
+    check = fence_reached(
+        marker({0: 50, 1: 200}), [standby({0: 50, 1: 200})], F, 1, active_holds=True, active_alive=False
+    )
     assert check.failed and "died" in check.message
 
 
@@ -203,11 +225,21 @@ def test_a_finished_handoff_is_recognised_by_its_own_run_only(plane):
     assert plane.current("app").handoff.id == FAILOVER and finished(plane.current("app"), "run1") is None
 
 
-
 def active_batches(*ends_ms, processed=None, rate=50_000.0):
-    return [StatusRecord(app="app", slot=Slot.BLUE, state=SlotState.RUNNING, role=Role.ACTIVE, epoch_seen=1,
-                         batch_id=i, processed=processed or {0: 900, 1: 900}, input_rate=rate, ts_ms=t)
-            for i, t in enumerate(ends_ms)]
+    return [
+        StatusRecord(
+            app="app",
+            slot=Slot.BLUE,
+            state=SlotState.RUNNING,
+            role=Role.ACTIVE,
+            epoch_seen=1,
+            batch_id=i,
+            processed=processed or {0: 900, 1: 900},
+            input_rate=rate,
+            ts_ms=t,
+        )
+        for i, t in enumerate(ends_ms)
+    ]
 
 
 def test_a_catching_up_active_does_not_push_the_position_far_ahead():
@@ -217,12 +249,14 @@ def test_a_catching_up_active_does_not_push_the_position_far_ahead():
     sleep = lambda s: now.__setitem__(0, now[0] + s)  # noqa: E731
     # 1,000 records arrived in the 1 s window; the active, working through a backlog, read 50,000/s.
     ends = [{0: 1_000, 1: 1_000}, {0: 1_500, 1: 1_500}]
-    position = plan_ahead(lambda: active_batches(0, 1_000), lambda: ends.pop(0), 2, ahead_s=2.0, sleep=sleep,
-                          clock=lambda: now[0])
+    position = plan_ahead(
+        lambda: active_batches(0, 1_000), lambda: ends.pop(0), 2, ahead_s=2.0, sleep=sleep, clock=lambda: now[0]
+    )
     assert position == {0: 1_500 + 1_000, 1: 1_500 + 1_000}  # 2 s at 1,000/s, split over 2 partitions
     idle = [{0: 1_500, 1: 1_500}, {0: 1_500, 1: 1_500}]
-    assert plan_ahead(lambda: active_batches(0, 1_000), lambda: idle.pop(0), 2, ahead_s=2.0, sleep=sleep,
-                      clock=lambda: now[0]) == {0: 1_500, 1: 1_500}
+    assert plan_ahead(
+        lambda: active_batches(0, 1_000), lambda: idle.pop(0), 2, ahead_s=2.0, sleep=sleep, clock=lambda: now[0]
+    ) == {0: 1_500, 1: 1_500}
 
 
 def test_the_position_lies_further_ahead_than_the_active_s_slow_batches_span():
@@ -234,8 +268,9 @@ def test_the_position_lies_further_ahead_than_the_active_s_slow_batches_span():
     now = [0.0]
     sleep = lambda s: now.__setitem__(0, now[0] + s)  # noqa: E731
     ends = [{0: 1_000, 1: 1_000}, {0: 1_500, 1: 1_500}]  # 1,000 records/s arrive
-    slow = plan_ahead(lambda: active_batches(0, 2_500, 5_000), lambda: ends.pop(0), 2, ahead_s=2.0,
-                      sleep=sleep, clock=lambda: now[0])
+    slow = plan_ahead(
+        lambda: active_batches(0, 2_500, 5_000), lambda: ends.pop(0), 2, ahead_s=2.0, sleep=sleep, clock=lambda: now[0]
+    )
     assert slow == {0: 1_500 + 2_500, 1: 1_500 + 2_500}  # 5 s at 1,000/s
 
 
@@ -247,8 +282,15 @@ def test_a_fence_lies_far_enough_ahead_for_the_slower_standby_too():
 
     def plan(standby):
         ends = [{0: 1_000, 1: 1_000}, {0: 1_500, 1: 1_500}]  # 1,000 records/s arrive
-        return plan_ahead(lambda: active_batches(0, 1_000, 2_000), lambda: ends.pop(0), 2, ahead_s=2.0,
-                          sleep=sleep, clock=lambda: now[0], read_standby=standby)
+        return plan_ahead(
+            lambda: active_batches(0, 1_000, 2_000),
+            lambda: ends.pop(0),
+            2,
+            ahead_s=2.0,
+            sleep=sleep,
+            clock=lambda: now[0],
+            read_standby=standby,
+        )
 
     assert plan(None) == {0: 1_500 + 1_000, 1: 1_500 + 1_000}  # the active's 1 s batches: the form's 2 s
     assert plan(lambda: active_batches(0, 3_000, 6_000)) == {0: 1_500 + 3_000, 1: 1_500 + 3_000}  # 3 s: 6 s

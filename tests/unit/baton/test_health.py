@@ -22,9 +22,15 @@ S = SlotState
 MIB = 1024**2
 NOW = 1_700_000_000_000  # the injected clock (ms)
 APP = AppDefinition(
-    name="clicks", module="spark_apps.apps.click_counts", version="v1",
-    input=TopicRef("in", 2), output=TopicRef("out", 2), trigger_ms=1000, batch_ms_budget=2000,
-    max_lag_records=1000, state=StateSettings(max_rows=10_000, max_bytes=100 * MIB),
+    name="clicks",
+    module="spark_apps.apps.click_counts",
+    version="v1",
+    input=TopicRef("in", 2),
+    output=TopicRef("out", 2),
+    trigger_ms=1000,
+    batch_ms_budget=2000,
+    max_lag_records=1000,
+    state=StateSettings(max_rows=10_000, max_bytes=100 * MIB),
 )
 POLICY = HealthPolicy.from_app(APP)
 RUN = SlotSpec(S.RUNNING, "v1", 0)
@@ -32,16 +38,33 @@ RUN = SlotSpec(S.RUNNING, "v1", 0)
 
 def rec(ago_s: float, processed=None, **kw) -> StatusRecord:
     """A RUNNING active record published ago_s before NOW."""
-    base = dict(app="clicks", slot=Slot.BLUE, state=S.RUNNING, role=Role.ACTIVE, epoch_seen=1, batch_id=0,
-                processed={0: 100, 1: 100} if processed is None else processed, pid=10, batch_ms=500,
-                input_rows=100, ts_ms=int(NOW - ago_s * 1000))
+    base = dict(
+        app="clicks",
+        slot=Slot.BLUE,
+        state=S.RUNNING,
+        role=Role.ACTIVE,
+        epoch_seen=1,
+        batch_id=0,
+        processed={0: 100, 1: 100} if processed is None else processed,
+        pid=10,
+        batch_ms=500,
+        input_rows=100,
+        ts_ms=int(NOW - ago_s * 1000),
+    )
     return StatusRecord(**{**base, **kw})
 
 
 def batches(n: int, start_ago_s: float = 100, step_s: float = 1, first_offset: int = 0, **kw) -> list[StatusRecord]:
     """n consecutive batches of one process, 10 records per partition each, the last at start_ago_s - (n-1)*step_s."""
-    return [rec(start_ago_s - i * step_s, processed={0: first_offset + 10 * (i + 1), 1: first_offset + 10 * (i + 1)},
-                batch_id=i, **kw) for i in range(n)]
+    return [
+        rec(
+            start_ago_s - i * step_s,
+            processed={0: first_offset + 10 * (i + 1), 1: first_offset + 10 * (i + 1)},
+            batch_id=i,
+            **kw,
+        )
+        for i in range(n)
+    ]
 
 
 def check(history, input_end=None, disk_bytes=None, desired=RUN, now=NOW, policy=POLICY, **kw) -> SlotHealth:
@@ -53,6 +76,7 @@ def rules(h: SlotHealth) -> dict[str, Severity]:
 
 
 # --- policy ---------------------------------------------------------------------------------------------
+
 
 def test_policy_from_app_uses_the_app_budgets():
     assert (POLICY.batch_ms_budget, POLICY.max_lag_records) == (2000, 1000)
@@ -80,6 +104,7 @@ def test_record_of_another_slot_is_rejected():
 
 # --- desired state --------------------------------------------------------------------------------------
 
+
 def test_slot_not_desired_running_is_not_checked():
     ancient = [rec(86_400, state=S.FAILED, error="boom")]
     assert check(ancient, desired=None).verdict is Verdict.STOPPED
@@ -93,6 +118,7 @@ def test_failed_slot_shows_the_guard_reason():
 
 
 # --- start and liveness ---------------------------------------------------------------------------------
+
 
 def test_no_record_is_starting_within_the_grace_then_dead():
     assert check([], started_ms=NOW - 60_000).verdict is Verdict.STARTING
@@ -232,6 +258,7 @@ def test_restoring_slot():
 
 # --- progress rules -------------------------------------------------------------------------------------
 
+
 def stalled(n: int) -> list[StatusRecord]:
     return [rec(20 - i, processed={0: 50, 1: 50}, batch_id=i) for i in range(n)]
 
@@ -301,11 +328,14 @@ def test_state_and_disk_budgets():
     assert check(within, {0: 20, 1: 20}, disk_bytes=None).findings == []
 
 
-def dead_lettering(counts: list[int], pids: list[int] | None = None, start_ago_s: float = 10,
-                   rows: int = 100) -> list[StatusRecord]:
+def dead_lettering(
+    counts: list[int], pids: list[int] | None = None, start_ago_s: float = 10, rows: int = 100
+) -> list[StatusRecord]:
     pids = pids or [10] * len(counts)
-    return [rec(start_ago_s - i, processed={0: 10 * (i + 1), 1: 0}, batch_id=i, dead_letters=c, pid=p, input_rows=rows)
-            for i, (c, p) in enumerate(zip(counts, pids))]
+    return [
+        rec(start_ago_s - i, processed={0: 10 * (i + 1), 1: 0}, batch_id=i, dead_letters=c, pid=p, input_rows=rows)
+        for i, (c, p) in enumerate(zip(counts, pids))
+    ]
 
 
 def test_dead_letter_share_over_the_limit_warns():
@@ -340,6 +370,7 @@ def test_reason_is_the_most_severe_finding():
 
 
 # --- crash-loop guard -----------------------------------------------------------------------------------
+
 
 def test_first_restart_is_immediate_then_backoff_doubles():
     assert decide_restart([], NOW, POLICY).action is RestartAction.RESTART
@@ -401,6 +432,7 @@ def test_crash_loop_lifecycle_with_an_injected_clock():
 
 # --- summary --------------------------------------------------------------------------------------------
 
+
 def test_summary_is_one_table_with_findings_under_their_slot():
     healthy = check(batches(3, start_ago_s=3), {0: 30, 1: 30})
     dead = assess(APP, Slot.GREEN, RUN, [], None, None, NOW, POLICY, started_ms=NOW - 200_000)
@@ -414,18 +446,25 @@ def test_summary_is_one_table_with_findings_under_their_slot():
     assert summarize([]) == "baton_health: 0 slot(s): none\n" + lines[1]
 
 
-
-@pytest.mark.parametrize("verdict, age_ms, met, failed", [
-    (Verdict.HEALTHY, 1_000, True, False), (Verdict.HEALTHY, 31_000, False, False),
-    (Verdict.STARTING, 1_000, False, False), (Verdict.DEGRADED, 1_000, False, False),
-    (Verdict.DEAD, 1_000, False, True), (Verdict.FAILED, 1_000, False, True), (Verdict.STOPPED, 1_000, False, True),
-])
+@pytest.mark.parametrize(
+    "verdict, age_ms, met, failed",
+    [
+        (Verdict.HEALTHY, 1_000, True, False),
+        (Verdict.HEALTHY, 31_000, False, False),
+        (Verdict.STARTING, 1_000, False, False),
+        (Verdict.DEGRADED, 1_000, False, False),
+        (Verdict.DEAD, 1_000, False, True),
+        (Verdict.FAILED, 1_000, False, True),
+        (Verdict.STOPPED, 1_000, False, True),
+    ],
+)
 def test_the_healthy_gate_needs_a_fresh_record_and_fails_on_death(verdict, age_ms, met, failed):
     from baton.health import healthy_check
     from baton.records import Role, StatusRecord
 
-    last = StatusRecord(app="app", slot=Slot.BLUE, state=SlotState.RUNNING, role=Role.ACTIVE, epoch_seen=1,
-                        ts_ms=100_000 - age_ms)
+    last = StatusRecord(
+        app="app", slot=Slot.BLUE, state=SlotState.RUNNING, role=Role.ACTIVE, epoch_seen=1, ts_ms=100_000 - age_ms
+    )
     check = healthy_check(SlotHealth("app", Slot.BLUE, verdict, last=last), 100_000, HealthPolicy())
     assert (check.met, check.failed) == (met, failed)
 

@@ -6,8 +6,17 @@ from baton.records import ControlRecord, InvariantsCheck, Role, Slot, SlotState,
 
 
 def status(generation: int, answer: InvariantsCheck | None, batch_id: int = -1, ts_ms: int = 0) -> StatusRecord:
-    return StatusRecord(app="a", slot=Slot.GREEN, state=SlotState.RUNNING, role=Role.STANDBY, epoch_seen=1,
-                        generation=generation, invariants=answer, batch_id=batch_id, ts_ms=ts_ms)
+    return StatusRecord(
+        app="a",
+        slot=Slot.GREEN,
+        state=SlotState.RUNNING,
+        role=Role.STANDBY,
+        epoch_seen=1,
+        generation=generation,
+        invariants=answer,
+        batch_id=batch_id,
+        ts_ms=ts_ms,
+    )
 
 
 def test_asking_writes_the_request_once_and_a_new_request_asks_again():
@@ -36,7 +45,11 @@ def test_the_wait_is_met_by_any_answer_and_meanwhile_says_where_the_slot_stands(
     unreadable = InvariantsCheck(asked="run:2", ok=False, unchecked=True, error="moved")
     assert answer_check([status(1, unreadable)], "run:2", 1, now_ms=0).met  # the step judges the verdict
     assert answer_check([], "run:2", 1, now_ms=0).message == "no status from generation 1 yet"
-    waiting = answer_check([status(1, None, batch_id=40, ts_ms=1_000), status(0, unreadable, batch_id=99, ts_ms=9_000)],
-                           "run:2", 1, now_ms=13_000)
+    waiting = answer_check(
+        [status(1, None, batch_id=40, ts_ms=1_000), status(0, unreadable, batch_id=99, ts_ms=9_000)],
+        "run:2",
+        1,
+        now_ms=13_000,
+    )
     assert waiting.waiting
     assert waiting.message == "no answer yet; generation 1 last reported running at batch 40, 12 s ago"

@@ -18,9 +18,11 @@ from tests.unit.baton.test_launcher import app_file, launch_processes, python_ar
 from tests.unit.baton.test_launcher_staged import STAGEABLE
 
 # Writes a scratch file into its temp dir (as the JVM unpacks RocksDB's library there), says so, runs until stopped.
-SCRATCH = ("import os,signal,sys,time; signal.signal(signal.SIGTERM, lambda *a: sys.exit(0)); "
-           f"d=os.environ['{JVM_TMPDIR_ENV}']; open(os.path.join(d,'librocksdbjni.so'),'w').write('x'*1000); "
-           "print('WRO'+'TE '+d, flush=True); time.sleep(600)")  # not WROTE in the logged argv
+SCRATCH = (
+    "import os,signal,sys,time; signal.signal(signal.SIGTERM, lambda *a: sys.exit(0)); "
+    f"d=os.environ['{JVM_TMPDIR_ENV}']; open(os.path.join(d,'librocksdbjni.so'),'w').write('x'*1000); "
+    "print('WRO'+'TE '+d, flush=True); time.sleep(600)"
+)  # not WROTE in the logged argv
 
 
 def tmp_of(launcher: Launcher, launch_id: str) -> Path:

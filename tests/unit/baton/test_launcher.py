@@ -34,25 +34,32 @@ from baton.records import Slot
 from baton.settings import REPO_ROOT
 
 # Ends cleanly on SIGTERM (like the harness); runs until stopped.
-POLITE = ("import signal,sys,time; signal.signal(signal.SIGTERM, lambda *a: sys.exit(0)); print('REA'+'DY', flush=True); "
-          "time.sleep(600)")
+POLITE = (
+    "import signal,sys,time; signal.signal(signal.SIGTERM, lambda *a: sys.exit(0)); print('REA'+'DY', flush=True); "
+    "time.sleep(600)"
+)
 # Ignores SIGTERM and has a child of its own that ignores it too: only SIGKILL ends them.
-STUBBORN = ("import signal,subprocess,sys,time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
-            "subprocess.Popen([sys.executable,'-c','import signal,time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
-            "time.sleep(600)']); time.sleep(600)")
+STUBBORN = (
+    "import signal,subprocess,sys,time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+    "subprocess.Popen([sys.executable,'-c','import signal,time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+    "time.sleep(600)']); time.sleep(600)"
+)
 
 
 def python_argv(code: str):
     def build(spec, app, state_dir, python):
         return [python, "-c", code]
+
     return build
 
 
 @pytest.fixture
 def app_file(tmp_path):
     path = tmp_path / "demo.yaml"
-    path.write_text("name: demo\nmodule: spark_apps.apps.click_counts\nversion: v1\n"
-                    "input: {topic: clicks, partitions: 2}\noutput: {topic: counts, partitions: 2}\n")
+    path.write_text(
+        "name: demo\nmodule: spark_apps.apps.click_counts\nversion: v1\n"
+        "input: {topic: clicks, partitions: 2}\noutput: {topic: counts, partitions: 2}\n"
+    )
     return path
 
 
@@ -98,17 +105,21 @@ def wait_for(cond, timeout_s=10.0):
 
 # --- specs and argv ------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("kw, field", [
-    ({"slot": "purple"}, "slot"),
-    ({"generation": -1}, "generation"),
-    ({"bootstrap": ""}, "bootstrap"),
-    ({"bootstrap": "localhost"}, "bootstrap"),
-    ({"master": "yarn"}, "master"),
-    ({"master": "spark://host"}, "master"),
-    ({"conf": {"spark.master": "local[4]"}}, "conf"),
-    ({"conf": {"a=b": "c"}}, "conf"),
-    ({"starting_offsets": ""}, "starting_offsets"),
-])
+
+@pytest.mark.parametrize(
+    "kw, field",
+    [
+        ({"slot": "purple"}, "slot"),
+        ({"generation": -1}, "generation"),
+        ({"bootstrap": ""}, "bootstrap"),
+        ({"bootstrap": "localhost"}, "bootstrap"),
+        ({"master": "yarn"}, "master"),
+        ({"master": "spark://host"}, "master"),
+        ({"conf": {"spark.master": "local[4]"}}, "conf"),
+        ({"conf": {"a=b": "c"}}, "conf"),
+        ({"starting_offsets": ""}, "starting_offsets"),
+    ],
+)
 def test_bad_spec_names_the_field(kw, field):
     args = {"app": "click_counts", "slot": "blue", "bootstrap": "127.0.0.1:9", **kw}
     with pytest.raises(ValueError, match=f"field '{field}'"):
@@ -133,8 +144,11 @@ def test_local_argv_runs_the_slot_entry_point(app_file, tmp_path):
     assert argv[argv.index("--generation") + 1] == "3"
     assert argv[argv.index("--state-dir") + 1] == str(tmp_path)
     assert argv[argv.index("--starting-offsets") + 1] == "latest"
-    assert conf_of(argv) == {"spark.master": "local[2]", "spark.sql.shuffle.partitions": "8",
-                             "spark.ui.showConsoleProgress": "false"}
+    assert conf_of(argv) == {
+        "spark.master": "local[2]",
+        "spark.sql.shuffle.partitions": "8",
+        "spark.ui.showConsoleProgress": "false",
+    }
 
 
 def test_standalone_argv_gives_executors_the_venv_and_the_repo(app_file, tmp_path):
@@ -159,12 +173,14 @@ def test_kubernetes_is_documented_not_launched(app_file, tmp_path):
 
 def test_missing_app_definition_is_an_error_before_anything_runs(tmp_path):
     with pytest.raises(AppDefinitionError, match="no app"):
-        Launcher(tmp_path).ensure_started(LaunchSpec(app=str(tmp_path / "nope.yaml"), slot=Slot.BLUE,
-                                                     bootstrap="127.0.0.1:9"))
+        Launcher(tmp_path).ensure_started(
+            LaunchSpec(app=str(tmp_path / "nope.yaml"), slot=Slot.BLUE, bootstrap="127.0.0.1:9")
+        )
     assert not (tmp_path / "slots").exists()
 
 
 # --- start, reattach, stop -----------------------------------------------------------------------------
+
 
 def test_start_records_identity_and_detaches(app_file, state):
     launcher = Launcher(state, argv_builder=python_argv(POLITE))
@@ -219,8 +235,12 @@ def run_launcher_child(state: Path, app_file: Path, then: str, start_at: float =
         if {then!r} == "wait":
             time.sleep(600)  # "waiting for RUNNING": the test kills us here
     """)
-    return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+    return subprocess.Popen(
+        [sys.executable, "-c", code],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+    )
 
 
 def test_killed_task_mid_wait_then_retry_reattaches(app_file, state):
@@ -261,9 +281,20 @@ def test_intent_without_a_process_is_relaunched(app_file, state):
     launcher = Launcher(state, argv_builder=python_argv(POLITE))
     slot_dir = launcher.slot_dir("demo", "blue")
     slot_dir.mkdir(parents=True)
-    intent = SlotProcess(app="demo", slot=Slot.BLUE, generation=0, version="v1", definition=str(app_file),
-                         master="local[2]", launch_id="dead0", argv=[], log_path=str(slot_dir / "driver.log"),
-                         exit_file=str(slot_dir / "driver.exit.json"), host=launcher.host, launched_at=1.0)
+    intent = SlotProcess(
+        app="demo",
+        slot=Slot.BLUE,
+        generation=0,
+        version="v1",
+        definition=str(app_file),
+        master="local[2]",
+        launch_id="dead0",
+        argv=[],
+        log_path=str(slot_dir / "driver.log"),
+        exit_file=str(slot_dir / "driver.exit.json"),
+        host=launcher.host,
+        launched_at=1.0,
+    )
     (slot_dir / "driver.json").write_text(intent.to_json())
     assert launcher.find("demo", "blue") is None
     rec = launcher.ensure_started(spec(app_file))
@@ -326,8 +357,10 @@ def test_stubborn_slot_is_killed_after_the_grace_period(app_file, state):
 
 def test_stop_first_lets_the_slot_end_by_itself(app_file, state):
     # Ignores SIGTERM but ends by itself (as after a control-topic stop request) within a second.
-    launcher = Launcher(state, argv_builder=python_argv(
-        "import signal,time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(1)"))
+    launcher = Launcher(
+        state,
+        argv_builder=python_argv("import signal,time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(1)"),
+    )
     launcher.ensure_started(spec(app_file))
     result = launcher.stop("demo", "blue", grace_s=0.5, self_stop_s=20)
     assert result.was_running and result.graceful and result.exit.code == 0
@@ -343,6 +376,7 @@ def test_wait_gone_reports_how_the_driver_ended(app_file, state):
 def test_driver_that_cannot_start_reports_127(app_file, state):
     def missing(spec, app, state_dir, python):
         return [str(state / "no-such-binary")]
+
     launcher = Launcher(state, argv_builder=missing)
     launcher.ensure_started(spec(app_file))
     assert launcher.wait_gone("demo", "blue", timeout_s=20).code == 127
@@ -377,11 +411,13 @@ def test_corrupt_record_names_the_file(app_file, state):
 
 # --- the Airflow hook's settings -------------------------------------------------------------------
 
+
 @pytest.fixture
 def hook_cls(monkeypatch):
     monkeypatch.delenv("AIRFLOW_CONN_BATON_SPARK", raising=False)
     monkeypatch.delenv("BATON_SPARK_MASTER", raising=False)
     from baton_airflow.hooks.spark import BatonSparkHook
+
     return BatonSparkHook
 
 

@@ -40,8 +40,10 @@ stop.wait(600)
 
 @pytest.fixture
 def app_files(tmp_path):
-    body = ("name: demo\nmodule: spark_apps.apps.click_counts\nversion: {v}\n"
-            "input: {{topic: clicks, partitions: 2}}\noutput: {{topic: counts, partitions: 2}}\n")
+    body = (
+        "name: demo\nmodule: spark_apps.apps.click_counts\nversion: {v}\n"
+        "input: {{topic: clicks, partitions: 2}}\noutput: {{topic: counts, partitions: 2}}\n"
+    )
     paths = {}
     for v in ("v1", "v2", "v3"):  # the registry's layout of an app's versions
         paths[v] = tmp_path / "versions" / "demo" / f"{v}.yaml"

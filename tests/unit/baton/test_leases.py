@@ -23,9 +23,21 @@ INTERVAL, TTL = 1000, 4000
 
 
 def lease(slot=Slot.BLUE, ts=0, launch=None, state=SlotState.RUNNING, host="h1", pid=10, pid_start=5, app="app"):
-    return Lease(app=app, slot=slot, launch=launch or f"launch-{slot.value}", host=host, pid=pid, pid_start=pid_start,
-                 state=state, role=Role.ACTIVE if slot is Slot.BLUE else Role.STANDBY, epoch_seen=1, seq=1,
-                 ts_ms=ts, ttl_ms=TTL, interval_ms=INTERVAL)
+    return Lease(
+        app=app,
+        slot=slot,
+        launch=launch or f"launch-{slot.value}",
+        host=host,
+        pid=pid,
+        pid_start=pid_start,
+        state=state,
+        role=Role.ACTIVE if slot is Slot.BLUE else Role.STANDBY,
+        epoch_seen=1,
+        seq=1,
+        ts_ms=ts,
+        ttl_ms=TTL,
+        interval_ms=INTERVAL,
+    )
 
 
 def judge_after(*leases) -> LeaseJudge:
@@ -40,9 +52,17 @@ def mine(ts):
 
 
 def control(active_desired=SlotState.RUNNING, standby_desired=SlotState.RUNNING, operation="", generations=(0, 0)):
-    return ControlRecord(app="app", revision=3, epoch=1, active=Slot.BLUE, operation=operation,
-                         slots={Slot.BLUE: SlotSpec(desired=active_desired, generation=generations[0]),
-                                Slot.GREEN: SlotSpec(desired=standby_desired, generation=generations[1])})
+    return ControlRecord(
+        app="app",
+        revision=3,
+        epoch=1,
+        active=Slot.BLUE,
+        operation=operation,
+        slots={
+            Slot.BLUE: SlotSpec(desired=active_desired, generation=generations[0]),
+            Slot.GREEN: SlotSpec(desired=standby_desired, generation=generations[1]),
+        },
+    )
 
 
 def test_a_lease_round_trips_and_a_malformed_or_foreign_one_is_skipped():
@@ -75,9 +95,9 @@ def test_a_gap_in_my_own_renewals_restarts_the_count_so_a_broker_pause_expires_n
 def test_after_a_gap_in_my_own_renewals_the_other_gets_time_to_reconnect_before_its_silence_counts():
     # The broker came back at 16 s; the active's client waits out a request timeout before it renews.
     after = [mine(t) for t in range(16_500, 16_500 + RECOVERY_GRACE_MS + TTL, INTERVAL)]
-    j = judge_after(lease(ts=0), mine(500), mine(1500), *after[:RECOVERY_GRACE_MS // INTERVAL])
+    j = judge_after(lease(ts=0), mine(500), mine(1500), *after[: RECOVERY_GRACE_MS // INTERVAL])
     assert j.silent_ms() == 0  # a ttl of my renewals since the stall, but still within the grace
-    for item in after[RECOVERY_GRACE_MS // INTERVAL:]:
+    for item in after[RECOVERY_GRACE_MS // INTERVAL :]:
         j.observe(item)
     assert j.silent_ms() == TTL  # it never came back: dead, failed over a grace later than without a stall
     j.observe(lease(ts=after[-1].ts_ms + 100))  # it renewed: the next silence counts without the grace
@@ -112,22 +132,38 @@ def test_the_standby_takes_over_when_the_active_lease_expired_and_only_then():
     assert gone.go and "is gone" in gone.reason
 
 
-@pytest.mark.parametrize("case, args, why", [
-    ("the active is being stopped", dict(rec=control(active_desired=SlotState.STOPPING)), "not desired running"),
-    ("this standby is stopping", dict(rec=control(standby_desired=SlotState.STOPPING)), "not running"),
-    ("this standby still restores", dict(state=SlotState.RESTORING), "not running"),
-    ("a reprocess holds the app", dict(rec=control(operation="reprocess by r1")), "held by"),
-    ("the generations differ", dict(rec=control(generations=(0, 1))), "generations differ"),
-    ("the active released its lease", dict(other_state=SlotState.STOPPED), "released"),
-    ("the standby is past the active's output", dict(processed={0: 101}), "past what the active emitted"),
-    ("the standby is too far behind", dict(processed={0: 10}), "records behind"),
-    ("not the standby", dict(rec=ControlRecord(app="app", revision=1, epoch=2, active=Slot.GREEN)), "not the standby"),
-])
+@pytest.mark.parametrize(
+    "case, args, why",
+    [
+        ("the active is being stopped", dict(rec=control(active_desired=SlotState.STOPPING)), "not desired running"),
+        ("this standby is stopping", dict(rec=control(standby_desired=SlotState.STOPPING)), "not running"),
+        ("this standby still restores", dict(state=SlotState.RESTORING), "not running"),
+        ("a reprocess holds the app", dict(rec=control(operation="reprocess by r1")), "held by"),
+        ("the generations differ", dict(rec=control(generations=(0, 1))), "generations differ"),
+        ("the active released its lease", dict(other_state=SlotState.STOPPED), "released"),
+        ("the standby is past the active's output", dict(processed={0: 101}), "past what the active emitted"),
+        ("the standby is too far behind", dict(processed={0: 10}), "records behind"),
+        (
+            "not the standby",
+            dict(rec=ControlRecord(app="app", revision=1, epoch=2, active=Slot.GREEN)),
+            "not the standby",
+        ),
+    ],
+)
 def test_no_takeover_when(case, args, why):
-    j = judge_after(lease(ts=0, state=args.get("other_state", SlotState.RUNNING)),
-                    *(mine(t) for t in range(500, 5000, 1000)))
-    decision = decide_takeover(args.get("rec", control()), Slot.GREEN, args.get("state", SlotState.RUNNING), j, True,
-                               args.get("processed", {0: 95}), {0: 100}, max_lag_records=50)
+    j = judge_after(
+        lease(ts=0, state=args.get("other_state", SlotState.RUNNING)), *(mine(t) for t in range(500, 5000, 1000))
+    )
+    decision = decide_takeover(
+        args.get("rec", control()),
+        Slot.GREEN,
+        args.get("state", SlotState.RUNNING),
+        j,
+        True,
+        args.get("processed", {0: 95}),
+        {0: 100},
+        max_lag_records=50,
+    )
     assert not decision.go and why in decision.reason, case
 
 
@@ -169,8 +205,9 @@ def test_take_over_moves_the_role_once_with_the_failover_fence_and_the_reason():
     plane.move_slot("app", Slot.BLUE, SlotState.STARTING)
     plane.move_slot("app", Slot.GREEN, SlotState.STARTING)
     before = plane.update("app", lambda r: r)
-    rec = plane.update("app", take_over(Slot.GREEN, before.epoch, {0: 7}, "lease expired", 1234),
-                       expected_epoch=before.epoch)
+    rec = plane.update(
+        "app", take_over(Slot.GREEN, before.epoch, {0: 7}, "lease expired", 1234), expected_epoch=before.epoch
+    )
     assert (rec.active, rec.epoch, rec.fence) == (Slot.GREEN, before.epoch + 1, None)
     assert rec.handoff.id == FAILOVER and rec.handoff.fence == {0: 7}
     assert taken_over_at(rec, Slot.GREEN) == {0: 7}

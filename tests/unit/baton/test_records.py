@@ -23,10 +23,21 @@ from baton.records import (
 
 def test_control_record_round_trip_and_roles():
     rec = ControlRecord(
-        app="clicks", revision=3, epoch=2, active=Slot.GREEN,
+        app="clicks",
+        revision=3,
+        epoch=2,
+        active=Slot.GREEN,
         slots={Slot.BLUE: SlotSpec(SlotState.RUNNING, "v1", 1), Slot.GREEN: SlotSpec(SlotState.RUNNING, "v2", 1)},
-        fence={0: 10, 1: 7}, fence_expires_ms=9, handoff=Handoff("run1", 2, {0: 10, 1: 7}, Slot.BLUE, "why", 5), check_at={0: 9, 1: 7}, correct_epoch=2, invariants_asked="run1:2", operation="reprocess by r1",
-        operation_expires_ms=11, writer="airflow", ts_ms=5,
+        fence={0: 10, 1: 7},
+        fence_expires_ms=9,
+        handoff=Handoff("run1", 2, {0: 10, 1: 7}, Slot.BLUE, "why", 5),
+        check_at={0: 9, 1: 7},
+        correct_epoch=2,
+        invariants_asked="run1:2",
+        operation="reprocess by r1",
+        operation_expires_ms=11,
+        writer="airflow",
+        ts_ms=5,
     )
     back = ControlRecord.from_bytes(rec.to_bytes())
     assert back == rec
@@ -35,8 +46,18 @@ def test_control_record_round_trip_and_roles():
 
 
 def test_status_record_round_trip():
-    st = StatusRecord(app="a", slot=Slot.BLUE, state=SlotState.RUNNING, role=Role.STANDBY, epoch_seen=4,
-                      batch_id=9, processed={0: 5}, emitted=None, state_rows=3, restore_ms=120)
+    st = StatusRecord(
+        app="a",
+        slot=Slot.BLUE,
+        state=SlotState.RUNNING,
+        role=Role.STANDBY,
+        epoch_seen=4,
+        batch_id=9,
+        processed={0: 5},
+        emitted=None,
+        state_rows=3,
+        restore_ms=120,
+    )
     assert StatusRecord.from_bytes(st.to_bytes()) == st
     assert st.key() == b"a/blue"
     uncounted = dataclasses.replace(st, state_rows=None)  # the app's state store does not count its rows
@@ -45,8 +66,15 @@ def test_status_record_round_trip():
 
 def test_status_record_carries_a_state_digest():
     digest = StateDigest(at="check", batch_id=9, rows=100, digest="-42", schema="k|v", ts_ms=3, position={0: 5})
-    st = StatusRecord(app="a", slot=Slot.BLUE, state=SlotState.RUNNING, role=Role.STANDBY, epoch_seen=4,
-                      state_digest=digest, active_digest=dataclasses.replace(digest, batch_id=11))
+    st = StatusRecord(
+        app="a",
+        slot=Slot.BLUE,
+        state=SlotState.RUNNING,
+        role=Role.STANDBY,
+        epoch_seen=4,
+        state_digest=digest,
+        active_digest=dataclasses.replace(digest, batch_id=11),
+    )
     assert StatusRecord.from_bytes(st.to_bytes()).state_digest == digest
     assert StatusRecord.from_bytes(st.to_bytes()).active_digest.batch_id == 11
     body = json.loads(st.to_bytes())
@@ -59,10 +87,24 @@ def test_status_record_carries_a_state_digest():
 
 
 def test_status_record_carries_an_invariant_check_and_an_older_record_has_none():
-    answer = InvariantsCheck(asked="run1:1", ok=False, batch_id=9, rows=100, violations=2,
-                             examples=("user 7: count 0", "user 8: count -1"), ts_ms=3)
-    st = StatusRecord(app="a", slot=Slot.GREEN, state=SlotState.RUNNING, role=Role.STANDBY, epoch_seen=4,
-                      generation=1, invariants=answer)
+    answer = InvariantsCheck(
+        asked="run1:1",
+        ok=False,
+        batch_id=9,
+        rows=100,
+        violations=2,
+        examples=("user 7: count 0", "user 8: count -1"),
+        ts_ms=3,
+    )
+    st = StatusRecord(
+        app="a",
+        slot=Slot.GREEN,
+        state=SlotState.RUNNING,
+        role=Role.STANDBY,
+        epoch_seen=4,
+        generation=1,
+        invariants=answer,
+    )
     assert StatusRecord.from_bytes(st.to_bytes()) == st
     body = json.loads(st.to_bytes())
     del body["invariants"]  # a slot of an earlier Baton

@@ -30,23 +30,28 @@ def test_each_start_resolves_to_an_offset_per_partition():
     assert resolve(Start.parse("offsets", offsets={"0": 10, "1": 80})) == {0: 10, 1: 80}
 
 
-@pytest.mark.parametrize("start, words", [
-    (dict(kind="yesterday"), "not one of earliest, timestamp, offsets"),
-    (dict(kind="timestamp"), "needs start_timestamp_ms"),
-    (dict(kind="timestamp", timestamp_ms=NOW + 60_000), "in the future"),
-    (dict(kind="offsets"), "needs start_offsets"),
-    (dict(kind="offsets", offsets={"zero": 1}), "must map partition numbers"),
-    (dict(kind="offsets", offsets={"0": -1, "1": 0}), "offsets >= 0"),
-    (dict(kind="offsets", offsets={"0": 10, "1": 10, "7": 0}), "partition(s) [7] do not exist"),
-    (dict(kind="offsets", offsets={"0": 10}), "missing [1]"),
-    (dict(kind="offsets", offsets={"0": 101, "1": 10}), "offset 101 on partition 0 is beyond the log end 100"),
-    (dict(kind="offsets", offsets={"0": 1, "1": 2}), "before the log start 5"),
-])
+@pytest.mark.parametrize(
+    "start, words",
+    [
+        (dict(kind="yesterday"), "not one of earliest, timestamp, offsets"),
+        (dict(kind="timestamp"), "needs start_timestamp_ms"),
+        (dict(kind="timestamp", timestamp_ms=NOW + 60_000), "in the future"),
+        (dict(kind="offsets"), "needs start_offsets"),
+        (dict(kind="offsets", offsets={"zero": 1}), "must map partition numbers"),
+        (dict(kind="offsets", offsets={"0": -1, "1": 0}), "offsets >= 0"),
+        (dict(kind="offsets", offsets={"0": 10, "1": 10, "7": 0}), "partition(s) [7] do not exist"),
+        (dict(kind="offsets", offsets={"0": 10}), "missing [1]"),
+        (dict(kind="offsets", offsets={"0": 101, "1": 10}), "offset 101 on partition 0 is beyond the log end 100"),
+        (dict(kind="offsets", offsets={"0": 1, "1": 2}), "before the log start 5"),
+    ],
+)
 def test_bad_starts_are_refused_with_the_reason(start, words):
     asked = []
     with pytest.raises(RequestRefused, match=re.escape(words)):
-        resolve(Start.parse(start["kind"], start.get("timestamp_ms"), start.get("offsets")),
-                lambda ts: asked.append(ts) or {})
+        resolve(
+            Start.parse(start["kind"], start.get("timestamp_ms"), start.get("offsets")),
+            lambda ts: asked.append(ts) or {},
+        )
     assert asked == []  # a refused timestamp never reaches the broker
 
 

@@ -9,9 +9,21 @@ INTERVAL, TTL, HOST = 1000, 4000, "here"
 
 
 def lease(slot, ts, launch=None, state=SlotState.RUNNING, host=HOST, pid=None, app="app"):
-    return Lease(app=app, slot=slot, launch=launch or f"{slot.value}-1", host=host, pid=pid or (10 if slot is Slot.BLUE else 20),
-                 pid_start=5, state=state, role=Role.ACTIVE if slot is Slot.BLUE else Role.STANDBY, epoch_seen=1,
-                 seq=1, ts_ms=ts, ttl_ms=TTL, interval_ms=INTERVAL)
+    return Lease(
+        app=app,
+        slot=slot,
+        launch=launch or f"{slot.value}-1",
+        host=host,
+        pid=pid or (10 if slot is Slot.BLUE else 20),
+        pid_start=5,
+        state=state,
+        role=Role.ACTIVE if slot is Slot.BLUE else Role.STANDBY,
+        epoch_seen=1,
+        seq=1,
+        ts_ms=ts,
+        ttl_ms=TTL,
+        interval_ms=INTERVAL,
+    )
 
 
 class Host:
@@ -118,8 +130,7 @@ def test_a_restarted_slot_is_reported_up_once_it_runs_and_can_die_again():
 
 def test_a_launch_running_at_the_start_is_not_reported_up_and_one_restoring_then_is():
     host = Host(10, 20)
-    watch = watching(host, lease(Slot.BLUE, 0),
-                     lease(Slot.GREEN, 0, launch="green-2", state=SlotState.RESTORING))
+    watch = watching(host, lease(Slot.BLUE, 0), lease(Slot.GREEN, 0, launch="green-2", state=SlotState.RESTORING))
     assert watch.changes() == []
     watch.observe(lease(Slot.GREEN, 1000, launch="green-2"))
     assert [(c.slot, c.kind) for c in watch.changes()] == [(Slot.GREEN, UP)]
@@ -127,8 +138,13 @@ def test_a_launch_running_at_the_start_is_not_reported_up_and_one_restoring_then
 
 def test_apps_are_watched_apart():
     host = Host(10, 20, 30, 40)
-    watch = watching(host, lease(Slot.BLUE, 0), lease(Slot.GREEN, 0),
-                     lease(Slot.BLUE, 0, app="other", pid=30), lease(Slot.GREEN, 0, app="other", pid=40))
+    watch = watching(
+        host,
+        lease(Slot.BLUE, 0),
+        lease(Slot.GREEN, 0),
+        lease(Slot.BLUE, 0, app="other", pid=30),
+        lease(Slot.GREEN, 0, app="other", pid=40),
+    )
     del host.procs[40]
     assert [(c.app, c.slot, c.kind) for c in watch.changes()] == [("other", Slot.GREEN, DIED)]
 

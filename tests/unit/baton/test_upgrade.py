@@ -33,18 +33,31 @@ def digest(at="check", batch=7, rows=10, value="aa", schema=SCHEMA, position=Non
 
 
 def status(batch=7, processed=None, d=None, ts=1_000, state=SlotState.RUNNING, batch_ms=300, error=""):
-    return StatusRecord(app="a", slot=Slot.GREEN, state=state, role=Role.STANDBY, epoch_seen=1, batch_id=batch,
-                        processed=dict(FENCE if processed is None else processed), state_digest=d, ts_ms=ts,
-                        batch_ms=batch_ms, error=error)
+    return StatusRecord(
+        app="a",
+        slot=Slot.GREEN,
+        state=state,
+        role=Role.STANDBY,
+        epoch_seen=1,
+        batch_id=batch,
+        processed=dict(FENCE if processed is None else processed),
+        state_digest=d,
+        ts_ms=ts,
+        batch_ms=batch_ms,
+        error=error,
+    )
 
 
-@pytest.mark.parametrize("new, policy, met, words", [
-    (digest(), Policy.EXACT, True, "digest"),
-    (digest(value="bb"), Policy.EXACT, False, "different values"),
-    (digest(value="bb"), Policy.COMPATIBLE, True, "key count"),
-    (digest(rows=11), Policy.COMPATIBLE, False, "10 state rows vs 11"),
-    (digest(schema="other"), Policy.COMPATIBLE, False, "schema differs"),
-])
+@pytest.mark.parametrize(
+    "new, policy, met, words",
+    [
+        (digest(), Policy.EXACT, True, "digest"),
+        (digest(value="bb"), Policy.EXACT, False, "different values"),
+        (digest(value="bb"), Policy.COMPATIBLE, True, "key count"),
+        (digest(rows=11), Policy.COMPATIBLE, False, "10 state rows vs 11"),
+        (digest(schema="other"), Policy.COMPATIBLE, False, "schema differs"),
+    ],
+)
 def test_compare_under_each_policy(new, policy, met, words):
     check = compare(digest(), new, policy, "x")
     assert (check.met, check.failed) == (met, not met) and words in check.message
@@ -83,8 +96,12 @@ def test_states_agree_needs_both_digests_taken_at_the_asked_position():
 
 def test_the_standbys_digest_of_the_actives_state_stands_for_the_active():
     at = {0: 90, 1: 70}
-    both = [status(d=digest("check", position=at)), dataclasses.replace(
-        status(d=digest("check", position=at)), active_digest=digest("check", batch=12, position=at))]
+    both = [
+        status(d=digest("check", position=at)),
+        dataclasses.replace(
+            status(d=digest("check", position=at)), active_digest=digest("check", batch=12, position=at)
+        ),
+    ]
     assert states_agree([], both, at, Policy.EXACT).met  # the active published nothing
     assert states_agree([], both[:1], at, Policy.EXACT).waiting
     differ = [dataclasses.replace(both[1], active_digest=digest("check", value="bb", position=at))]
@@ -126,8 +143,10 @@ def test_settle_fails_fast_and_passes_after_the_period():
     slow = settle([status(batch=9, processed=past, batch_ms=7_000, ts=2_000)], now=3_000)
     assert slow.failed and "took 7000 ms (limit 2000 ms, 3x at most once)" in slow.message
     assert settle([status(batch=9, processed=past, batch_ms=2_100, ts=2_000)], now=3_000).waiting  # one a little over
-    strikes = [status(batch=b, processed=past, batch_ms=ms, ts=2_000) for b, ms in
-               ((9, 2_500), (10, 900), (11, 2_100), (12, 2_200), (13, 2_300))]
+    strikes = [
+        status(batch=b, processed=past, batch_ms=ms, ts=2_000)
+        for b, ms in ((9, 2_500), (10, 900), (11, 2_100), (12, 2_200), (13, 2_300))
+    ]
     assert settle(strikes[:4], now=3_000).waiting
     three = settle(strikes, now=3_000)
     assert three.failed and "batches 11-13 took 2100, 2200, 2300 ms (limit 2000 ms, 3 in a row)" in three.message
@@ -158,8 +177,9 @@ def test_a_corrected_output_cutover_settles_once_its_correction_is_in():
     end = {0: 150, 1: 120}
 
     def check(corrected_epoch, now):
-        marker = CommitMarker(app="a", generation=0, epoch=2, slot=Slot.GREEN, batch_id=9, emitted=end,
-                              corrected_epoch=corrected_epoch)
+        marker = CommitMarker(
+            app="a", generation=0, epoch=2, slot=Slot.GREEN, batch_id=9, emitted=end, corrected_epoch=corrected_epoch
+        )
         return settle_check(ok, marker, 2, FENCE, end, Check(met=True), now, 1_000, 30, 2_000, 1_000, correct=True)
 
     assert check(2, 40_000).met
@@ -179,19 +199,32 @@ def test_settle_excuses_the_correction_and_the_catch_up_after_it_but_not_a_slow_
         for i, (ms, read) in enumerate(rows):
             at = {p: o + read // 2 for p, o in at.items()}
             ts += max(ms, 1_000)
-            out.append(dataclasses.replace(status(batch=20 + i, processed=at, batch_ms=ms, ts=ts),
-                                           corrected_epoch=2 if i >= corrected_from else 0))
+            out.append(
+                dataclasses.replace(
+                    status(batch=20 + i, processed=at, batch_ms=ms, ts=ts),
+                    corrected_epoch=2 if i >= corrected_from else 0,
+                )
+            )
         return out
 
     marker = CommitMarker(app="a", generation=1, epoch=2, slot=Slot.GREEN, batch_id=30, emitted=end, corrected_epoch=2)
 
     def check(history, now=40_000):
-        return settle_check(history, marker, 2, FENCE, end, Check(met=True), now, 1_000, 30, 2_000, 50_000,
-                            correct=True)
+        return settle_check(
+            history, marker, 2, FENCE, end, Check(met=True), now, 1_000, 30, 2_000, 50_000, correct=True
+        )
 
     # While the correction is published (not yet in): 6.8 s, 5.5 s; then catching up at ~2.5x arrival.
-    healed = batches((1_000, 1_000), (6_800, 4_000), (5_500, 6_000), (2_900, 7_000), (2_700, 6_500),
-                     (2_600, 6_000), (900, 1_000), corrected_from=3)
+    healed = batches(
+        (1_000, 1_000),
+        (6_800, 4_000),
+        (5_500, 6_000),
+        (2_900, 7_000),
+        (2_700, 6_500),
+        (2_600, 6_000),
+        (900, 1_000),
+        corrected_from=3,
+    )
     # The period counts from the correction's status (18,200): at 40,000 it still settles.
     assert "settling: 22 of 30 s after its corrected output went in" in check(healed).message
     assert check(healed, now=48_300).met, check(healed, now=48_300)
@@ -210,17 +243,27 @@ def test_a_corrected_output_cutover_judges_its_lag_a_settle_period_after_the_cor
     reading = [status(batch=20, processed={0: 100 + 50_000, 1: 80 + 50_000}, batch_ms=18_600, ts=20_000)]
 
     def check(history, now):
-        return settle_check(history, marker, 2, FENCE, end, Check(met=True), now, 1_000, 30, 20_000, 200_000,
-                            correct=True)
+        return settle_check(
+            history, marker, 2, FENCE, end, Check(met=True), now, 1_000, 30, 20_000, 200_000, correct=True
+        )
 
     # 30 s after the cutover, 500k behind, the correction not in yet: it waits for it, it does not fail.
     waiting = check(reading, 31_001)
-    assert waiting.waiting and "waiting for its corrected output (30 s since the cutover, at most 90)" in waiting.message
+    assert (
+        waiting.waiting and "waiting for its corrected output (30 s since the cutover, at most 90)" in waiting.message
+    )
     # In at 45,000; 30 s later it has worked the stall off: the lag is judged then, and passes.
-    caught_up = [*reading, dataclasses.replace(status(batch=21, processed={0: 100 + 240_000, 1: 80 + 240_000},
-                                                      batch_ms=15_000, ts=45_000), corrected_epoch=2),
-                 dataclasses.replace(status(batch=22, processed={0: 100 + 290_000, 1: 80 + 290_000}, batch_ms=9_000,
-                                           ts=74_000), corrected_epoch=2)]
+    caught_up = [
+        *reading,
+        dataclasses.replace(
+            status(batch=21, processed={0: 100 + 240_000, 1: 80 + 240_000}, batch_ms=15_000, ts=45_000),
+            corrected_epoch=2,
+        ),
+        dataclasses.replace(
+            status(batch=22, processed={0: 100 + 290_000, 1: 80 + 290_000}, batch_ms=9_000, ts=74_000),
+            corrected_epoch=2,
+        ),
+    ]
     assert check(caught_up, 60_000).waiting
     assert check(caught_up, 75_001).met
     # One still as far behind then fails on its lag.
@@ -234,20 +277,33 @@ def test_the_settle_measures_the_new_active_s_lag_as_its_limit_measures_the_old_
     measured against the input's end now it stood 602k records behind (arrivals during its running
     batch included) against a limit of 574k measured at batch starts, and 190k behind 45 s later:
     rolled back while it caught up. Both are now the backlog a batch started from."""
+
     def batch(b, read_to, planned_from, ts):
-        return dataclasses.replace(status(batch=b, processed={0: read_to, 1: read_to}, batch_ms=14_700, ts=ts),
-                                   role=Role.ACTIVE, input_end={0: planned_from, 1: planned_from}, corrected_epoch=2)
+        return dataclasses.replace(
+            status(batch=b, processed={0: read_to, 1: read_to}, batch_ms=14_700, ts=ts),
+            role=Role.ACTIVE,
+            input_end={0: planned_from, 1: planned_from},
+            corrected_epoch=2,
+        )
 
     # Batch 21 started with 250k records to read past batch 20 (2 x 125k) and read them; 15 s of
     # arrivals (300k) came in meanwhile: 550k behind the input's end now, 250k at its start.
     history = [batch(20, 1_000_000, 1_000_000, 20_000), batch(21, 1_125_000, 1_125_000, 35_000)]
     end = {0: 1_275_000, 1: 1_275_000}
-    marker = CommitMarker(app="a", generation=1, epoch=2, slot=Slot.GREEN, batch_id=21,
-                          emitted={0: 1_125_000, 1: 1_125_000}, corrected_epoch=2)
+    marker = CommitMarker(
+        app="a",
+        generation=1,
+        epoch=2,
+        slot=Slot.GREEN,
+        batch_id=21,
+        emitted={0: 1_125_000, 1: 1_125_000},
+        corrected_epoch=2,
+    )
 
     def check(history, max_lag):
-        return settle_check(history, marker, 2, FENCE, end, Check(met=True), 50_001, 1_000, 30, 20_000, max_lag,
-                            correct=True)
+        return settle_check(
+            history, marker, 2, FENCE, end, Check(met=True), 50_001, 1_000, 30, 20_000, max_lag, correct=True
+        )
 
     settled = check(history, 300_000)
     assert settled.met and "lag 250000 records" in settled.message
@@ -272,8 +328,10 @@ def test_a_passed_check_position_is_moved_only_while_it_is_the_one_asked_for():
 
 
 def active_batches(times_ms, start_ts=1_000, role=Role.ACTIVE, rows=5_000):
-    return [dataclasses.replace(status(batch=i, ts=start_ts + i * 1_000, batch_ms=ms), role=role, input_rows=rows)
-            for i, ms in enumerate(times_ms)]
+    return [
+        dataclasses.replace(status(batch=i, ts=start_ts + i * 1_000, batch_ms=ms), role=role, input_rows=rows)
+        for i, ms in enumerate(times_ms)
+    ]
 
 
 def test_the_settle_limit_is_the_budget_while_the_old_active_kept_it():
@@ -298,14 +356,20 @@ def test_a_batch_over_the_limit_that_cost_no_more_per_record_than_the_old_active
     active's batches read 50-100k records in up to 5.1 s; the new active took over a larger backlog and
     read 190-280k records a batch in ~10 s, 36-53 us a record against 72: larger batches, not a slower version.
     One that costs more per record still breaks the limit; so do the same batches without a baseline."""
-    old = [dataclasses.replace(b, input_rows=rows) for b, rows in zip(
-        active_batches([4_772, 5_102, 5_404, 5_058, 5_084, 4_492, 3_797, 3_250]),
-        (73_967, 95_919, 98_074, 105_269, 96_890, 67_686, 63_150, 44_550))]
+    old = [
+        dataclasses.replace(b, input_rows=rows)
+        for b, rows in zip(
+            active_batches([4_772, 5_102, 5_404, 5_058, 5_084, 4_492, 3_797, 3_250]),
+            (73_967, 95_919, 98_074, 105_269, 96_890, 67_686, 63_150, 44_550),
+        )
+    ]
     limit, _ = settle_batch_limit(old, 100_000, 2_000)
     cost, why = settle_record_cost(old, 100_000)
     assert limit == 5_404 and cost == 72 and "72 us a record over its last 8 batches" in why
-    larger = [dataclasses.replace(b, input_rows=rows) for b, rows in zip(
-        active_batches([10_465, 9_891, 10_214], start_ts=200_000), (284_259, 208_500, 190_550))]
+    larger = [
+        dataclasses.replace(b, input_rows=rows)
+        for b, rows in zip(active_batches([10_465, 9_891, 10_214], start_ts=200_000), (284_259, 208_500, 190_550))
+    ]
     assert too_slow(larger, limit, record_cost_us=cost) is None
     assert "batches 0-2 took 10465, 9891, 10214 ms" in too_slow(larger, limit)
     costlier = [dataclasses.replace(b, input_rows=100_000) for b in larger]  # ~100 us a record
@@ -315,8 +379,9 @@ def test_a_batch_over_the_limit_that_cost_no_more_per_record_than_the_old_active
     assert settle_record_cost(old, 1_000)[0] is None  # none before the cutover
     past = {0: 101, 1: 80}
     history = [dataclasses.replace(b, processed=past) for b in larger]
-    assert settle_check(history, None, 2, FENCE, FENCE, Check(met=True), 203_000, 190_000, 30, limit, 10**6,
-                        record_cost_us=cost).waiting
+    assert settle_check(
+        history, None, 2, FENCE, FENCE, Check(met=True), 203_000, 190_000, 30, limit, 10**6, record_cost_us=cost
+    ).waiting
     assert settle_check(history, None, 2, FENCE, FENCE, Check(met=True), 203_000, 190_000, 30, limit, 10**6).failed
 
 
@@ -342,8 +407,11 @@ def trailing(behind, start_ts=1_000, role=Role.ACTIVE, step=20_000):
     for i in range(len(behind) + 1):
         end = {0: read + (behind[i - 1] if i else 0)}
         read += step
-        recs.append(dataclasses.replace(status(batch=i, processed={0: read}, ts=start_ts + i * 1_000), role=role,
-                                        input_end=end, input_rows=step))
+        recs.append(
+            dataclasses.replace(
+                status(batch=i, processed={0: read}, ts=start_ts + i * 1_000), role=role, input_end=end, input_rows=step
+            )
+        )
     return recs
 
 
@@ -355,11 +423,22 @@ def test_the_settle_lag_limit_is_the_budget_beyond_how_far_the_old_active_stood_
     limit, why = settle_lag_limit(old, 100_000, 200_000)
     assert limit == 200_000 + 380_000 and "p90 lag of 380000" in why
     end = {0: 2_000_000}
-    history = [dataclasses.replace(status(batch=40 + i, processed={0: 1_579_000}, ts=60_000 + i * 1_000),
-                                   role=Role.ACTIVE) for i in range(3)]
+    history = [
+        dataclasses.replace(status(batch=40 + i, processed={0: 1_579_000}, ts=60_000 + i * 1_000), role=Role.ACTIVE)
+        for i in range(3)
+    ]
     marker = CommitMarker(app="a", generation=1, epoch=2, slot=Slot.GREEN, batch_id=42, emitted={0: 1_579_000})
-    args = dict(marker=marker, epoch=2, fence={0: 1_000_000}, end=end, health=Check(met=True), now_ms=100_000,
-                since_ms=60_000, settle_s=30, max_batch_ms=20_000)
+    args = dict(
+        marker=marker,
+        epoch=2,
+        fence={0: 1_000_000},
+        end=end,
+        health=Check(met=True),
+        now_ms=100_000,
+        since_ms=60_000,
+        settle_s=30,
+        max_batch_ms=20_000,
+    )
     assert settle_check(history, max_lag=limit, **args).met  # 421k behind
     assert "421000 records behind" in settle_check(history, max_lag=200_000, **args).message
     far = [dataclasses.replace(r, processed={0: 1_000_000}) for r in history]

@@ -10,8 +10,13 @@ from broker_fetch_cost import Window, fetch_costs  # noqa: E402
 
 
 def test_a_reading_window_costs_what_it_used_above_the_quiet_windows_beside_it_per_fetch():
-    ws = [Window(0, False, 0.03, 0), Window(30, True, 0.13, 10.0), Window(60, False, 0.05, 0),
-          Window(90, True, 0.45, 20.0), Window(120, False, 0.05, 0)]
+    ws = [
+        Window(0, False, 0.03, 0),
+        Window(30, True, 0.13, 10.0),
+        Window(60, False, 0.05, 0),
+        Window(90, True, 0.45, 20.0),
+        Window(120, False, 0.05, 0),
+    ]
     # 0.13 against the mean of 0.03 and 0.05: 0.09 cores over 10 fetches a second, 9 ms a fetch; then
     # 0.40 cores over 20 a second, 20 ms a fetch.
     assert fetch_costs(ws) == [

@@ -14,8 +14,16 @@ from baton.records import Role, Slot, SlotState, StatusRecord  # noqa: E402
 
 
 def batch(end_s: float, took_ms: int) -> StatusRecord:
-    return StatusRecord(app="a", slot=Slot.BLUE, state=SlotState.RUNNING, role=Role.ACTIVE, epoch_seen=1,
-                        batch_id=int(end_s), batch_ms=took_ms, ts_ms=int(end_s * 1000))
+    return StatusRecord(
+        app="a",
+        slot=Slot.BLUE,
+        state=SlotState.RUNNING,
+        role=Role.ACTIVE,
+        epoch_seen=1,
+        batch_id=int(end_s),
+        batch_ms=took_ms,
+        ts_ms=int(end_s * 1000),
+    )
 
 
 def test_an_event_output_a_trigger_after_the_first_batch_that_looked_after_it_is_missed():

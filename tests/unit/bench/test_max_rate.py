@@ -10,30 +10,52 @@ import max_rate  # noqa: E402
 
 
 def step(rate: float, p99_ms: float, behind: bool, standby_behind_s: float | None = 1.0) -> dict:
-    return {"rate": rate, "p99_ms": p99_ms, "behind": behind,
-            "held": not behind and p99_ms <= max_rate.P99_TARGET_MS,
-            "standby_behind_records": None if standby_behind_s is None else int(standby_behind_s * rate)}
+    return {
+        "rate": rate,
+        "p99_ms": p99_ms,
+        "behind": behind,
+        "held": not behind and p99_ms <= max_rate.P99_TARGET_MS,
+        "standby_behind_records": None if standby_behind_s is None else int(standby_behind_s * rate),
+    }
 
 
 def test_max_rate_is_the_highest_step_held_and_keeps_pace_ignores_latency():
-    steps = [step(20085, 1400, False), step(25085, 2100, False), step(30085, 1900, False),
-             step(35085, 2500, False), step(40085, 1500, True)]
-    assert max_rate.headline(steps) == {"max_rate": 30085, "p99_ms_at_max": 1900,
-                                        "max_rate_keeps_pace": 35085, "p99_ms_at_keeps_pace": 2500,
-                                        "max_rate_standby_close": 30085}
+    steps = [
+        step(20085, 1400, False),
+        step(25085, 2100, False),
+        step(30085, 1900, False),
+        step(35085, 2500, False),
+        step(40085, 1500, True),
+    ]
+    assert max_rate.headline(steps) == {
+        "max_rate": 30085,
+        "p99_ms_at_max": 1900,
+        "max_rate_keeps_pace": 35085,
+        "p99_ms_at_keeps_pace": 2500,
+        "max_rate_standby_close": 30085,
+    }
 
 
 def test_no_step_held_reports_zero_and_no_latency():
     assert max_rate.headline([step(20085, 2300, False), step(25085, 2600, True)]) == {
-        "max_rate": 0.0, "p99_ms_at_max": None, "max_rate_keeps_pace": 20085, "p99_ms_at_keeps_pace": 2300,
-        "max_rate_standby_close": 0.0}
+        "max_rate": 0.0,
+        "p99_ms_at_max": None,
+        "max_rate_keeps_pace": 20085,
+        "p99_ms_at_keeps_pace": 2300,
+        "max_rate_standby_close": 0.0,
+    }
     assert max_rate.headline([])["max_rate"] == 0.0
 
 
 def test_standby_close_is_the_highest_held_step_whose_standby_trailed_by_at_most_three_seconds_of_input():
     """The embedded broker's run of 2026-12-07 in small: held to 35,085, the standby 6.4 s of input behind there."""
-    steps = [step(20085, 1450, False, 1.0), step(25085, 1500, False, 1.1), step(30085, 1560, False, 3.0),
-             step(35085, 1980, False, 6.4), step(40085, 2250, False, 7.3)]
+    steps = [
+        step(20085, 1450, False, 1.0),
+        step(25085, 1500, False, 1.1),
+        step(30085, 1560, False, 3.0),
+        step(35085, 1980, False, 6.4),
+        step(40085, 2250, False, 7.3),
+    ]
     assert max_rate.headline(steps)["max_rate"] == 35085
     assert max_rate.headline(steps)["max_rate_standby_close"] == 30085  # 3.0 s is still close
     assert not max_rate.standby_close(step(20085, 1400, False, None))  # no standby report in the step: unknown
@@ -54,15 +76,31 @@ def test_standby_behind_is_its_largest_distance_from_blues_last_report_before_ea
 
 
 def test_slot_cores_adds_both_slots_jvms_jit_gc_and_python_and_nothing_else():
-    report = {"by_role": {"blue.jvm": {"cores": 0.2}, "blue.jvm_jit": {"cores": 0.05}, "blue.python_workers": {"cores": 0.05},
-                          "green.jvm": {"cores": 0.15}, "green.driver": {"cores": 0.01}, "broker": {"cores": 0.4},
-                          "loadgen": {"cores": 0.06}, "verifier": {"cores": 0.06}}}
+    report = {
+        "by_role": {
+            "blue.jvm": {"cores": 0.2},
+            "blue.jvm_jit": {"cores": 0.05},
+            "blue.python_workers": {"cores": 0.05},
+            "green.jvm": {"cores": 0.15},
+            "green.driver": {"cores": 0.01},
+            "broker": {"cores": 0.4},
+            "loadgen": {"cores": 0.06},
+            "verifier": {"cores": 0.06},
+        }
+    }
     assert max_rate.slot_cores(report) == 0.46
 
 
 def test_jit_cores_adds_both_slots_compiler_threads_only():
-    report = {"by_role": {"blue.jvm": {"cores": 0.2}, "blue.jvm_jit": {"cores": 0.05}, "green.jvm_jit": {"cores": 0.03},
-                          "green.jvm_gc": {"cores": 0.01}, "broker": {"cores": 0.4}}}
+    report = {
+        "by_role": {
+            "blue.jvm": {"cores": 0.2},
+            "blue.jvm_jit": {"cores": 0.05},
+            "green.jvm_jit": {"cores": 0.03},
+            "green.jvm_gc": {"cores": 0.01},
+            "broker": {"cores": 0.4},
+        }
+    }
     assert max_rate.jit_cores(report) == 0.08
 
 

@@ -18,8 +18,16 @@ def dagbag():
 
 def test_every_dag_file_imports(dagbag):
     assert dagbag.import_errors == {}
-    assert {"baton_topics", "baton_lifecycle", "baton_health", "baton_cutover", "baton_rolling_upgrade",
-            "baton_reprocess", "baton_reprocess_confirm", "baton_watch"} <= set(dagbag.dag_ids)
+    assert {
+        "baton_topics",
+        "baton_lifecycle",
+        "baton_health",
+        "baton_cutover",
+        "baton_rolling_upgrade",
+        "baton_reprocess",
+        "baton_reprocess_confirm",
+        "baton_watch",
+    } <= set(dagbag.dag_ids)
 
 
 def test_health_runs_every_minute_one_run_at_a_time(dagbag):
@@ -48,12 +56,15 @@ def test_the_watch_skips_its_run_when_nothing_changed_and_returns_what_did():
     assert sensor.execute_complete({}, {"status": "met", "changes": [died]}) == [died]
 
 
-@pytest.mark.parametrize("conf, field", [
-    ({"app": "no_such_app"}, "app"),
-    ({"app": "click_counts", "slot": "purple"}, "slot"),
-    ({"app": "click_counts", "action": 3}, "action"),
-    ({"app": "click_counts", "action": "explode"}, "action"),
-])
+@pytest.mark.parametrize(
+    "conf, field",
+    [
+        ({"app": "no_such_app"}, "app"),
+        ({"app": "click_counts", "slot": "purple"}, "slot"),
+        ({"app": "click_counts", "action": 3}, "action"),
+        ({"app": "click_counts", "action": "explode"}, "action"),
+    ],
+)
 def test_lifecycle_form_rejects_bad_conf_naming_the_field(dagbag, conf, field):
     params = copy.deepcopy(dagbag.dags["baton_lifecycle"].params)
     with pytest.raises(ParamValidationError, match=f"param {field}"):
@@ -75,8 +86,14 @@ def test_cutover_aborts_only_after_a_failed_gate(dagbag):
     assert dag.get_task("cutover").upstream_task_ids == {"fence"}
 
 
-@pytest.mark.parametrize("conf, field", [({"app": "nope"}, "app"), ({"app": "click_counts", "ahead_s": -1}, "ahead_s"),
-                                         ({"app": "click_counts", "fence_timeout_s": "soon"}, "fence_timeout_s")])
+@pytest.mark.parametrize(
+    "conf, field",
+    [
+        ({"app": "nope"}, "app"),
+        ({"app": "click_counts", "ahead_s": -1}, "ahead_s"),
+        ({"app": "click_counts", "fence_timeout_s": "soon"}, "fence_timeout_s"),
+    ],
+)
 def test_cutover_form_rejects_bad_conf_naming_the_field(dagbag, conf, field):
     params = copy.deepcopy(dagbag.dags["baton_cutover"].params)
     with pytest.raises(ParamValidationError, match=f"param {field}"):
@@ -87,8 +104,16 @@ def test_cutover_form_rejects_bad_conf_naming_the_field(dagbag, conf, field):
 def test_rolling_upgrade_gates_come_before_the_cutover_and_fail_into_abort_or_rollback(dagbag):
     dag = dagbag.dags["baton_rolling_upgrade"]
     assert dag.max_active_runs == 1
-    order = ["preflight", "upgrade_standby", {"restore_check", "warm_up", "check_position"}, "fence",
-             "cutover", "settle", "upgrade_old_active", {"restore_check_old", "warm_up_old"}]
+    order = [
+        "preflight",
+        "upgrade_standby",
+        {"restore_check", "warm_up", "check_position"},
+        "fence",
+        "cutover",
+        "settle",
+        "upgrade_old_active",
+        {"restore_check_old", "warm_up_old"},
+    ]
     steps = [step if isinstance(step, set) else {step} for step in order]
     for before, after in zip(steps, steps[1:]):
         for task in after:  # every step waits for every task of the step before it (state_check: below)
@@ -104,10 +129,15 @@ def test_rolling_upgrade_gates_come_before_the_cutover_and_fail_into_abort_or_ro
     assert rollback.upstream_task_ids == {"cutover", "settle"}  # cutover: its XCom; a failed cutover is skipped
 
 
-@pytest.mark.parametrize("conf, field", [({"app": "click_counts", "version": "../x"}, "version"),
-                                         ({"app": "click_counts", "policy": "roughly"}, "policy"),
-                                         ({"app": "click_counts", "max_lag_s": -1}, "max_lag_s"),
-                                         ({"app": "nope"}, "app")])
+@pytest.mark.parametrize(
+    "conf, field",
+    [
+        ({"app": "click_counts", "version": "../x"}, "version"),
+        ({"app": "click_counts", "policy": "roughly"}, "policy"),
+        ({"app": "click_counts", "max_lag_s": -1}, "max_lag_s"),
+        ({"app": "nope"}, "app"),
+    ],
+)
 def test_rolling_upgrade_form_rejects_bad_conf_naming_the_field(dagbag, conf, field):
     params = copy.deepcopy(dagbag.dags["baton_rolling_upgrade"].params)
     with pytest.raises(ParamValidationError, match=f"param {field}"):
@@ -118,8 +148,17 @@ def test_rolling_upgrade_form_rejects_bad_conf_naming_the_field(dagbag, conf, fi
 def test_reprocess_gates_come_before_the_corrected_output_cutover(dagbag):
     dag = dagbag.dags["baton_reprocess"]
     assert dag.max_active_runs > 1  # a second request runs, and is refused by the app's lock with a reason
-    order = ["validate", "new_generation", "caught_up", "invariants", "handover", "fence", "cutover", "settle",
-             "finish"]
+    order = [
+        "validate",
+        "new_generation",
+        "caught_up",
+        "invariants",
+        "handover",
+        "fence",
+        "cutover",
+        "settle",
+        "finish",
+    ]
     for before, after in zip(order, order[1:]):
         assert before in dag.get_task(after).upstream_task_ids, (before, after)
     assert dag.get_task("cutover").correct is True and dag.get_task("rollback").correct is True
@@ -128,11 +167,16 @@ def test_reprocess_gates_come_before_the_corrected_output_cutover(dagbag):
     assert dag.get_task("abort").upstream_task_ids == set(order[:7]) | {"finish_staged"}
 
 
-@pytest.mark.parametrize("conf, field", [({"app": "click_counts", "start": "yesterday"}, "start"),
-                                         ({"app": "click_counts", "start_timestamp_ms": "noon"}, "start_timestamp_ms"),
-                                         ({"app": "click_counts", "start_offsets": [1, 2]}, "start_offsets"),
-                                         ({"app": "click_counts", "version": ""}, "version"),
-                                         ({"app": "click_counts", "end": "later"}, "end")])
+@pytest.mark.parametrize(
+    "conf, field",
+    [
+        ({"app": "click_counts", "start": "yesterday"}, "start"),
+        ({"app": "click_counts", "start_timestamp_ms": "noon"}, "start_timestamp_ms"),
+        ({"app": "click_counts", "start_offsets": [1, 2]}, "start_offsets"),
+        ({"app": "click_counts", "version": ""}, "version"),
+        ({"app": "click_counts", "end": "later"}, "end"),
+    ],
+)
 def test_reprocess_form_rejects_bad_conf_naming_the_field(dagbag, conf, field):
     params = copy.deepcopy(dagbag.dags["baton_reprocess"].params)
     with pytest.raises(ParamValidationError, match=f"param {field}"):
@@ -149,8 +193,13 @@ def test_reprocess_confirm_rebuilds_then_warms_up_then_finishes_and_any_failure_
     assert abort.upstream_task_ids == set(order) and abort.trigger_rule == "one_failed"
 
 
-@pytest.mark.parametrize("conf, field", [({"app": "click_counts", "retention_days": -1}, "retention_days"),
-                                         ({"app": "click_counts", "max_lag_s": "soon"}, "max_lag_s")])
+@pytest.mark.parametrize(
+    "conf, field",
+    [
+        ({"app": "click_counts", "retention_days": -1}, "retention_days"),
+        ({"app": "click_counts", "max_lag_s": "soon"}, "max_lag_s"),
+    ],
+)
 def test_reprocess_confirm_form_rejects_bad_conf_naming_the_field(dagbag, conf, field):
     params = copy.deepcopy(dagbag.dags["baton_reprocess_confirm"].params)
     with pytest.raises(ParamValidationError, match=f"param {field}"):
@@ -161,9 +210,13 @@ def test_reprocess_confirm_form_rejects_bad_conf_naming_the_field(dagbag, conf, 
 def test_every_jinja_argument_is_a_template_field(dagbag):
     """A "{{ ... }}" argument an operator does not template stays a literal string at run time (found
     the hard way: a sensor's timeout of "{{ params.x }}" failed at run time, in the e2e test)."""
-    untemplated = [f"{dag_id}.{task.task_id}.{name}" for dag_id, dag in dagbag.dags.items() for task in dag.tasks
-                   for name, value in vars(task).items()
-                   if isinstance(value, str) and "{{" in value and name not in task.template_fields]
+    untemplated = [
+        f"{dag_id}.{task.task_id}.{name}"
+        for dag_id, dag in dagbag.dags.items()
+        for task in dag.tasks
+        for name, value in vars(task).items()
+        if isinstance(value, str) and "{{" in value and name not in task.template_fields
+    ]
     assert untemplated == []
 
 
@@ -184,17 +237,23 @@ def test_a_mapped_task_gets_the_retries_its_operator_gives_an_unmapped_one(dagba
             if not hasattr(task, "partial_kwargs"):
                 continue
             cls = task.operator_class
-            own = cls.mro()[:cls.mro().index(BaseOperator)]  # the operator's classes, BaseOperator's args apart
-            required = [n for c in own if "__init__" in vars(c)
-                        for n, p in inspect.signature(vars(c)["__init__"]).parameters.items()
-                        if p.kind is p.KEYWORD_ONLY and p.default is p.empty]
+            own = cls.mro()[: cls.mro().index(BaseOperator)]  # the operator's classes, BaseOperator's args apart
+            required = [
+                n
+                for c in own
+                if "__init__" in vars(c)
+                for n, p in inspect.signature(vars(c)["__init__"]).parameters.items()
+                if p.kind is p.KEYWORD_ONLY and p.default is p.empty
+            ]
             args = {n: task.partial_kwargs.get(n, "blue") for n in required}
             unmapped = cls(task_id=f"{task.task_id}_unmapped", **args)
             checked.append(f"{dag_id}.{task.task_id}")
             for field in ("retries", "retry_delay"):
                 if task.partial_kwargs[field] != getattr(unmapped, field):
-                    wrong.append(f"{dag_id}.{task.task_id}.{field}: mapped {task.partial_kwargs[field]!r}, "
-                                 f"unmapped {getattr(unmapped, field)!r}")
+                    wrong.append(
+                        f"{dag_id}.{task.task_id}.{field}: mapped {task.partial_kwargs[field]!r}, "
+                        f"unmapped {getattr(unmapped, field)!r}"
+                    )
     assert {"baton_lifecycle.start", "baton_lifecycle.stop"} <= set(checked)
     assert wrong == []
     assert dagbag.dags["baton_lifecycle"].get_task("start").partial_kwargs["retries"] >= 1  # apache/airflow#71580

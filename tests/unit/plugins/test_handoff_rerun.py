@@ -72,8 +72,9 @@ def test_a_fence_the_active_passed_is_planned_again_farther_ahead_and_the_cutove
     control = PassedControl(plane, emitted={0: 130, 1: 80})  # partition 0 went past the fence
     asked = []
     monkeypatch.setattr(CutoverOperator, "control", lambda self: control)
-    monkeypatch.setattr(handoff_ops, "plan_ahead",
-                        lambda control, app, rec, ahead_s, fence: asked.append(ahead_s) or {0: 400, 1: 300})
+    monkeypatch.setattr(
+        handoff_ops, "plan_ahead", lambda control, app, rec, ahead_s, fence: asked.append(ahead_s) or {0: 400, 1: 300}
+    )
     op = CutoverOperator(task_id="cutover", app="click_counts", plan=plan_xcom(), ahead_s=2)
     passed = {"status": "failed", "message": "the active emitted past the fence before it saw it"}
     with pytest.raises(TaskDeferred) as deferred:
@@ -84,25 +85,34 @@ def test_a_fence_the_active_passed_is_planned_again_farther_ahead_and_the_cutove
     assert deferred.value.trigger.fence == {0: 400, 1: 300} and deferred.value.kwargs["attempt"] == 2
     # The last fence passed as well: the run fails with the gate's reason, the fence left for the abort.
     with pytest.raises(AirflowFailException, match="emitted past the fence"):
-        op.execute_complete({"run_id": "manual__run1", "ti": Ti()}, passed, plan=deferred.value.kwargs["plan"],
-                            attempt=MAX_CUTOVER_FENCES)
+        op.execute_complete(
+            {"run_id": "manual__run1", "ti": Ti()},
+            passed,
+            plan=deferred.value.kwargs["plan"],
+            attempt=MAX_CUTOVER_FENCES,
+        )
     # A retry of the task (after a timeout) waits at the fence this run planned last, not the first one.
     with pytest.raises(TaskDeferred) as retried:
         op.execute({"run_id": "manual__run1", "ti": Ti()})
     assert retried.value.trigger.fence == {0: 400, 1: 300}
 
 
-@pytest.mark.parametrize("emitted, run, why", [
-    ({0: 120, 1: 80}, "manual__run1", "the active stands at the fence: the gate failed for another reason"),
-    ({0: 130, 1: 80}, "manual__other", "the fence is another run's"),
-])
+@pytest.mark.parametrize(
+    "emitted, run, why",
+    [
+        ({0: 120, 1: 80}, "manual__run1", "the active stands at the fence: the gate failed for another reason"),
+        ({0: 130, 1: 80}, "manual__other", "the fence is another run's"),
+    ],
+)
 def test_no_new_fence_unless_the_active_passed_this_run_s_fence(monkeypatch, emitted, run, why):
     plane = running_with_fence(run)
     monkeypatch.setattr(CutoverOperator, "control", lambda self: PassedControl(plane, emitted))
     op = CutoverOperator(task_id="cutover", app="click_counts", plan=plan_xcom())
     with pytest.raises(AirflowFailException, match="standby processed past"):
-        op.execute_complete({"run_id": "manual__run1", "ti": Ti()},
-                            {"status": "failed", "message": "the standby processed past the fence"})
+        op.execute_complete(
+            {"run_id": "manual__run1", "ti": Ti()},
+            {"status": "failed", "message": "the standby processed past the fence"},
+        )
     assert plane.current("click_counts").fence == FENCE, why
 
 

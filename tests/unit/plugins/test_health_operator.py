@@ -15,8 +15,9 @@ SPEC = SlotSpec(desired=SlotState.STARTING, version="v1", started_ms=1_000)
 
 
 def status(state, ts_ms, error=""):
-    return StatusRecord(app="crashy", slot=Slot.BLUE, state=state, role=Role.STANDBY, epoch_seen=0,
-                        ts_ms=ts_ms, error=error)
+    return StatusRecord(
+        app="crashy", slot=Slot.BLUE, state=state, role=Role.STANDBY, epoch_seen=0, ts_ms=ts_ms, error=error
+    )
 
 
 class Control:
@@ -33,8 +34,9 @@ class Spark:
 
     def launcher(self):
         spark = self
-        return SimpleNamespace(read_record=lambda app, slot: spark.launch,
-                               exit_info=lambda rec: SimpleNamespace(code=spark.exit_code))
+        return SimpleNamespace(
+            read_record=lambda app, slot: spark.launch, exit_info=lambda rec: SimpleNamespace(code=spark.exit_code)
+        )
 
 
 def last_error(health, control, spark):
@@ -48,15 +50,22 @@ def test_the_error_of_the_record_assessed():
 
 def test_an_error_published_after_the_status_was_read_is_read_again():
     stale = SlotHealth("crashy", Slot.BLUE, Verdict.DEAD, last=status(SlotState.STARTING, 2_000))
-    control = Control([status(SlotState.FAILED, 500, "an older launch's error"), status(SlotState.STARTING, 2_000),
-                       status(SlotState.FAILED, 3_000, "RuntimeError: injected bug")])
+    control = Control(
+        [
+            status(SlotState.FAILED, 500, "an older launch's error"),
+            status(SlotState.STARTING, 2_000),
+            status(SlotState.FAILED, 3_000, "RuntimeError: injected bug"),
+        ]
+    )
     assert last_error(stale, control, Spark()) == "RuntimeError: injected bug"
 
 
 def test_a_silent_death_is_described_by_exit_code_and_log(tmp_path):
     log = tmp_path / "driver.log"
-    log.write_text("[baton] launch x\nTraceback (most recent call last):\nImportError: no module named nope\n"
-                   "[baton] driver 7 exited with code 1\n")
+    log.write_text(
+        "[baton] launch x\nTraceback (most recent call last):\nImportError: no module named nope\n"
+        "[baton] driver 7 exited with code 1\n"
+    )
     health = SlotHealth("crashy", Slot.BLUE, Verdict.DEAD, last=None)
     control = Control([status(SlotState.FAILED, 500, "an older launch's error")])
     reason = last_error(health, control, Spark(SimpleNamespace(log_path=str(log)), exit_code=1))
@@ -84,8 +93,9 @@ class FailoverControl(Control):
 def running_app():
     from baton.records import CommitMarker
 
-    control = FailoverControl([], CommitMarker(app="crashy", generation=0, epoch=1, slot=Slot.BLUE, batch_id=9,
-                                               emitted={0: 40, 1: 50}))
+    control = FailoverControl(
+        [], CommitMarker(app="crashy", generation=0, epoch=1, slot=Slot.BLUE, batch_id=9, emitted={0: 40, 1: 50})
+    )
     for slot in Slot:
         control.plane().move_slot("crashy", slot, SlotState.STARTING)
         control.plane().move_slot("crashy", slot, SlotState.RUNNING)
@@ -96,13 +106,24 @@ def fail_over_with_green_at(processed):
     """Blue (emitted {0: 40, 1: 50}) is dead, green's last batch ended at `processed`: the health
     operator's failover. (control, message, slots stopped)"""
     control = running_app()
-    control.records = [StatusRecord(app="crashy", slot=Slot.GREEN, state=SlotState.RUNNING, role=Role.STANDBY,
-                                    epoch_seen=1, batch_id=4, processed=processed, ts_ms=5)]
+    control.records = [
+        StatusRecord(
+            app="crashy",
+            slot=Slot.GREEN,
+            state=SlotState.RUNNING,
+            role=Role.STANDBY,
+            epoch_seen=1,
+            batch_id=4,
+            processed=processed,
+            ts_ms=5,
+        )
+    ]
     stopped = []
     spark = SimpleNamespace(stop=lambda app, slot, grace_s: stopped.append(slot))
     app = SimpleNamespace(name="crashy", input=SimpleNamespace(partitions=2))
-    message = HealthCheckOperator(task_id="check").fail_over(app, Slot.BLUE, control.plane().current("crashy"),
-                                                             control, spark)
+    message = HealthCheckOperator(task_id="check").fail_over(
+        app, Slot.BLUE, control.plane().current("crashy"), control, spark
+    )
     return control, message, stopped
 
 
@@ -138,9 +159,21 @@ def test_an_expired_lease_makes_a_live_looking_slot_dead():
     from baton.health import HealthPolicy
     from baton.leases import Lease
 
-    lease = Lease(app="crashy", slot=Slot.BLUE, launch="abcdef123", host="h", pid=7, pid_start=1,
-                  state=SlotState.RUNNING, role=Role.ACTIVE, epoch_seen=1, seq=9, ts_ms=100_000, ttl_ms=4000,
-                  interval_ms=1000)
+    lease = Lease(
+        app="crashy",
+        slot=Slot.BLUE,
+        launch="abcdef123",
+        host="h",
+        pid=7,
+        pid_start=1,
+        state=SlotState.RUNNING,
+        role=Role.ACTIVE,
+        epoch_seen=1,
+        seq=9,
+        ts_ms=100_000,
+        ttl_ms=4000,
+        interval_ms=1000,
+    )
     healthy = SlotHealth("crashy", Slot.BLUE, Verdict.HEALTHY)
     spec = SlotSpec(desired=SlotState.RUNNING, started_ms=50_000)
     policy = HealthPolicy()
@@ -216,8 +249,13 @@ def test_a_stopped_record_older_than_the_running_launch_is_the_previous_launch_s
     from baton.health import Finding, HealthPolicy, Severity
 
     policy = HealthPolicy()
-    dead = SlotHealth("crashy", Slot.BLUE, Verdict.DEAD, [Finding("liveness", Severity.CRITICAL, "slot is stopped")],
-                      last=status(SlotState.STOPPED, 100_000))
+    dead = SlotHealth(
+        "crashy",
+        Slot.BLUE,
+        Verdict.DEAD,
+        [Finding("liveness", Severity.CRITICAL, "slot is stopped")],
+        last=status(SlotState.STOPPED, 100_000),
+    )
     spec = dataclasses.replace(SPEC, started_ms=99_000)
     check = HealthCheckOperator.with_newer_launch
     starting = check(APP, Slot.BLUE, spec, dead, Relaunched(100.2), 103_000, policy)
@@ -240,8 +278,11 @@ def test_a_dead_slot_moved_by_another_run_since_the_check_read_it_is_left_alone(
     plane.move_slot("crashy", Slot.GREEN, SlotState.STOPPED, reason="put back on v1")
     put_back = plane.move_slot("crashy", Slot.GREEN, SlotState.STARTING, version="v1", reason="put back on v1")
     started, stopped = [], []
-    spark = SimpleNamespace(stop=lambda app, slot, grace_s: stopped.append(slot),
-                            ensure_started=lambda *a, **k: started.append(a), launcher=lambda: None)
+    spark = SimpleNamespace(
+        stop=lambda app, slot, grace_s: stopped.append(slot),
+        ensure_started=lambda *a, **k: started.append(a),
+        launcher=lambda: None,
+    )
     dead = SlotHealth("crashy", Slot.GREEN, Verdict.DEAD, last=status(SlotState.FAILED, 2_000, "schema refused"))
     definition = load_definition(Path(__file__).parents[3] / "include" / "apps" / "click_counts.yaml")
     app = dataclasses.replace(definition, name="crashy")

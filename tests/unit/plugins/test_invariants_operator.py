@@ -17,9 +17,20 @@ from baton_airflow.triggers.status import InvariantsAnswerTrigger
 from tests.support.fakes import MemoryControlStore
 
 APP = load_app("click_counts")
-PLAN = ReprocessPlan(app=APP.name, version="v2", definition="v2.yaml", operation="reprocess by r", active=Slot.BLUE,
-                     standby=Slot.GREEN, epoch=1, from_version="v1", from_generation=0, generation=1,
-                     start="earliest", start_offsets={0: 0})
+PLAN = ReprocessPlan(
+    app=APP.name,
+    version="v2",
+    definition="v2.yaml",
+    operation="reprocess by r",
+    active=Slot.BLUE,
+    standby=Slot.GREEN,
+    epoch=1,
+    from_version="v1",
+    from_generation=0,
+    generation=1,
+    start="earliest",
+    start_offsets={0: 0},
+)
 
 
 class Control:
@@ -41,8 +52,17 @@ class Control:
         if asked and asked not in self.asked:
             self.asked.append(asked)
         answer = InvariantsCheck(asked=asked, **self.answer) if self.answer is not None and asked else None
-        return [StatusRecord(app=app, slot=Slot.GREEN, state=SlotState.RUNNING, role=Role.STANDBY, epoch_seen=1,
-                             generation=1, invariants=answer if self.reads > self.polls else None)]
+        return [
+            StatusRecord(
+                app=app,
+                slot=Slot.GREEN,
+                state=SlotState.RUNNING,
+                role=Role.STANDBY,
+                epoch_seen=1,
+                generation=1,
+                invariants=answer if self.reads > self.polls else None,
+            )
+        ]
 
 
 class TaskInstance:
@@ -56,8 +76,7 @@ class TaskInstance:
 
 
 def operator(timeout_s=30.0):
-    return InvariantsOperator(task_id="invariants", app=APP.name, plan=PLAN.to_xcom(), timeout_s=timeout_s,
-                              poll_s=0.5)
+    return InvariantsOperator(task_id="invariants", app=APP.name, plan=PLAN.to_xcom(), timeout_s=timeout_s, poll_s=0.5)
 
 
 def run(monkeypatch, control, event=None):
@@ -80,7 +99,12 @@ def test_the_standby_is_asked_by_this_run_and_try_and_the_wait_is_the_triggerers
     trigger = deferred.value.trigger
     assert isinstance(trigger, InvariantsAnswerTrigger)
     assert (trigger.app, trigger.slot, trigger.asked, trigger.generation, trigger.timeout_s) == (
-        APP.name, "green", "manual__1:2", 1, 120.0)
+        APP.name,
+        "green",
+        "manual__1:2",
+        1,
+        120.0,
+    )
     assert control.plane().current(APP.name).invariants_asked == "manual__1:2"
     assert control.reads == 0  # the task itself does not wait
 
@@ -108,8 +132,11 @@ def test_a_state_that_could_not_be_read_is_no_verdict_and_a_retry(monkeypatch):
 
 def test_a_standby_that_does_not_answer_is_a_timeout_that_says_so_and_a_retry(monkeypatch):
     timeout = {"status": "timeout", "message": "click_counts/green invariant check: not met within 600s"}
-    with pytest.raises(AirflowException, match=r"green \(generation 1\) did not answer the invariant check: .*"
-                                               r"not met within 600s; is it running\?") as raised:
+    with pytest.raises(
+        AirflowException,
+        match=r"green \(generation 1\) did not answer the invariant check: .*"
+        r"not met within 600s; is it running\?",
+    ) as raised:
         run(monkeypatch, Control(None), event=timeout)
     assert not isinstance(raised.value, AirflowFailException)
 

@@ -28,8 +28,9 @@ def clean(monkeypatch, tmp_path):
 
 
 def hook_with(monkeypatch, extra: dict, **conn) -> BatonKafkaHook:
-    connection = SimpleNamespace(extra_dejson=dict(extra), host=conn.get("host"), login=conn.get("login"),
-                                 password=conn.get("password"))
+    connection = SimpleNamespace(
+        extra_dejson=dict(extra), host=conn.get("host"), login=conn.get("login"), password=conn.get("password")
+    )
     monkeypatch.setattr(BatonKafkaHook, "get_connection", classmethod(lambda cls, conn_id: connection))
     return BatonKafkaHook()
 
@@ -39,8 +40,12 @@ def test_without_security_in_the_connection_the_files_settings_apply(tmp_path, m
     path.write_text(json.dumps({"security.protocol": "SSL", "ssl.ca.location": "/etc/ca.pem"}))
     monkeypatch.setenv(CLIENT_CONFIG_ENV, str(path))
     hook = hook_with(monkeypatch, {"bootstrap.servers": "k1:9093", "client.id": "airflow"})
-    assert hook.client_config() == {"security.protocol": "SSL", "ssl.ca.location": "/etc/ca.pem",
-                                    "client.id": "airflow", "bootstrap.servers": "k1:9093"}
+    assert hook.client_config() == {
+        "security.protocol": "SSL",
+        "ssl.ca.location": "/etc/ca.pem",
+        "client.id": "airflow",
+        "bootstrap.servers": "k1:9093",
+    }
     assert hook.bootstrap == "k1:9093"
 
 
@@ -51,23 +56,41 @@ def test_the_connections_host_is_the_bootstrap_before_its_extra(monkeypatch):
 
 
 def test_the_forms_security_reaches_every_client_of_that_cluster_here_and_no_other(monkeypatch):
-    hook = hook_with(monkeypatch, {"security_protocol": "SASL_SSL", "sasl_mechanism": "SCRAM-SHA-512",
-                                   "extra__baton_kafka__ssl_ca_location": "/etc/ca.pem", "client.id": "airflow"},
-                     host="k1:9093", login="baton", password=SECRET)
+    hook = hook_with(
+        monkeypatch,
+        {
+            "security_protocol": "SASL_SSL",
+            "sasl_mechanism": "SCRAM-SHA-512",
+            "extra__baton_kafka__ssl_ca_location": "/etc/ca.pem",
+            "client.id": "airflow",
+        },
+        host="k1:9093",
+        login="baton",
+        password=SECRET,
+    )
     _, security, tuning = hook.connection_settings()
     assert SECRET not in repr(security) and tuning == {"client.id": "airflow"}
     assert hook.client_config()["sasl.password"] == SECRET
     # Any client made in this process for that cluster (control log, tail reads, admin) gets them ...
     assert kafka_config("k1:9093", {"group.id": "g"}) == {
-        "security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "baton",
-        "sasl.password": SECRET, "ssl.ca.location": "/etc/ca.pem", "group.id": "g", "bootstrap.servers": "k1:9093"}
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "SCRAM-SHA-512",
+        "sasl.username": "baton",
+        "sasl.password": SECRET,
+        "ssl.ca.location": "/etc/ca.pem",
+        "group.id": "g",
+        "bootstrap.servers": "k1:9093",
+    }
     # ... and a client of another cluster does not.
     assert kafka_config("other:9092") == {"bootstrap.servers": "other:9092"}
 
 
 def test_slots_and_triggers_get_the_path_of_a_private_file_never_the_secrets(monkeypatch):
-    hook = hook_with(monkeypatch, {"security_protocol": "SSL", "ssl_key_location": "/etc/client.key",
-                                   "ssl_key_password": KEY_SECRET}, host="k1:9093")
+    hook = hook_with(
+        monkeypatch,
+        {"security_protocol": "SSL", "ssl_key_location": "/etc/client.key", "ssl_key_password": KEY_SECRET},
+        host="k1:9093",
+    )
     bootstrap = hook.bootstrap
     spec = BatonSparkHook(master="local[2]").spec("click_counts", "blue", bootstrap)
     path = Path(spec.client_config_file)
@@ -89,10 +112,13 @@ def test_without_a_connections_security_slots_and_triggers_keep_the_environments
     assert SlotRunningTrigger(app="a", slot="blue", bootstrap=hook.bootstrap).client_config_file == ""
 
 
-@pytest.mark.parametrize("extra, says", [
-    ({"security_protocol": "TLS"}, "security protocol 'TLS' is not one of"),
-    ({"isolation.level": "read_uncommitted", "sasl.password": SECRET}, None),  # tuning: librdkafka's to judge
-])
+@pytest.mark.parametrize(
+    "extra, says",
+    [
+        ({"security_protocol": "TLS"}, "security protocol 'TLS' is not one of"),
+        ({"isolation.level": "read_uncommitted", "sasl.password": SECRET}, None),  # tuning: librdkafka's to judge
+    ],
+)
 def test_a_wrong_security_setting_names_the_connection_and_no_secret(monkeypatch, extra, says):
     hook = hook_with(monkeypatch, extra, host="k1:9093", password=SECRET)
     if says is None:
@@ -106,8 +132,13 @@ def test_a_wrong_security_setting_names_the_connection_and_no_secret(monkeypatch
 def test_the_connections_secrets_are_masked_in_task_logs(monkeypatch):
     from airflow.sdk._shared.secrets_masker import redact
 
-    hook = hook_with(monkeypatch, {"security_protocol": "SASL_SSL", "sasl_mechanism": "PLAIN",
-                                   "ssl.key.password": KEY_SECRET}, host="k1:9093", login="baton", password=SECRET)
+    hook = hook_with(
+        monkeypatch,
+        {"security_protocol": "SASL_SSL", "sasl_mechanism": "PLAIN", "ssl.key.password": KEY_SECRET},
+        host="k1:9093",
+        login="baton",
+        password=SECRET,
+    )
     hook.connection_settings()
     line = f"connecting with {SECRET} and {KEY_SECRET} as baton"
     assert redact(line) == "connecting with *** and *** as baton"
@@ -117,10 +148,12 @@ def test_a_hook_reads_its_connection_once(monkeypatch):
     """Each read of a connection in a task is a round trip to the API server; a step reads the bootstrap
     for every client it makes, and the e2e resume test holds a task's supervisor after its first."""
     reads = []
-    connection = SimpleNamespace(extra_dejson={"client.id": "baton-test"}, host="broker:9092", login=None,
-                                 password=None)
-    monkeypatch.setattr(BatonKafkaHook, "get_connection",
-                        classmethod(lambda cls, conn_id: reads.append(conn_id) or connection))
+    connection = SimpleNamespace(
+        extra_dejson={"client.id": "baton-test"}, host="broker:9092", login=None, password=None
+    )
+    monkeypatch.setattr(
+        BatonKafkaHook, "get_connection", classmethod(lambda cls, conn_id: reads.append(conn_id) or connection)
+    )
     hook = BatonKafkaHook()
     assert [hook.bootstrap, hook.bootstrap] == ["broker:9092", "broker:9092"]
     hook.connection_settings()[2]["client.id"] = "changed by a caller"

@@ -12,10 +12,18 @@ REPO = Path(__file__).resolve().parents[3]
 def runtime_imports(path: Path) -> list[str]:
     found = []
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        names = ([a.name for a in node.names] if isinstance(node, ast.Import)
-                 else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
-        found += [f"{path.relative_to(REPO)}:{node.lineno} imports {n}" for n in names
-                  if n == "spark_apps" or n.startswith("spark_apps.")]
+        names = (
+            [a.name for a in node.names]
+            if isinstance(node, ast.Import)
+            else [node.module or ""]
+            if isinstance(node, ast.ImportFrom)
+            else []
+        )
+        found += [
+            f"{path.relative_to(REPO)}:{node.lineno} imports {n}"
+            for n in names
+            if n == "spark_apps" or n.startswith("spark_apps.")
+        ]
     return found
 
 

@@ -33,16 +33,19 @@ def test_every_declared_module_imports_and_each_connection_type_is_its_hooks():
             for module in group["python-modules"]:
                 importlib.import_module(module)
     declared = {c["connection-type"]: c["hook-class-name"] for c in info["connection-types"]}
-    assert declared == {"baton_kafka": "baton_airflow.hooks.kafka.BatonKafkaHook",
-                        "baton_spark": "baton_airflow.hooks.spark.BatonSparkHook"}
+    assert declared == {
+        "baton_kafka": "baton_airflow.hooks.kafka.BatonKafkaHook",
+        "baton_spark": "baton_airflow.hooks.spark.BatonSparkHook",
+    }
     assert (BatonKafkaHook.conn_type, BatonSparkHook.conn_type) == ("baton_kafka", "baton_spark")
 
 
 def test_every_module_of_the_hooks_operators_sensors_and_triggers_is_declared():
     info = get_provider_info()
     for section in ("operators", "sensors", "hooks", "triggers"):
-        modules = sorted(f"baton_airflow.{section}.{p.stem}" for p in (PACKAGE_DIR / section).glob("*.py")
-                         if p.stem != "__init__")
+        modules = sorted(
+            f"baton_airflow.{section}.{p.stem}" for p in (PACKAGE_DIR / section).glob("*.py") if p.stem != "__init__"
+        )
         assert len(modules) >= 2, section  # the walk found the package
         declared = sorted(m for group in info[section] for m in group["python-modules"])
         assert declared == modules, section

@@ -19,8 +19,16 @@ from tests.support.fakes import MemoryControlStore
 
 APP = load_app("click_counts")
 EMITTED = {p: 1_000 for p in range(APP.input.partitions)}
-PLAN = UpgradePlan(app=APP.name, version="v2", definition="v2.yaml", active=Slot.BLUE, standby=Slot.GREEN, epoch=1,
-                   from_version="v1", policy="exact")
+PLAN = UpgradePlan(
+    app=APP.name,
+    version="v2",
+    definition="v2.yaml",
+    active=Slot.BLUE,
+    standby=Slot.GREEN,
+    epoch=1,
+    from_version="v1",
+    policy="exact",
+)
 
 
 class Control:
@@ -34,8 +42,18 @@ class Control:
         return CommitMarker(app=app.name, generation=0, epoch=2, slot=Slot.GREEN, batch_id=9, emitted=dict(EMITTED))
 
     def status(self, app, slot=None, last_n=5000):
-        return [StatusRecord(app=app, slot=Slot.BLUE, state=SlotState.RUNNING, role=Role.STANDBY, epoch_seen=2,
-                             batch_id=8, processed=dict(EMITTED), ts_ms=1)]
+        return [
+            StatusRecord(
+                app=app,
+                slot=Slot.BLUE,
+                state=SlotState.RUNNING,
+                role=Role.STANDBY,
+                epoch_seen=2,
+                batch_id=8,
+                processed=dict(EMITTED),
+                ts_ms=1,
+            )
+        ]
 
 
 class Spark:
@@ -79,8 +97,12 @@ def rollback(monkeypatch, control, spark, gates):
 
     monkeypatch.setattr(upgrade, "set_fence", set_fence)
     monkeypatch.setattr(RollbackOperator, "wait_at_fence", wait_at_fence)
-    op = RollbackOperator(task_id="rollback", app=APP.name, plan=PLAN.to_xcom(),
-                          cutover={"active": "green", "epoch": 2, "fence": EMITTED, "at_ms": 1})
+    op = RollbackOperator(
+        task_id="rollback",
+        app=APP.name,
+        plan=PLAN.to_xcom(),
+        cutover={"active": "green", "epoch": 2, "fence": EMITTED, "at_ms": 1},
+    )
     return op.roll_back(control, spark, APP, PLAN, Slot.GREEN, 2, "run/rollback", "settle failed"), fences
 
 

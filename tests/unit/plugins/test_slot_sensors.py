@@ -31,6 +31,7 @@ def checks(monkeypatch):
 
         def check(self):
             return answers.pop(0)
+
     monkeypatch.setattr(SlotHealthySensor, "trigger_class", FakeTrigger)
     monkeypatch.setattr(sensors, "load_app", lambda name: SimpleNamespace(name=name))
     monkeypatch.setattr(sensors.BatonKafkaHook, "bootstrap", property(lambda self: "b:9092"))
@@ -69,8 +70,12 @@ def test_a_warm_up_waits_on_the_slot_the_restart_step_started_and_only_on_that_l
     _, built = checks
     monkeypatch.setattr(LagWithinSensor, "trigger_class", built_by(built))
     monkeypatch.setattr(sensors, "load_app", lambda name: SimpleNamespace(name=name, max_lag_records=50_000))
-    sensor = LagWithinSensor(task_id="warm_up", app="cc", deferrable=False,
-                             restart={"slot": "green", "since_ms": 1234, "launch": {"pid": 9}, "version": "v2"})
+    sensor = LagWithinSensor(
+        task_id="warm_up",
+        app="cc",
+        deferrable=False,
+        restart={"slot": "green", "since_ms": 1234, "launch": {"pid": 9}, "version": "v2"},
+    )
     sensor.execute({"ti": Ti()})
     assert (built[0]["slot"], built[0]["since_ms"], built[0]["max_lag"]) == ("green", 1234, 50_000)
 
@@ -82,6 +87,7 @@ def built_by(built):
 
         def check(self):
             return Check(met=True, message="within")
+
     return FakeTrigger
 
 
@@ -97,11 +103,22 @@ def test_the_settle_follows_the_old_version_s_pace_and_lag_unless_a_batch_limit_
 
     _, built = checks
     monkeypatch.setattr(SettleSensor, "trigger_class", built_by(built))
-    monkeypatch.setattr(sensors, "load_app", lambda name: SimpleNamespace(name=name, max_lag_records=200_000,
-                                                                          batch_ms_budget=2_000))
+    monkeypatch.setattr(
+        sensors, "load_app", lambda name: SimpleNamespace(name=name, max_lag_records=200_000, batch_ms_budget=2_000)
+    )
     base = StatusRecord(app="cc", slot=Slot.BLUE, state=SlotState.RUNNING, role=Role.ACTIVE, epoch_seen=1)
-    old = [dataclasses.replace(base, batch_id=i, processed={0: 20_000 * (i + 1)}, input_end={0: 20_000 * i + 300_000},
-                               input_rows=20_000, batch_ms=9_000, ts_ms=1_000 + i * 9_000) for i in range(12)]
+    old = [
+        dataclasses.replace(
+            base,
+            batch_id=i,
+            processed={0: 20_000 * (i + 1)},
+            input_end={0: 20_000 * i + 300_000},
+            input_rows=20_000,
+            batch_ms=9_000,
+            ts_ms=1_000 + i * 9_000,
+        )
+        for i in range(12)
+    ]
     asked = []
     monkeypatch.setattr(control, "read_slot_status", lambda bootstrap, app, slot: asked.append(slot) or old)
     cutover = Cutover(epoch=2, active=Slot.GREEN, fence={0: 240_000}, at_ms=200_000).to_xcom()
@@ -109,6 +126,8 @@ def test_the_settle_follows_the_old_version_s_pace_and_lag_unless_a_batch_limit_
     assert asked == ["blue"]
     assert (built[0]["slot"], built[0]["max_batch_ms"], built[0]["max_lag"]) == ("green", 9_000, 200_000 + 300_000)
     assert built[0]["record_cost_us"] == 450  # 9 s for 20k records: a larger batch as cheap is excused
-    SettleSensor(task_id="settle2", app="cc", cutover=cutover, max_batch_ms=3_000, deferrable=False).execute({"ti": Ti()})
+    SettleSensor(task_id="settle2", app="cc", cutover=cutover, max_batch_ms=3_000, deferrable=False).execute(
+        {"ti": Ti()}
+    )
     assert (built[1]["max_batch_ms"], built[1]["max_lag"]) == (3_000, 500_000)
     assert built[1]["record_cost_us"] is None  # a limit asked for is taken as given

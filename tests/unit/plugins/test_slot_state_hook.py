@@ -26,7 +26,12 @@ def test_an_archive_note_goes_beside_an_existing_generations_checkpoint_only(tmp
     state.archive_note("a", Slot.GREEN, 1, "v1", "reprocess")
     note = json.loads((state.checkpoint("a", Slot.GREEN, 1).parent / ARCHIVE_NOTE).read_text())
     assert {k: note[k] for k in ("app", "slot", "generation", "version", "why")} == {
-        "app": "a", "slot": "green", "generation": 1, "version": "v1", "why": "reprocess"}
+        "app": "a",
+        "slot": "green",
+        "generation": 1,
+        "version": "v1",
+        "why": "reprocess",
+    }
 
 
 def test_a_logs_tail(tmp_path):

@@ -32,6 +32,10 @@ def test_a_failed_gate_fails_for_good_and_a_timeout_for_a_retry_both_with_the_re
 def test_a_failure_says_what_did_not_happen_and_where_to_look():
     ti = TaskInstance()
     with pytest.raises(AirflowFailException, match="^v2 did not start: slot failed; driver log: /x.log$"):
-        met_or_raise({"ti": ti}, {"status": "failed", "message": "slot failed"}, lead="v2 did not start",
-                     detail="driver log: /x.log")
+        met_or_raise(
+            {"ti": ti},
+            {"status": "failed", "message": "slot failed"},
+            lead="v2 did not start",
+            detail="driver log: /x.log",
+        )
     assert ti.pushed == {"reason": "v2 did not start: slot failed"}

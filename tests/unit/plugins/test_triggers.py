@@ -31,8 +31,17 @@ P1, P2, P3 = {0: 100, 1: 100}, {0: 500, 1: 500}, {0: 900, 1: 900}
 
 def missed_at(position, slot=Slot.BLUE):
     digest = StateDigest(at="missed", batch_id=-1, rows=0, digest="", schema="", position=dict(position))
-    return StatusRecord(app="click_counts", slot=slot, state=SlotState.RUNNING, role=Role.ACTIVE, epoch_seen=1,
-                        batch_id=5, processed={0: 200, 1: 200}, state_digest=digest, ts_ms=1_000)
+    return StatusRecord(
+        app="click_counts",
+        slot=slot,
+        state=SlotState.RUNNING,
+        role=Role.ACTIVE,
+        epoch_seen=1,
+        batch_id=5,
+        processed={0: 200, 1: 200},
+        state_digest=digest,
+        ts_ms=1_000,
+    )
 
 
 @pytest.fixture
@@ -58,8 +67,14 @@ def world(monkeypatch):
 
 
 def states_trigger(target=P1):
-    return StateCheckTrigger(app="click_counts", slot="green", bootstrap="unused:1",
-                             target={str(p): o for p, o in target.items()}, ahead_s=2.0, writer="test")
+    return StateCheckTrigger(
+        app="click_counts",
+        slot="green",
+        bootstrap="unused:1",
+        target={str(p): o for p, o in target.items()},
+        ahead_s=2.0,
+        writer="test",
+    )
 
 
 def test_a_passed_check_position_is_asked_again_further_ahead_in_place(world):
@@ -100,8 +115,13 @@ class Log:
 
 
 def test_a_long_wait_logs_where_it_stands(monkeypatch):
-    checks = iter([Check(message="40000 records behind"), Check(message="20000 records behind"),
-                   Check(met=True, message="within")])
+    checks = iter(
+        [
+            Check(message="40000 records behind"),
+            Check(message="20000 records behind"),
+            Check(met=True, message="within"),
+        ]
+    )
     monkeypatch.setattr(WarmUpTrigger, "check", lambda self: next(checks))
     monkeypatch.setattr(trigger_base, "PROGRESS_EVERY_S", 0.0)
     trigger = WarmUpTrigger(app="click_counts", slot="green", bootstrap="unused:1", max_lag=1000, poll_s=0.0)
@@ -128,8 +148,9 @@ EVERY_WAIT = [
     InvariantsAnswerTrigger(asked="manual__1:2", generation=3, **COMMON),
     RestoreTrigger(since_ms=9, expected={"rows": 3}, **COMMON),
     StateCheckTrigger(target={0: 1}, policy="exact", ahead_s=3.0, moves=1, writer="dag:run", **COMMON),
-    SettleTrigger(since_ms=1, epoch=4, fence={0: 5}, settle_s=30, max_batch_ms=2000, correct=True, record_cost_us=72,
-                  **COMMON),
+    SettleTrigger(
+        since_ms=1, epoch=4, fence={0: 5}, settle_s=30, max_batch_ms=2000, correct=True, record_cost_us=72, **COMMON
+    ),
     CutoverTrigger(fence={0: 5, 1: 6}, epoch=3, trail_records=100, correct=False, writer="dag:run", **COMMON),
 ]
 

@@ -13,8 +13,16 @@ from baton_airflow.operators.upgrade import AbortUpgradeOperator
 from tests.support.fakes import MemoryControlStore
 
 APP = load_app("click_counts")
-PLAN = UpgradePlan(app=APP.name, version="v2", definition="v2.yaml", active=Slot.BLUE, standby=Slot.GREEN, epoch=1,
-                   from_version="v1", policy="exact")
+PLAN = UpgradePlan(
+    app=APP.name,
+    version="v2",
+    definition="v2.yaml",
+    active=Slot.BLUE,
+    standby=Slot.GREEN,
+    epoch=1,
+    from_version="v1",
+    policy="exact",
+)
 
 
 keep_way_back, take_way_back = BatonSlotStateHook.keep_way_back, BatonSlotStateHook.take_way_back
@@ -46,8 +54,17 @@ class Control:
         return self._plane
 
     def status(self, app, slot=None, last_n=5000):
-        return [StatusRecord(app=app, slot=Slot.GREEN, state=SlotState.RUNNING, role=Role.STANDBY, epoch_seen=1,
-                             batch_id=8, ts_ms=int(time.time() * 1000) + 1_000)]  # after any launch
+        return [
+            StatusRecord(
+                app=app,
+                slot=Slot.GREEN,
+                state=SlotState.RUNNING,
+                role=Role.STANDBY,
+                epoch_seen=1,
+                batch_id=8,
+                ts_ms=int(time.time() * 1000) + 1_000,
+            )
+        ]  # after any launch
 
 
 class Spark:

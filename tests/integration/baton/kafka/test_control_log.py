@@ -78,8 +78,9 @@ def assert_chain(app: str, log) -> ControlRecord:
     """The app's committed records each follow the one before (revision + 1), and compaction keeps the
     applied record: the state is the same read from the whole log, the compacted log or read_control."""
     recs = of_app(app, log)
-    assert [r.revision for r in recs] == list(range(recs[0].revision, recs[0].revision + len(recs))), \
+    assert [r.revision for r in recs] == list(range(recs[0].revision, recs[0].revision + len(recs))), (
         f"a committed record breaks the revision chain: {[(r.revision, r.writer) for r in recs]}"
+    )
     applied = apply_records(None, recs)
     assert apply_records(None, of_app(app, compacted(log))) == applied == recs[-1]
     return applied
@@ -149,7 +150,9 @@ def test_a_writer_fenced_with_its_record_at_the_broker_is_aborted(bootstrap, top
     finds the open transaction holding its read back and initialises again."""
     app = f"inflight-{uuid.uuid4().hex[:6]}"
     write_control(bootstrap, record(app, 1, "first"), topic)
-    loser = Producer({"bootstrap.servers": bootstrap, "transactional.id": control_transactional_id(app), "linger.ms": 0})
+    loser = Producer(
+        {"bootstrap.servers": bootstrap, "transactional.id": control_transactional_id(app), "linger.ms": 0}
+    )
     loser.init_transactions(30)
     loser.begin_transaction()
     loser.produce(topic, record(app, 2, "loser").to_bytes(), app.encode())
@@ -158,7 +161,11 @@ def test_a_writer_fenced_with_its_record_at_the_broker_is_aborted(bootstrap, top
     winner = record(app, 2, "winner")
     t0 = time.monotonic()
     try:
-        outcome = write_control(bootstrap, winner, topic) if winner_cached else ControlWriter(bootstrap, app).write(winner, topic)
+        outcome = (
+            write_control(bootstrap, winner, topic)
+            if winner_cached
+            else ControlWriter(bootstrap, app).write(winner, topic)
+        )
     except WriteConflict as exc:
         outcome = exc
     took = time.monotonic() - t0
@@ -237,8 +244,9 @@ def test_a_write_waits_for_an_open_transaction_before_it_reads(bootstrap, topic)
         committer.commit_transaction(30)
 
     commit(record(app, 1, "first"))
-    opened = Producer({"bootstrap.servers": bootstrap, "transactional.id": control_transactional_id(other_app),
-                       "linger.ms": 0})
+    opened = Producer(
+        {"bootstrap.servers": bootstrap, "transactional.id": control_transactional_id(other_app), "linger.ms": 0}
+    )
     opened.init_transactions(30)
     opened.begin_transaction()
     opened.produce(topic, record(other_app, 1, "open").to_bytes(), other_app.encode())
@@ -267,8 +275,14 @@ def test_a_transaction_left_open_by_another_app_dead_writer_is_aborted_by_the_ne
     transactional.id) and goes on within seconds, not at its 30 s timeout."""
     app, dead_app = f"live-{uuid.uuid4().hex[:6]}", f"dead-{uuid.uuid4().hex[:6]}"
     write_control(bootstrap, record(app, 1, "first"), topic)
-    dead = Producer({"bootstrap.servers": bootstrap, "transactional.id": control_transactional_id(dead_app),
-                     "linger.ms": 0, "transaction.timeout.ms": 600_000})  # Apache Kafka would wait 10 min too
+    dead = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "transactional.id": control_transactional_id(dead_app),
+            "linger.ms": 0,
+            "transaction.timeout.ms": 600_000,
+        }
+    )  # Apache Kafka would wait 10 min too
     dead.init_transactions(30)
     dead.begin_transaction()
     dead.produce(topic, record(dead_app, 1, "never committed").to_bytes(), dead_app.encode())
@@ -390,8 +404,10 @@ def test_two_processes_moving_their_slots_at_once_never_stall_the_control_topic(
     before = read_control(bootstrap, app, topic)
     ctx = multiprocessing.get_context("spawn")
     barrier, results = ctx.Barrier(len(Slot)), ctx.Queue()
-    procs = [ctx.Process(target=move_in_rounds, args=(bootstrap, topic, app, slot.value, rounds, barrier, results))
-             for slot in Slot]
+    procs = [
+        ctx.Process(target=move_in_rounds, args=(bootstrap, topic, app, slot.value, rounds, barrier, results))
+        for slot in Slot
+    ]
     for proc in procs:
         proc.start()
     try:
@@ -406,14 +422,23 @@ def test_two_processes_moving_their_slots_at_once_never_stall_the_control_topic(
     assert max(slowest for _, slowest, _ in outcomes) < control_log.WRITE_TIMEOUT_S / 2, outcomes
     final = assert_chain(app, committed_log(bootstrap, topic))
     assert final.revision == before.revision + len(Slot) * rounds  # every move landed once
-    assert {slot: spec.desired for slot, spec in final.slots.items()} == {s: CYCLE[(rounds - 1) % len(CYCLE)] for s in Slot}
+    assert {slot: spec.desired for slot, spec in final.slots.items()} == {
+        s: CYCLE[(rounds - 1) % len(CYCLE)] for s in Slot
+    }
     assert read_control(bootstrap, app, topic) == final
 
 
 def count_records(bootstrap: str, topic: str) -> int:
     """Records in the partition now, aborted ones included (read uncommitted)."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"count-{uuid.uuid4().hex[:6]}",
-                  "isolation.level": "read_uncommitted", "enable.partition.eof": True, "enable.auto.commit": False})
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"count-{uuid.uuid4().hex[:6]}",
+            "isolation.level": "read_uncommitted",
+            "enable.partition.eof": True,
+            "enable.auto.commit": False,
+        }
+    )
     try:
         low = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[0]
         c.assign([TopicPartition(topic, 0, low)])
@@ -436,15 +461,28 @@ def test_compaction_keeps_the_last_winner(bootstrap, monkeypatch):
     by later writes): read_control is the last winner after it ran. Tansu does not compact: the same races
     and the simulated compaction run there."""
     topic = f"control-compact-{uuid.uuid4().hex[:8]}"
-    create_topic(bootstrap, TopicSpec(topic, 1, {"cleanup.policy": "compact", "segment.ms": "100",
-                                                 "min.cleanable.dirty.ratio": "0.01", "delete.retention.ms": "100"}))
+    create_topic(
+        bootstrap,
+        TopicSpec(
+            topic,
+            1,
+            {
+                "cleanup.policy": "compact",
+                "segment.ms": "100",
+                "min.cleanable.dirty.ratio": "0.01",
+                "delete.retention.ms": "100",
+            },
+        ),
+    )
     try:
         app, other = f"compact-{uuid.uuid4().hex[:6]}", f"other-{uuid.uuid4().hex[:6]}"
         write_control(bootstrap, record(app, 1, "first"), topic)
         write_control(bootstrap, record(other, 1, "o1"), topic)
         for rev in (2, 3, 4):
             time.sleep(0.15)  # a new segment for each round
-            winner = winner_of(race(monkeypatch, bootstrap, topic, [record(app, rev, f"a{rev}"), record(app, rev, f"b{rev}")]))
+            winner = winner_of(
+                race(monkeypatch, bootstrap, topic, [record(app, rev, f"a{rev}"), record(app, rev, f"b{rev}")])
+            )
         for rev in range(2, 7):  # another key's writes roll the segments past the races
             time.sleep(0.15)
             write_control(bootstrap, record(other, rev, f"o{rev}"), topic)

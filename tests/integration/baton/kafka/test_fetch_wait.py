@@ -51,8 +51,15 @@ def fill(bootstrap: str, topic: str, batches: int, per_batch: int = 1) -> None:
 
 def records_read(bootstrap: str, topic: str, wait_ms: int, within_s: float) -> int:
     """How many records a plain consumer with fetch.wait.max.ms=wait_ms reads from the start within within_s."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"probe-{uuid.uuid4().hex[:8]}",
-                  "enable.auto.commit": False, "enable.partition.eof": True, "fetch.wait.max.ms": wait_ms})
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"probe-{uuid.uuid4().hex[:8]}",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "fetch.wait.max.ms": wait_ms,
+        }
+    )
     try:
         c.assign([TopicPartition(topic, 0, 0)])
         n, deadline = 0, time.monotonic() + within_s
@@ -141,8 +148,16 @@ def test_an_end_probe_lengthens_its_wait_instead_of_timing_out_on_many_batches(t
     topic = f"input-{uuid.uuid4().hex[:8]}"
     ensure_topics(tansu, [TopicSpec(topic, 1, {})])
     fill(tansu, topic, 40_000, per_batch=2)
-    c = Consumer({"bootstrap.servers": tansu, "group.id": f"probe-{uuid.uuid4().hex[:8]}", "enable.auto.commit": False,
-                  "isolation.level": "read_committed", "enable.partition.eof": True, "fetch.wait.max.ms": 10})
+    c = Consumer(
+        {
+            "bootstrap.servers": tansu,
+            "group.id": f"probe-{uuid.uuid4().hex[:8]}",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+            "enable.partition.eof": True,
+            "fetch.wait.max.ms": 10,
+        }
+    )
     try:
         bound = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[1]
         assert bound < 80_000  # Tansu's short end: the last batch's base + 1
@@ -173,8 +188,9 @@ def test_a_lease_keeper_sees_renewals_past_many_batches(tansu, monkeypatch):
     ensure_topics(tansu, [TopicSpec(LEASES_TOPIC, 1, LEASES_TOPIC_CONFIG)])
     fill(tansu, LEASES_TOPIC, 5000)
     follower = SimpleNamespace(snapshot=lambda: (None, None), processed=None)
-    keeper = LeaseKeeper(load_app("click_counts"), Slot.BLUE, tansu, follower,
-                         state=lambda: SlotState.RUNNING, alive=lambda: True)
+    keeper = LeaseKeeper(
+        load_app("click_counts"), Slot.BLUE, tansu, follower, state=lambda: SlotState.RUNNING, alive=lambda: True
+    )
     keeper.start()
     try:
         deadline = time.monotonic() + 15

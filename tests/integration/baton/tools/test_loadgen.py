@@ -18,8 +18,14 @@ REPO = Path(__file__).resolve().parents[4]
 
 def read_topic(bootstrap, topic, partitions):
     """{partition: [(key, value), ...]} of every record, read to the end of every partition."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": uuid.uuid4().hex, "enable.partition.eof": True,
-                  "enable.auto.commit": False})
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": uuid.uuid4().hex,
+            "enable.partition.eof": True,
+            "enable.auto.commit": False,
+        }
+    )
     c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
     out, done = {p: [] for p in range(partitions)}, set()
     try:
@@ -79,10 +85,33 @@ def test_paced_run_produces_exactly_its_send_log(bootstrap, topics):
 def test_cli_writes_the_send_log(bootstrap, topics, tmp_path):
     topic = topics(clicks=2)["clicks"]
     out = tmp_path / "sends.npz"
-    proc = subprocess.run([sys.executable, "-m", "baton.tools.loadgen", "--bootstrap", bootstrap, "--topic", topic,
-                           "--rate", "inf", "--events", "1000", "--keys", "1000", "--sequential", "--malformed", "0",
-                           "--out", str(out), "--quiet"],
-                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "baton.tools.loadgen",
+            "--bootstrap",
+            bootstrap,
+            "--topic",
+            topic,
+            "--rate",
+            "inf",
+            "--events",
+            "1000",
+            "--keys",
+            "1000",
+            "--sequential",
+            "--malformed",
+            "0",
+            "--out",
+            str(out),
+            "--quiet",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     summary = json.loads(proc.stdout)
     assert summary["events"] == 1000 and summary["users"] == 1000 and summary["malformed"] == 0
@@ -93,6 +122,23 @@ def test_cli_writes_the_send_log(bootstrap, topics, tmp_path):
 
 
 def test_cli_rejects_a_bad_share(bootstrap):
-    proc = subprocess.run([sys.executable, "-m", "baton.tools.loadgen", "--bootstrap", bootstrap, "--topic", "t",
-                           "--seconds", "1", "--malformed", "2"], cwd=REPO, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "baton.tools.loadgen",
+            "--bootstrap",
+            bootstrap,
+            "--topic",
+            "t",
+            "--seconds",
+            "1",
+            "--malformed",
+            "2",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 2 and "malformed" in proc.stderr

@@ -24,8 +24,7 @@ def commit(producer, topic, rows, headers=None):
     """One transaction of (user, count) rows; returns the wall time the commit returned."""
     producer.begin_transaction()
     for user, count in rows:
-        producer.produce(topic, json.dumps({"user_id": user, "count": count}).encode(), user.encode(),
-                         headers=headers)
+        producer.produce(topic, json.dumps({"user_id": user, "count": count}).encode(), user.encode(), headers=headers)
     producer.commit_transaction(30)
     return time.time()
 
@@ -55,8 +54,8 @@ def test_tailer_stamps_each_transaction_and_drains_after_stop(bootstrap, topics)
     for u, c, t in zip(obs.users, obs.counts, obs.times):
         stamp.setdefault((obs.user_ids[u], int(c)), t)
     assert len(stamp) == 5 and obs.unreadable == 0
-    assert before < stamp[("a", 1)] < t2 - 1.0                  # read at the tailer's start
-    assert t2 - 0.05 <= stamp[("a", 2)] < t2 + 0.5               # readable about when committed
+    assert before < stamp[("a", 1)] < t2 - 1.0  # read at the tailer's start
+    assert t2 - 0.05 <= stamp[("a", 2)] < t2 + 0.5  # readable about when committed
     assert stamp[("a", 2)] == stamp[("c", 1)]
     assert t3 - 0.05 <= stamp[("b", 2)] < t3 + 1.0
 
@@ -64,9 +63,26 @@ def test_tailer_stamps_each_transaction_and_drains_after_stop(bootstrap, topics)
 def test_cli_tails_until_sigterm(bootstrap, topics, tmp_path):
     topic = topics(out=1)["out"]
     out = tmp_path / "seen.npz"
-    proc = subprocess.Popen([sys.executable, "-m", "baton.tools.verify", "tail", "--bootstrap", bootstrap,
-                             "--topic", topic, "--partitions", "1", "--out", str(out)],
-                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "baton.tools.verify",
+            "tail",
+            "--bootstrap",
+            bootstrap,
+            "--topic",
+            topic,
+            "--partitions",
+            "1",
+            "--out",
+            str(out),
+        ],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         p = Producer({"bootstrap.servers": bootstrap})
         p.produce(topic, b'{"user_id": "a", "count": 1}', b"a")

@@ -44,7 +44,7 @@ IDLE_S, DISORDER_S = 30, 5
 # default) deletes records stamped older than that as soon as they arrive.
 BASE_TS = int(time.time()) // 3600 * 3600 - 3600
 USERS, ON_S, PERIOD_S = 400, 15, 200  # each user clicks for 15 event seconds every 200: 3 lives in 600 s
-RATE, SECONDS = 40, 600               # events per event second (24,000 events)
+RATE, SECONDS = 40, 600  # events per event second (24,000 events)
 
 
 def active(t: int) -> list[int]:
@@ -76,15 +76,29 @@ def ttl_app(bootstrap, tmp_path):
     app, path = make_app(bootstrap, tmp_path, module="spark_apps.apps.click_counts_ttl", max_records=600, prefix="ct")
     path.write_text(path.read_text() + f"state:\n  ttl: {{idle: {IDLE_S}s, on: event_time, disorder: {DISORDER_S}s}}\n")
     app = load_definition(path)
-    write_control(bootstrap, ControlRecord(app=app.name, revision=1, epoch=1, active=Slot.BLUE, slots={
-        Slot.BLUE: SlotSpec(SlotState.RUNNING, "v1"), Slot.GREEN: SlotSpec(SlotState.RUNNING, "v1")}))
+    write_control(
+        bootstrap,
+        ControlRecord(
+            app=app.name,
+            revision=1,
+            epoch=1,
+            active=Slot.BLUE,
+            slots={Slot.BLUE: SlotSpec(SlotState.RUNNING, "v1"), Slot.GREEN: SlotSpec(SlotState.RUNNING, "v1")},
+        ),
+    )
     yield app, path
     delete_topics(bootstrap, [t.name for t in app.topics()])
 
 
 def last_digest(bootstrap, app, slot, at, since_ms=0):
-    return next((s.state_digest for s in reversed(read_status(bootstrap, app.name, slot))
-                 if s.ts_ms >= since_ms and s.state_digest is not None and s.state_digest.at == at), None)
+    return next(
+        (
+            s.state_digest
+            for s in reversed(read_status(bootstrap, app.name, slot))
+            if s.ts_ms >= since_ms and s.state_digest is not None and s.state_digest.at == at
+        ),
+        None,
+    )
 
 
 def live_digest(spark, app, tmp_path, slot: Slot, generation: int = 0) -> tuple[int, str]:
@@ -99,19 +113,23 @@ def settled(check):
     return check if check.met or check.failed else None
 
 
-def test_idle_users_start_afresh_exactly_through_a_kill_9_a_restart_and_a_reprocess(bootstrap, ttl_app, tmp_path,
-                                                                                    spark):
+def test_idle_users_start_afresh_exactly_through_a_kill_9_a_restart_and_a_reprocess(
+    bootstrap, ttl_app, tmp_path, spark
+):
     app, path = ttl_app
     evs = events()
     truth = lives(evs)
     assert min(len(v) for v in truth.values()) >= 3, "users must come back after the TTL: the test proves nothing"
     p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
     for user, ts in evs:  # keyed: a user's clicks in one partition, in event-time order, sent when they happened
-        p.produce(app.input.topic, json.dumps({"user_id": user, "timestamp": ts}).encode(), user.encode(),
-                  timestamp=ts * 1000)
+        p.produce(
+            app.input.topic, json.dumps({"user_id": user, "timestamp": ts}).encode(), user.encode(), timestamp=ts * 1000
+        )
     assert p.flush(30) == 0
-    procs = {"blue": start_slot(bootstrap, path, tmp_path, "blue"),
-             "green": start_slot(bootstrap, path, tmp_path, "green")}  # green follows blue in batches of its own
+    procs = {
+        "blue": start_slot(bootstrap, path, tmp_path, "blue"),
+        "green": start_slot(bootstrap, path, tmp_path, "green"),
+    }  # green follows blue in batches of its own
 
     def restart(slot: str, **kw) -> int:
         since = int(time.time() * 1000)
@@ -131,43 +149,68 @@ def test_idle_users_start_afresh_exactly_through_a_kill_9_a_restart_and_a_reproc
         since = restart("blue")
         # Stopped while it catches up and started again, blue restores every row it left, users past their
         # TTL not yet dropped included (what it left is its query's own row count at its last batch).
-        wait_for("blue's first batch after its restart", lambda: any(
-            s.ts_ms >= since and s.batch_id >= 0 and s.input_rows > 0 for s in read_status(bootstrap, app.name, "blue")),
-            timeout_s=180, procs=(procs["blue"],))
+        wait_for(
+            "blue's first batch after its restart",
+            lambda: any(
+                s.ts_ms >= since and s.batch_id >= 0 and s.input_rows > 0
+                for s in read_status(bootstrap, app.name, "blue")
+            ),
+            timeout_s=180,
+            procs=(procs["blue"],),
+        )
         assert stop_slot(procs["blue"]) == 0
         left = last_digest(bootstrap, app, "blue", "stop", since)
         assert left is not None and left.rows > 0
         since = restart("blue")
-        restored = wait_for("blue's restore check", lambda: settled(restore_check(
-            left, read_status(bootstrap, app.name, "blue"), since)), timeout_s=180, procs=(procs["blue"],))
+        restored = wait_for(
+            "blue's restore check",
+            lambda: settled(restore_check(left, read_status(bootstrap, app.name, "blue"), since)),
+            timeout_s=180,
+            procs=(procs["blue"],),
+        )
         assert restored.met, restored.message
 
         wait_until_emitted(bootstrap, app, len(evs), timeout_s=300)
         for slot in ("blue", "green"):
-            wait_for(f"{slot} to process every event", lambda slot=slot: processed_all(slot), timeout_s=300,
-                     procs=(procs[slot],))
+            wait_for(
+                f"{slot} to process every event",
+                lambda slot=slot: processed_all(slot),
+                timeout_s=300,
+                procs=(procs[slot],),
+            )
 
         # Output: each user's last count is their current life's, not every click they ever made.
         def wrong_counts():
-            last = dict((key, value["count"]) for key, value in
-                        read_json_output(bootstrap, app.output.topic, app.output.partitions))
+            last = dict(
+                (key, value["count"])
+                for key, value in read_json_output(bootstrap, app.output.topic, app.output.partitions)
+            )
             assert len(last) == len(truth) and sum(last.values()) < len(evs) / 2  # earlier lives forgotten
             return {u: (last.get(u), v) for u, v in truth.items() if last.get(u) != v[-1]}
+
         wrong = wrong_counts()
         assert not wrong, f"{len(wrong)} users' counts wrong (got, lives): {sorted(wrong.items())[:10]}"
 
         # State: only the users seen within idle + disorder + a batch of event time, never all the users.
-        batches = [s for slot in ("blue", "green") for s in read_status(bootstrap, app.name, slot)
-                   if s.batch_id >= 0 and s.input_rows > 0]
+        batches = [
+            s
+            for slot in ("blue", "green")
+            for s in read_status(bootstrap, app.name, slot)
+            if s.batch_id >= 0 and s.input_rows > 0
+        ]
         batch_span_s = -(-app.max_records_per_trigger // RATE) + 1
-        recent = max(len({u for t in range(max(0, t0 - IDLE_S - DISORDER_S - 2 * batch_span_s), t0 + 1)
-                          for u in active(t)}) for t0 in range(SECONDS))
+        recent = max(
+            len({u for t in range(max(0, t0 - IDLE_S - DISORDER_S - 2 * batch_span_s), t0 + 1) for u in active(t)})
+            for t0 in range(SECONDS)
+        )
         assert max(s.state_rows for s in batches) <= recent < USERS / 2, (recent, [s.state_rows for s in batches])
 
         # The two slots' batches differed, so they dropped users at different points; the users alive at
         # the end are the same, with the same counts.
-        ends = {slot: [s.processed for s in read_status(bootstrap, app.name, slot) if s.batch_id >= 0 and s.input_rows > 0]
-                for slot in ("blue", "green")}
+        ends = {
+            slot: [s.processed for s in read_status(bootstrap, app.name, slot) if s.batch_id >= 0 and s.input_rows > 0]
+            for slot in ("blue", "green")
+        }
         assert ends["blue"] != ends["green"]  # other batch boundaries
         assert stop_slot(procs["blue"]) == 0
         uninterrupted = live_digest(spark, app, tmp_path, Slot.GREEN)
@@ -182,15 +225,31 @@ def test_idle_users_start_afresh_exactly_through_a_kill_9_a_restart_and_a_reproc
         fence = read_last_marker(bootstrap, app.commits_topic, app.name).emitted
         epoch = plane.current(app.name).epoch
         plane.update(app.name, with_fence(fence, epoch=epoch, by="test"))
-        gate = FenceGate(plane, app.name, Slot.BLUE, epoch, fence,
-                         lambda: read_last_marker(bootstrap, app.commits_topic, app.name),
-                         lambda: read_status(bootstrap, app.name, "green"), lambda: read_status(bootstrap, app.name, "blue"),
-                         trail_records=app.max_lag_records, correct=True)
-        cut = wait_for("the cutover to the new generation", lambda: settled(gate.look()),
-                       timeout_s=300, procs=tuple(procs.values()))
+        gate = FenceGate(
+            plane,
+            app.name,
+            Slot.BLUE,
+            epoch,
+            fence,
+            lambda: read_last_marker(bootstrap, app.commits_topic, app.name),
+            lambda: read_status(bootstrap, app.name, "green"),
+            lambda: read_status(bootstrap, app.name, "blue"),
+            trail_records=app.max_lag_records,
+            correct=True,
+        )
+        cut = wait_for(
+            "the cutover to the new generation",
+            lambda: settled(gate.look()),
+            timeout_s=300,
+            procs=tuple(procs.values()),
+        )
         assert cut.met, cut.message
-        wait_for("the corrected output", lambda: read_last_marker(
-            bootstrap, app.commits_topic, app.name).corrected_epoch == epoch + 1, timeout_s=120, procs=tuple(procs.values()))
+        wait_for(
+            "the corrected output",
+            lambda: read_last_marker(bootstrap, app.commits_topic, app.name).corrected_epoch == epoch + 1,
+            timeout_s=120,
+            procs=tuple(procs.values()),
+        )
         wait_for("blue to process every event", lambda: processed_all("blue"), timeout_s=120, procs=(procs["blue"],))
         wrong = wrong_counts()
         assert not wrong, f"after the reprocess, {len(wrong)} users' counts wrong: {sorted(wrong.items())[:10]}"
@@ -201,5 +260,7 @@ def test_idle_users_start_afresh_exactly_through_a_kill_9_a_restart_and_a_reproc
     # The reprocess's invariant check (the standby runs the app's check_state when baton_reprocess asks)
     # reads the same state.
     checkpoint = slot_paths(tmp_path, app.name, Slot.BLUE, 1).checkpoint
-    rows, violations, examples, _ = check_state_at(spark, click_counts_ttl, checkpoint, last_committed_batch(checkpoint))
+    rows, violations, examples, _ = check_state_at(
+        spark, click_counts_ttl, checkpoint, last_committed_batch(checkpoint)
+    )
     assert rows > 0 and (violations, examples) == (0, [])

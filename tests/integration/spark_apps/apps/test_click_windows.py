@@ -39,8 +39,16 @@ def windowed_app(bootstrap, tmp_path):
     def make(max_records):
         app, path = make_app(bootstrap, tmp_path, module=MODULE, max_records=max_records, prefix="cw")
         made.append(app)
-        write_control(bootstrap, ControlRecord(app=app.name, revision=1, epoch=1, active=Slot.BLUE,
-                                               slots={Slot.BLUE: SlotSpec(SlotState.RUNNING, "v1")}))
+        write_control(
+            bootstrap,
+            ControlRecord(
+                app=app.name,
+                revision=1,
+                epoch=1,
+                active=Slot.BLUE,
+                slots={Slot.BLUE: SlotSpec(SlotState.RUNNING, "v1")},
+            ),
+        )
         return app, path
 
     yield make
@@ -83,8 +91,13 @@ def test_final_count_per_user_window_is_exact_through_a_kill_9(bootstrap, window
     assert churn.jitter_s < WATERMARK_DELAY_S - 2
     late_ts = churn.base_ts - 100  # its window closed long before it arrives: not counted
     bad = [b'{"user_id": "x", "timestamp": "yesterday"}', b"{broken"]
-    truth = produce(bootstrap, app.input.topic, churn, n,
-                    extra=[json.dumps({"user_id": "late", "timestamp": late_ts}).encode(), *bad])
+    truth = produce(
+        bootstrap,
+        app.input.topic,
+        churn,
+        n,
+        extra=[json.dumps({"user_id": "late", "timestamp": late_ts}).encode(), *bad],
+    )
     total = n + 1 + len(bad)
     proc = start_slot(bootstrap, path, tmp_path)
     try:
@@ -139,6 +152,7 @@ def test_state_stays_bounded_under_steady_key_churn(bootstrap, windowed_app, tmp
     assert max(rows) <= bound, (bound, rows)
     assert max(rows) >= churn.active_users, f"state rows never reflected the open windows: {rows}"
     assert all(s.state_bytes > 0 for s in batches[-5:])
-    verdict = verify(truth, [(k, v["count"]) for k, v in read_json_output(bootstrap, app.output.topic,
-                                                                       app.output.partitions)])
+    verdict = verify(
+        truth, [(k, v["count"]) for k, v in read_json_output(bootstrap, app.output.topic, app.output.partitions)]
+    )
     assert verdict.ok, verdict.summary()

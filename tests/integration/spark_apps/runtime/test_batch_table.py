@@ -24,10 +24,18 @@ def call_sites_seen(spark, tmp_path, collect) -> list[str | None]:
         seen.append(df.sparkSession.sparkContext.getLocalProperty(CALL_SITE_SHORT))
         collect(df)
 
-    query = (spark.readStream.schema("user_id STRING").option("maxFilesPerTrigger", 1).json(str(source))
-             .groupBy("user_id").count()
-             .writeStream.outputMode("update").foreachBatch(on_batch)
-             .option("checkpointLocation", str(tmp_path / "checkpoint")).trigger(availableNow=True).start())
+    query = (
+        spark.readStream.schema("user_id STRING")
+        .option("maxFilesPerTrigger", 1)
+        .json(str(source))
+        .groupBy("user_id")
+        .count()
+        .writeStream.outputMode("update")
+        .foreachBatch(on_batch)
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
     assert query.awaitTermination(180), "the query did not end in 180 s"
     assert query.exception() is None
     return seen

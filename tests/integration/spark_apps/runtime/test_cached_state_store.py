@@ -171,12 +171,13 @@ BATCHES = [
 
 def test_counts_equal_rocksdb_s_through_a_retried_task_a_restart_and_evictions_and_lookups_skip_it(tmp_path):
     (tmp_path / "batches.json").write_text(json.dumps(BATCHES))
-    done = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path)], cwd=REPO_ROOT, capture_output=True,
-                          text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", SCRIPT, str(tmp_path)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stderr[-4000:]
     assert done.stderr.count("injected failure") >= 4  # both tasks of batch 2, in both runs
     line = next(x for x in done.stdout.splitlines() if x.startswith("RESULT "))
-    result = json.loads(line[len("RESULT "):])
+    result = json.loads(line[len("RESULT ") :])
     cached, rocksdb = result["cached"], result["rocksdb"]
 
     # The counts per user and window, as the sink saw them last: what the events say, in both stores.
@@ -188,8 +189,9 @@ def test_counts_equal_rocksdb_s_through_a_retried_task_a_restart_and_evictions_a
     assert cached["out"] == rocksdb["out"]
     # What each batch updated and dropped (the watermark evicts the first window's users in batch 5) and
     # what the checkpoint holds at the end: the same.
-    assert [(b["updated"], b["removed"]) for b in cached["batches"]] == \
-        [(b["updated"], b["removed"]) for b in rocksdb["batches"]]
+    assert [(b["updated"], b["removed"]) for b in cached["batches"]] == [
+        (b["updated"], b["removed"]) for b in rocksdb["batches"]
+    ]
     assert cached["batches"][5]["removed"] == MANY + 1
     assert cached["state"] == rocksdb["state"] == [["u0", 600, 2], ["u1", 600, 1], ["u5", 600, 1]]
 
@@ -204,10 +206,11 @@ def test_counts_equal_rocksdb_s_through_a_retried_task_a_restart_and_evictions_a
 
 
 def test_its_cache_follows_the_store_s_versions_through_an_abort_and_a_retry_on_the_version_before(tmp_path):
-    done = subprocess.run([sys.executable, "-c", CALLS_SCRIPT, str(tmp_path)], cwd=REPO_ROOT, capture_output=True,
-                          text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", CALLS_SCRIPT, str(tmp_path)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stderr[-4000:]
-    out = json.loads(next(x for x in done.stdout.splitlines() if x.startswith("RESULT "))[len("RESULT "):])
+    out = json.loads(next(x for x in done.stdout.splitlines() if x.startswith("RESULT "))[len("RESULT ") :])
     assert out["commit_0"] == 1 and out["v1"] == [1, 1]
     assert out["v1_own_writes"] == [5, None]  # a store reads its own writes
     assert out["v1_after_abort"] == [1, 1]  # an aborted store's writes never reach the cache

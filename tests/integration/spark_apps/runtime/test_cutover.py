@@ -59,8 +59,9 @@ class Load(threading.Thread):
 def markers_by_slot(bootstrap, app):
     """The app's commit markers in order: all, blue's, green's."""
     key = app.name.encode()
-    marks = read_topic(bootstrap, app.commits_topic,
-                       lambda m: CommitMarker.from_bytes(m.value()) if m.key() == key else None)
+    marks = read_topic(
+        bootstrap, app.commits_topic, lambda m: CommitMarker.from_bytes(m.value()) if m.key() == key else None
+    )
     return marks, [m for m in marks if m.slot is Slot.BLUE], [m for m in marks if m.slot is Slot.GREEN]
 
 
@@ -80,21 +81,33 @@ def test_cutover_under_load_is_exactly_once_and_moves_the_writer(bootstrap, both
 
         # 1. Fence ahead of the input by ~2 s of arrivals (2,000 events/s).
         active = [s for s in read_status(bootstrap, app.name, "blue") if s.batch_id >= 0][-1]
-        fence = plan_fence(end_offsets(bootstrap, app.input.topic, partitions), active.processed,
-                           rate_per_s=2000, ahead_s=2, partitions=app.input.partitions)
+        fence = plan_fence(
+            end_offsets(bootstrap, app.input.topic, partitions),
+            active.processed,
+            rate_per_s=2000,
+            ahead_s=2,
+            partitions=app.input.partitions,
+        )
         fenced = plane.update(app.name, with_fence(fence, epoch=1))
 
         # 2. Blue stops at exactly F (the load keeps going past it). Green is held back meanwhile
         #    (SIGSTOP), so it is still short of F when the role moves: the cutover does not wait for it.
         os.killpg(green.pid, signal.SIGSTOP)
         try:
+
             def blue_at_fence():
                 held = holds_fence(read_status(bootstrap, app.name, "blue"), fence, "")  # its word, then its marker
-                check = fence_reached(read_last_marker(bootstrap, app.commits_topic, app.name),
-                                      read_status(bootstrap, app.name, "green"), fence, epoch=1, active_holds=held,
-                                      trail_records=app.max_lag_records)
+                check = fence_reached(
+                    read_last_marker(bootstrap, app.commits_topic, app.name),
+                    read_status(bootstrap, app.name, "green"),
+                    fence,
+                    epoch=1,
+                    active_holds=held,
+                    trail_records=app.max_lag_records,
+                )
                 assert not check.failed, check.message
                 return check.met
+
             wait_for("blue at the fence", blue_at_fence, 120, procs)
             time.sleep(2)  # a fenced active stays put although input keeps arriving
             assert read_last_marker(bootstrap, app.commits_topic, app.name).emitted == fence
@@ -107,10 +120,15 @@ def test_cutover_under_load_is_exactly_once_and_moves_the_writer(bootstrap, both
         finally:
             os.killpg(green.pid, signal.SIGCONT)
         # Green reaches F first, a batch ending exactly there (its output, blue's, is not written again).
-        wait_for("green at the fence", lambda: any(
-            s.processed == fence for s in read_status(bootstrap, app.name, "green") if s.batch_id >= 0), 120, procs)
-        wait_for("blue to see epoch 2", lambda: saw_epoch(read_status(bootstrap, app.name, "blue"), 2, cut.ts_ms),
-                 60, procs)
+        wait_for(
+            "green at the fence",
+            lambda: any(s.processed == fence for s in read_status(bootstrap, app.name, "green") if s.batch_id >= 0),
+            120,
+            procs,
+        )
+        wait_for(
+            "blue to see epoch 2", lambda: saw_epoch(read_status(bootstrap, app.name, "blue"), 2, cut.ts_ms), 60, procs
+        )
 
         time.sleep(3)
         load.done.set()
@@ -128,16 +146,20 @@ def test_cutover_under_load_is_exactly_once_and_moves_the_writer(bootstrap, both
         assert read_status(bootstrap, app.name, "blue")[-1].epoch_seen == 2
         # A plain cutover asks for no state check: no slot ran a digest job beside the new active's batch.
         for slot in ("blue", "green"):
-            assert not [s for s in read_status(bootstrap, app.name, slot)
-                        if s.state_digest is not None and s.state_digest.at == "fence"], slot
+            assert not [
+                s
+                for s in read_status(bootstrap, app.name, slot)
+                if s.state_digest is not None and s.state_digest.at == "fence"
+            ], slot
     finally:
         load.done.set()
         for p in procs:
             stop_slot(p)
 
 
-def test_a_corrected_output_cutover_to_a_trailing_standby_leaves_every_key_corrected(bootstrap, both_slots_app,
-                                                                                     tmp_path):
+def test_a_corrected_output_cutover_to_a_trailing_standby_leaves_every_key_corrected(
+    bootstrap, both_slots_app, tmp_path
+):
     """Blue runs a buggy version (users ending in 7 counted twice), green the fix, following blue. The
     cutover asks for corrected output and is written, by the FenceGate, while green is held short
     of F: green reaches F as the new active, emits from there at once, and publishes its state at a
@@ -149,8 +171,9 @@ def test_a_corrected_output_cutover_to_a_trailing_standby_leaves_every_key_corre
     app, path = both_slots_app
     (tmp_path / "v1").mkdir()
     buggy = tmp_path / "v1" / path.name  # an app definition is named after its app
-    buggy.write_text(path.read_text().replace("module: spark_apps.apps.click_counts",
-                                              "module: tests.support.buggy_counts"))
+    buggy.write_text(
+        path.read_text().replace("module: spark_apps.apps.click_counts", "module: tests.support.buggy_counts")
+    )
     (tmp_path / "state").mkdir()
     blue = start_slot(bootstrap, buggy, tmp_path / "state", "blue")
     green = start_slot(bootstrap, path, tmp_path / "state", "green")
@@ -159,8 +182,9 @@ def test_a_corrected_output_cutover_to_a_trailing_standby_leaves_every_key_corre
     key = app.name.encode()
 
     def markers():
-        return read_topic(bootstrap, app.commits_topic,
-                          lambda m: CommitMarker.from_bytes(m.value()) if m.key() == key else None)
+        return read_topic(
+            bootstrap, app.commits_topic, lambda m: CommitMarker.from_bytes(m.value()) if m.key() == key else None
+        )
 
     try:
         load.start()
@@ -168,29 +192,46 @@ def test_a_corrected_output_cutover_to_a_trailing_standby_leaves_every_key_corre
         wait_until_following(bootstrap, app, "green", procs)
         plane = ControlPlane(KafkaControlStore(bootstrap), writer="test")
         active = [s for s in read_status(bootstrap, app.name, "blue") if s.batch_id >= 0][-1]
-        fence = plan_fence(end_offsets(bootstrap, app.input.topic, range(app.input.partitions)), active.processed,
-                           rate_per_s=2000, ahead_s=2, partitions=app.input.partitions)
+        fence = plan_fence(
+            end_offsets(bootstrap, app.input.topic, range(app.input.partitions)),
+            active.processed,
+            rate_per_s=2000,
+            ahead_s=2,
+            partitions=app.input.partitions,
+        )
         plane.update(app.name, with_fence(fence, epoch=1, by="test"))
         load.users = 40
         os.killpg(green.pid, signal.SIGSTOP)
         try:
-            gate = FenceGate(plane, app.name, Slot.GREEN, 1, fence,
-                             lambda: read_last_marker(bootstrap, app.commits_topic, app.name),
-                             lambda: read_status(bootstrap, app.name, "blue"),
-                             lambda: read_status(bootstrap, app.name, "green"),
-                             trail_records=app.max_lag_records, correct=True)
+            gate = FenceGate(
+                plane,
+                app.name,
+                Slot.GREEN,
+                1,
+                fence,
+                lambda: read_last_marker(bootstrap, app.commits_topic, app.name),
+                lambda: read_status(bootstrap, app.name, "blue"),
+                lambda: read_status(bootstrap, app.name, "green"),
+                trail_records=app.max_lag_records,
+                correct=True,
+            )
 
             def cut():
                 check = gate.look()
                 assert not check.failed, check.message
                 return check.met
+
             wait_for("the cutover at the fence", cut, 120, procs)
             short = [s for s in read_status(bootstrap, app.name, "green") if s.batch_id >= 0][-1].processed
             assert not covers(short, fence), (short, fence)  # green trailed F when the role moved
         finally:
             os.killpg(green.pid, signal.SIGCONT)
-        wait_for("green's first batch past F", lambda: any(
-            m.epoch == 2 and m.emitted != fence for m in markers()), 120, procs)
+        wait_for(
+            "green's first batch past F",
+            lambda: any(m.epoch == 2 and m.emitted != fence for m in markers()),
+            120,
+            procs,
+        )
         load.done.set()
         load.join()
         wait_for("the corrected output", lambda: any(m.corrected_epoch == 2 for m in markers()), 120, procs)
@@ -207,7 +248,7 @@ def test_a_corrected_output_cutover_to_a_trailing_standby_leaves_every_key_corre
         # after the correction carries it on.
         first_past = next(m for m in marks if m.epoch == 2 and m.emitted != fence)
         assert marks.index(first_past) < marks.index(correction)
-        assert all(m.corrected_epoch == 2 for m in marks[marks.index(correction):])
+        assert all(m.corrected_epoch == 2 for m in marks[marks.index(correction) :])
     finally:
         load.done.set()
         for p in procs:
@@ -238,10 +279,17 @@ def test_an_idle_active_at_the_fence_is_handed_over_only_once_it_holds_there(boo
     plane = ControlPlane(KafkaControlStore(bootstrap), writer="test")
 
     def gate(fence):
-        return FenceGate(plane, app.name, Slot.GREEN, 1, fence,
-                         lambda: read_last_marker(bootstrap, app.commits_topic, app.name),
-                         lambda: read_status(bootstrap, app.name, "blue"), lambda: read_status(bootstrap, app.name, "green"),
-                         trail_records=app.max_lag_records)
+        return FenceGate(
+            plane,
+            app.name,
+            Slot.GREEN,
+            1,
+            fence,
+            lambda: read_last_marker(bootstrap, app.commits_topic, app.name),
+            lambda: read_status(bootstrap, app.name, "blue"),
+            lambda: read_status(bootstrap, app.name, "green"),
+            trail_records=app.max_lag_records,
+        )
 
     try:
         truth, _ = produce_clicks(bootstrap, app.input.topic, 2000, users=300)

@@ -43,8 +43,14 @@ def run_then_lose_the_input(bootstrap, app, path, state, events: int, after: int
     before, _ = produce_clicks(bootstrap, app.input.topic, events, users=50)
     proc = start_slot(bootstrap, path, state)
     try:
-        wait_for("the slot to emit every event", lambda: (m := read_last_marker(bootstrap, app.commits_topic, app.name))
-                 is not None and sum(m.emitted.values()) == events, procs=[proc])
+        wait_for(
+            "the slot to emit every event",
+            lambda: (
+                (m := read_last_marker(bootstrap, app.commits_topic, app.name)) is not None
+                and sum(m.emitted.values()) == events
+            ),
+            procs=[proc],
+        )
     finally:
         assert stop_slot(proc) == 0
     stood = read_last_marker(bootstrap, app.commits_topic, app.name).emitted
@@ -76,7 +82,8 @@ def start_and_fail(bootstrap, app, path, state) -> tuple[str, float]:
 
 
 def test_a_checkpoint_beyond_a_recreated_input_fails_the_slot_with_the_reason_then_earliest_resumes(
-        bootstrap, app, tmp_path):
+    bootstrap, app, tmp_path
+):
     app, path = app
     before, afterwards, stood = run_then_lose_the_input(bootstrap, app, path, tmp_path, 3000, after=600)
     ends = end_offsets(bootstrap, app.input.topic, range(app.input.partitions))
@@ -88,7 +95,9 @@ def test_a_checkpoint_beyond_a_recreated_input_fails_the_slot_with_the_reason_th
     error, took = start_and_fail(bootstrap, app, path, tmp_path)
     assert error.startswith(f"input data loss on topic {app.input.topic!r}, partitions 0, 1: "), error
     for p, o in stood.items():
-        assert f"partition {p}: checkpoint at offset {o} of the old topic (the broker holds [0, {ends[p]}) now)" in error
+        assert (
+            f"partition {p}: checkpoint at offset {o} of the old topic (the broker holds [0, {ends[p]}) now)" in error
+        )
     assert "deleted and recreated" in error
     assert "reprocess into a new generation (baton_reprocess" in error and "on_data_loss: earliest" in error
     assert read_last_marker(bootstrap, app.commits_topic, app.name).emitted == stood
@@ -100,9 +109,12 @@ def test_a_checkpoint_beyond_a_recreated_input_fails_the_slot_with_the_reason_th
     assert load_definition(path).on_data_loss == "earliest"
     proc = start_slot(bootstrap, path, tmp_path)
     try:
-        wait_for("the slot to emit the new topic from its start",
-                 lambda: (m := read_last_marker(bootstrap, app.commits_topic, app.name)) is not None
-                 and m.emitted == ends, timeout_s=120, procs=[proc])
+        wait_for(
+            "the slot to emit the new topic from its start",
+            lambda: (m := read_last_marker(bootstrap, app.commits_topic, app.name)) is not None and m.emitted == ends,
+            timeout_s=120,
+            procs=[proc],
+        )
         # Every event of the new topic counted on top of the state the slot had: nothing lost, nothing twice.
         verdict = verify(before + afterwards, read_output(bootstrap, app.output.topic, app.output.partitions))
         assert verdict.ok, verdict.summary()

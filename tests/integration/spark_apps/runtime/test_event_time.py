@@ -12,11 +12,14 @@ from spark_apps.runtime.frame import uses_event_time
 pytestmark = pytest.mark.integration
 
 
-@pytest.mark.parametrize("name, expected", [
-    ("click_counts", False),  # a count per user: the order across partitions changes nothing
-    ("click_windows", True),  # tumbling windows closed by the watermark
-    ("click_counts_ttl", True),  # idle keys evicted by event-time timers
-])
+@pytest.mark.parametrize(
+    "name, expected",
+    [
+        ("click_counts", False),  # a count per user: the order across partitions changes nothing
+        ("click_windows", True),  # tumbling windows closed by the watermark
+        ("click_counts_ttl", True),  # idle keys evicted by event-time timers
+    ],
+)
 def test_shipped_apps(spark, name, expected):
     app = load_app(name)
     module = __import__(app.module, fromlist=["transform"])

@@ -67,7 +67,9 @@ def finish_and_verify(bootstrap, app, load):
     verdict = verify(load.truth, read_output(bootstrap, app.output.topic, app.output.partitions))
     assert verdict.ok, verdict.summary()
     key = app.name.encode()
-    return read_topic(bootstrap, app.commits_topic, lambda m: CommitMarker.from_bytes(m.value()) if m.key() == key else None)
+    return read_topic(
+        bootstrap, app.commits_topic, lambda m: CommitMarker.from_bytes(m.value()) if m.key() == key else None
+    )
 
 
 def one_writer_at_a_time(marks, first_epoch_slot=Slot.BLUE):
@@ -109,9 +111,15 @@ def test_a_stalled_active_is_failed_over_fenced_and_rejoins_as_the_standby(boots
         os.killpg(blue.pid, signal.SIGCONT)
     # Blue wakes up: fenced, it may not write; it sees epoch 2 and goes on as the standby, same process.
     woke_ms = int(time.time() * 1000)
-    wait_for("blue back as the standby", lambda: any(
-        s.ts_ms >= woke_ms and s.role is Role.STANDBY and s.epoch_seen == 2 and s.batch_id >= 0
-        for s in read_status(bootstrap, app.name, "blue")), 120, (blue, green))
+    wait_for(
+        "blue back as the standby",
+        lambda: any(
+            s.ts_ms >= woke_ms and s.role is Role.STANDBY and s.epoch_seen == 2 and s.batch_id >= 0
+            for s in read_status(bootstrap, app.name, "blue")
+        ),
+        120,
+        (blue, green),
+    )
     marks = finish_and_verify(bootstrap, app, load)
     one_writer_at_a_time(marks)
     assert blue.poll() is None and green.poll() is None, f"{log_tail(blue)}\n{log_tail(green)}"
@@ -156,9 +164,15 @@ def test_a_writer_fenced_before_it_learns_of_the_new_role_rejoins_as_the_standby
     log = state / f"{app.name}-blue.log"
     wait_for("blue to rejoin", lambda: "rejoining as the standby" in log.read_text(), 60, (blue, green))
     woke_ms = int(time.time() * 1000)
-    wait_for("blue's batches as the standby", lambda: any(
-        s.ts_ms >= woke_ms and s.role is Role.STANDBY and s.batch_id >= 0
-        for s in read_status(bootstrap, app.name, "blue")), 120, (blue, green))
+    wait_for(
+        "blue's batches as the standby",
+        lambda: any(
+            s.ts_ms >= woke_ms and s.role is Role.STANDBY and s.batch_id >= 0
+            for s in read_status(bootstrap, app.name, "blue")
+        ),
+        120,
+        (blue, green),
+    )
     marks = finish_and_verify(bootstrap, app, load)
     one_writer_at_a_time(marks)
     assert [m for m in marks if m.slot is Slot.BLUE][-1] == final

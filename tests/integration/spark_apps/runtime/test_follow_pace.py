@@ -40,13 +40,23 @@ def read_to(reader, start, want, timeout_s=30.0):
 
 
 def test_a_following_reader_fetches_paced_then_at_once_without_losing_or_repeating_a_record(
-        bootstrap, topics, tmp_path):
+    bootstrap, topics, tmp_path
+):
     t = topics(f=2)["f"]
     produce(bootstrap, t, 0, 200)
     cap = tmp_path / "cap.json"
     cap.write_text(json.dumps({"0": 60, "1": 70}))
-    reader = DriverStreamReader(parse_options({"kafka.bootstrap.servers": bootstrap, "topic": t, "readOn": "driver",
-                                               "startingOffsets": "earliest", "capFile": str(cap)}))
+    reader = DriverStreamReader(
+        parse_options(
+            {
+                "kafka.bootstrap.servers": bootstrap,
+                "topic": t,
+                "readOn": "driver",
+                "startingOffsets": "earliest",
+                "capFile": str(cap),
+            }
+        )
+    )
     try:
         start, got = read_to(reader, reader.initialOffset(), {"0": 60, "1": 70})
         assert reader._prefetch._paced  # a cap: the slot follows

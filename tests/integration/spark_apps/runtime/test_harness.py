@@ -28,8 +28,12 @@ pytestmark = pytest.mark.integration
 @pytest.fixture
 def app(bootstrap, tmp_path, request):
     app, path = make_app(bootstrap, tmp_path, **getattr(request, "param", {}))
-    write_control(bootstrap, ControlRecord(app=app.name, revision=1, epoch=1, active=Slot.BLUE,
-                                           slots={Slot.BLUE: SlotSpec(SlotState.RUNNING, "v1")}))
+    write_control(
+        bootstrap,
+        ControlRecord(
+            app=app.name, revision=1, epoch=1, active=Slot.BLUE, slots={Slot.BLUE: SlotSpec(SlotState.RUNNING, "v1")}
+        ),
+    )
     yield app, path
     delete_topics(bootstrap, [t.name for t in app.topics()])
 
@@ -116,7 +120,9 @@ def test_events_spark_parses_count_once_and_bad_ones_are_dead_letters(bootstrap,
         assert verdict.ok, verdict.summary()
         dead = read_dead(bootstrap, app.dead_letter_topic)
         assert len(dead) == bad and {h["baton.reason"] for h in dead} == {
-            "not a JSON object", "missing or invalid field(s): user_id"}
+            "not a JSON object",
+            "missing or invalid field(s): user_id",
+        }
     finally:
         assert stop_slot(proc) == 0
 

@@ -37,16 +37,30 @@ def produce(bootstrap, topic, per_partition: dict[int, list[int]]):
 
 
 def reader(bootstrap, topic, tmp_path, policy="fail"):
-    return KafkaStreamReader(parse_options({
-        "kafka.bootstrap.servers": bootstrap, "topic": topic, "onDataLoss": policy,
-        "identityFile": str(tmp_path / "checkpoint" / "baton-input.json")}))
+    return KafkaStreamReader(
+        parse_options(
+            {
+                "kafka.bootstrap.servers": bootstrap,
+                "topic": topic,
+                "onDataLoss": policy,
+                "identityFile": str(tmp_path / "checkpoint" / "baton-input.json"),
+            }
+        )
+    )
 
 
 def test_a_position_past_the_reported_end_is_in_the_log_and_one_past_the_true_end_is_not(bootstrap, topics, tmp_path):
     t = topics(t=2)["t"]
     produce(bootstrap, t, {0: [10, 10, 10], 1: [5]})
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "x", "enable.partition.eof": True,
-                  "isolation.level": "read_committed", "auto.offset.reset": "error"})
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "x",
+            "enable.partition.eof": True,
+            "isolation.level": "read_committed",
+            "auto.offset.reset": "error",
+        }
+    )
     try:
         reported = [c.get_watermark_offsets(TopicPartition(t, p), timeout=10, cached=False)[1] for p in (0, 1)]
         # Tansu 0.6.0: the last batch's base + 1 (21, 1); Apache Kafka: the end (30, 5). Never above it.
@@ -131,9 +145,17 @@ def test_a_topic_recreated_under_a_running_reader_is_found_by_its_id(bootstrap, 
     t = topics(t=1)["t"]
     produce(bootstrap, t, {0: [30]})
     identity = tmp_path / "checkpoint" / "baton-input.json"
-    d = DriverStreamReader(parse_options({
-        "kafka.bootstrap.servers": bootstrap, "topic": t, "readOn": "driver", "startingOffsets": "earliest",
-        "identityFile": str(identity)}))
+    d = DriverStreamReader(
+        parse_options(
+            {
+                "kafka.bootstrap.servers": bootstrap,
+                "topic": t,
+                "readOn": "driver",
+                "startingOffsets": "earliest",
+                "identityFile": str(identity),
+            }
+        )
+    )
     try:
         start = d.initialOffset()
         _, end = d.read(start)

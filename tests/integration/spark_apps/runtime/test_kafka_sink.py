@@ -14,8 +14,14 @@ pytestmark = pytest.mark.integration
 
 
 def read_all(bootstrap, topic, partitions=1):
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": uuid.uuid4().hex, "isolation.level": "read_committed",
-                  "enable.partition.eof": True})
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": uuid.uuid4().hex,
+            "isolation.level": "read_committed",
+            "enable.partition.eof": True,
+        }
+    )
     c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
     out, eof = [], 0
     while eof < partitions:

@@ -52,19 +52,30 @@ def keyed(n, partitions=3):
 
 def run(source, bootstrap, topic, checkpoint, **options):
     """One availableNow run; returns [(batch_id, [(partition, offset, key, value, ts), ...])] and the query."""
-    reader = (source.spark.readStream.format("baton-kafka").option("readOn", source.read_on)
-              .option("kafka.bootstrap.servers", bootstrap).option("topic", topic))
+    reader = (
+        source.spark.readStream.format("baton-kafka")
+        .option("readOn", source.read_on)
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("topic", topic)
+    )
     for k, v in options.items():
         reader = reader.option(k, v)
     batches = []
 
     def collect(df, batch_id):
-        rows = [(r.partition, r.offset, bytes(r.key) if r.key is not None else None, bytes(r.value), r.timestamp)
-                for r in df.collect()]
+        rows = [
+            (r.partition, r.offset, bytes(r.key) if r.key is not None else None, bytes(r.value), r.timestamp)
+            for r in df.collect()
+        ]
         batches.append((batch_id, rows))
 
-    q = (reader.load().writeStream.foreachBatch(collect).trigger(availableNow=True)
-         .option("checkpointLocation", str(checkpoint)).start())
+    q = (
+        reader.load()
+        .writeStream.foreachBatch(collect)
+        .trigger(availableNow=True)
+        .option("checkpointLocation", str(checkpoint))
+        .start()
+    )
     try:
         assert q.awaitTermination(90), "availableNow query did not finish"
     finally:
@@ -103,13 +114,15 @@ def test_end_offsets_are_exact_with_multi_record_batches(bootstrap, topics):
 
 def test_missing_topic_and_unknown_partition_are_clear_errors(bootstrap, topics):
     t = topics(e=2)["e"]
-    reader = KafkaSource({"kafka.bootstrap.servers": bootstrap, "topic": f"nope-{uuid.uuid4().hex[:6]}"}
-                         ).streamReader(SCHEMA)
+    reader = KafkaSource({"kafka.bootstrap.servers": bootstrap, "topic": f"nope-{uuid.uuid4().hex[:6]}"}).streamReader(
+        SCHEMA
+    )
     with pytest.raises(ValueError, match="option 'topic'.*does not exist"):
         reader.initialOffset()
     reader.stop()
-    reader = KafkaSource({"kafka.bootstrap.servers": bootstrap, "topic": t,
-                          "startingOffsets": '{"0": 0, "1": 0, "5": 0}'}).streamReader(SCHEMA)
+    reader = KafkaSource(
+        {"kafka.bootstrap.servers": bootstrap, "topic": t, "startingOffsets": '{"0": 0, "1": 0, "5": 0}'}
+    ).streamReader(SCHEMA)
     with pytest.raises(ValueError, match=r"startingOffsets.*partitions \[5\]"):
         reader.initialOffset()
     reader.stop()
@@ -134,7 +147,7 @@ def test_every_offset_read_exactly_once(source, bootstrap, topics, tmp_path):
 
 
 def test_multi_record_batches_from_latest_read_only_new_records(source, bootstrap, topics, tmp_path):
-    """"latest" must be the real end on Tansu: with ListOffsets' end, part of the first (multi-record)
+    """ "latest" must be the real end on Tansu: with ListOffsets' end, part of the first (multi-record)
     batch would be read again."""
     t = topics(b=1)["b"]
     produce(bootstrap, t, [(0, None, b"old")] * 300, linger_ms=100)
@@ -172,14 +185,14 @@ def test_starting_timestamp_reads_records_at_or_after_it(source, bootstrap, topi
     t = topics(ts=2)["ts"]
     base = 1_700_000_000_000
     # partition 0: ts = base + 10*i; partition 1: ts = base + 7*i; both with repeats of equal stamps
-    recs = [(0, None, b"a", base + 10 * (i // 2)) for i in range(200)] + \
-           [(1, None, b"b", base + 7 * i) for i in range(150)]
+    recs = [(0, None, b"a", base + 10 * (i // 2)) for i in range(200)] + [
+        (1, None, b"b", base + 7 * i) for i in range(150)
+    ]
     produce(bootstrap, t, recs)
     T = base + 10 * 37  # exactly a stamp on partition 0, between stamps on partition 1
     batches, _ = run(source, bootstrap, t, tmp_path / "ck", startingTimestamp=str(T))
     rows = [r for _, rs in batches for r in rs]
-    want = {(0, i) for i in range(200) if base + 10 * (i // 2) >= T} | \
-           {(1, i) for i in range(150) if base + 7 * i >= T}
+    want = {(0, i) for i in range(200) if base + 10 * (i // 2) >= T} | {(1, i) for i in range(150) if base + 7 * i >= T}
     assert {(r[0], r[1]) for r in rows} == want and len(rows) == len(want)
     stamp = {0: lambda i: base + 10 * (i // 2), 1: lambda i: base + 7 * i}
     utc = UTC
@@ -208,8 +221,9 @@ def test_cap_file_stops_at_the_cap_then_continues(source, bootstrap, topics, tmp
     tmp.replace(cap)
     batches, _ = run(source, bootstrap, t, ck, startingOffsets="earliest", capFile=str(cap))
     got2 = offsets_of(batches)
-    assert sorted(got2) == sorted({(0, o) for o in range(40, 100)} | {(1, o) for o in range(60)} |
-                                  {(2, o) for o in range(77, 80)})
+    assert sorted(got2) == sorted(
+        {(0, o) for o in range(40, 100)} | {(1, o) for o in range(60)} | {(2, o) for o in range(77, 80)}
+    )
     # No cap file: no cap.
     cap.unlink()
     batches, _ = run(source, bootstrap, t, ck, startingOffsets="earliest", capFile=str(cap))
@@ -218,8 +232,7 @@ def test_cap_file_stops_at_the_cap_then_continues(source, bootstrap, topics, tmp
 
 
 def transactional(bootstrap, topic, txns, per_txn, partitions):
-    p = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"tx-{uuid.uuid4().hex[:8]}",
-                  "linger.ms": 5})
+    p = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"tx-{uuid.uuid4().hex[:8]}", "linger.ms": 5})
     p.init_transactions(15)
     for t in range(txns):
         p.begin_transaction()
@@ -231,8 +244,15 @@ def transactional(bootstrap, topic, txns, per_txn, partitions):
 
 def data_offsets(bootstrap, topic, partition):
     """Offsets of data records, read with a plain consumer (markers excluded)."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "probe", "enable.partition.eof": True,
-                  "isolation.level": "read_committed", "enable.auto.commit": False})
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "probe",
+            "enable.partition.eof": True,
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+        }
+    )
     c.assign([TopicPartition(topic, partition, 0)])
     out = []
     deadline = time.monotonic() + 20

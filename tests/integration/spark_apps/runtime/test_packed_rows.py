@@ -14,11 +14,28 @@ from spark_apps.runtime.source.packed_rows import pack, packed_schema, unpack
 
 pytestmark = pytest.mark.integration
 
-FIELDS = [("user_id", "string"), ("ts", "bigint"), ("n8", "tinyint"), ("n16", "smallint"), ("n32", "int"),
-          ("f", "float"), ("d", "double"), ("ok", "boolean"), ("note", "string")]
+FIELDS = [
+    ("user_id", "string"),
+    ("ts", "bigint"),
+    ("n8", "tinyint"),
+    ("n16", "smallint"),
+    ("n32", "int"),
+    ("f", "float"),
+    ("d", "double"),
+    ("ok", "boolean"),
+    ("note", "string"),
+]
 REQUIRED = ["user_id", "ts"]
-ARROW = {"string": pa.string(), "bigint": pa.int64(), "tinyint": pa.int8(), "smallint": pa.int16(),
-         "int": pa.int32(), "float": pa.float32(), "double": pa.float64(), "boolean": pa.bool_()}
+ARROW = {
+    "string": pa.string(),
+    "bigint": pa.int64(),
+    "tinyint": pa.int8(),
+    "smallint": pa.int16(),
+    "int": pa.int32(),
+    "float": pa.float32(),
+    "double": pa.float64(),
+    "boolean": pa.bool_(),
+}
 
 
 def events(n: int) -> list[tuple]:
@@ -26,10 +43,19 @@ def events(n: int) -> list[tuple]:
     out = []
     for i in range(n):
         null = i % 5 == 3
-        out.append((["", "ü-ß", f"user-{i}", "\u0000x"][i % 4], (1 << 62) + i if i % 2 else -i,
-                    None if null else [-128, 127, i % 100][i % 3], None if null else -32768 + i,
-                    None if null else i * 1000, None if null else i / 4, None if null else math.pi * i,
-                    None if null else i % 2 == 0, None if i % 3 else f"n{i}"))
+        out.append(
+            (
+                ["", "ü-ß", f"user-{i}", "\u0000x"][i % 4],
+                (1 << 62) + i if i % 2 else -i,
+                None if null else [-128, 127, i % 100][i % 3],
+                None if null else -32768 + i,
+                None if null else i * 1000,
+                None if null else i / 4,
+                None if null else math.pi * i,
+                None if null else i % 2 == 0,
+                None if i % 3 else f"n{i}",
+            )
+        )
     return out
 
 
@@ -80,8 +106,12 @@ def test_packed_rows_from_a_driver_side_source_unpack_to_the_events_in_order(spa
     seen: list = []
     frame = unpack(spark.readStream.format("baton-test-packed").load(), FIELDS, REQUIRED)
     assert [(f.name, f.dataType) for f in frame.schema.fields] == [(n, spark_type(t)) for n, t in FIELDS]
-    query = (frame.writeStream.foreachBatch(lambda df, _id: seen.extend(df.collect()))
-             .option("checkpointLocation", str(tmp_path / "checkpoint")).trigger(availableNow=True).start())
+    query = (
+        frame.writeStream.foreachBatch(lambda df, _id: seen.extend(df.collect()))
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
     assert query.awaitTermination(180), "the query did not end in 180 s"
     assert query.exception() is None
     got = [tuple(r) for r in seen]

@@ -29,8 +29,9 @@ spark.stop()
 
 
 def test_the_state_store_can_upload_a_snapshot_to_a_local_checkpoint(tmp_path):
-    out = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path)], cwd=REPO_ROOT, capture_output=True,
-                         text=True, timeout=180)
+    out = subprocess.run(
+        [sys.executable, "-c", SCRIPT, str(tmp_path)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=180
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.split()[-2:] == ["True", "state"], out.stdout
 
@@ -73,8 +74,9 @@ def test_a_background_job_leaves_the_next_free_task_slot_to_the_query(tmp_path):
     """A slot digests its state beside the running query (background_jobs): a job of the query that
     arrives while the digest's tasks fill both task slots runs on the first slot that frees up, not
     after every task of the digest (FIFO's order)."""
-    out = subprocess.run([sys.executable, "-c", POOLS_SCRIPT, str(tmp_path)], cwd=REPO_ROOT, capture_output=True,
-                         text=True, timeout=180)
+    out = subprocess.run(
+        [sys.executable, "-c", POOLS_SCRIPT, str(tmp_path)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=180
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     assert "pool after: None" in out.stdout, out.stdout
     order = out.stdout.split("order:", 1)[1].split()
@@ -133,8 +135,9 @@ def test_a_slot_driver_starts_from_batons_spark_home_without_spark_ml(tmp_path):
     from spark_apps.runtime.install import spark_home
 
     env = {k: v for k, v in os.environ.items() if k != "SPARK_HOME"}
-    out = subprocess.run([sys.executable, "-c", HOME_SCRIPT], cwd=REPO_ROOT, capture_output=True, text=True,
-                         timeout=180, env=env)
+    out = subprocess.run(
+        [sys.executable, "-c", HOME_SCRIPT], cwd=REPO_ROOT, capture_output=True, text=True, timeout=180, env=env
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     lines = dict(line.split(": ", 1) for line in out.stdout.splitlines() if ": " in line)
     assert lines["home"] == str(spark_home.HOME)
@@ -183,8 +186,14 @@ def test_a_local_slot_writes_its_files_with_hadoops_permissions_and_no_chmod_pro
     (bin_dir / "chmod").write_text(f'#!/bin/sh\ntouch {tmp_path / "chmod-ran"}\nexec {real} "$@"\n')
     (bin_dir / "chmod").chmod(0o755)
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
-    out = subprocess.run([sys.executable, "-c", CHMOD_SCRIPT, str(tmp_path)], cwd=REPO_ROOT, capture_output=True,
-                         text=True, timeout=180, env=env)
+    out = subprocess.run(
+        [sys.executable, "-c", CHMOD_SCRIPT, str(tmp_path)],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=env,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     lines = {line.split()[0]: line.split()[1:] for line in out.stdout.splitlines() if line.split()}
     assert lines["class"] == ["baton.fs.NoForkLocalFileSystem", "True"], out.stdout
@@ -238,8 +247,13 @@ def test_a_slot_broadcasts_its_hadoop_configuration_without_the_sources_of_its_p
     Hadoop writes each property's sources (the file that set it) as a gzip stream of its own: a slot's
     session forgets them (spark.drop_hadoop_conf_sources). Through a stateful query's batches the
     session's configuration keeps its properties and gains no sources back, and is written in less."""
-    out = subprocess.run([sys.executable, "-c", SOURCES_SCRIPT, str(tmp_path)], cwd=REPO_ROOT, capture_output=True,
-                         text=True, timeout=180)
+    out = subprocess.run(
+        [sys.executable, "-c", SOURCES_SCRIPT, str(tmp_path)],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     lines = dict(line.split(" ", 1) for line in out.stdout.splitlines() if " " in line)
     assert int(lines["batches"]) == 3, out.stdout

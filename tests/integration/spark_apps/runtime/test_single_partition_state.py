@@ -114,14 +114,16 @@ def expected(batches):
 
 def test_a_one_partition_read_into_a_one_partition_state_runs_without_its_shuffle_and_counts_the_same(tmp_path):
     (tmp_path / "batches.json").write_text(json.dumps(BATCHES))
-    done = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path)], cwd=REPO_ROOT, capture_output=True,
-                          text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", SCRIPT, str(tmp_path)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stderr[-4000:]
-    out = json.loads(next(x for x in done.stdout.splitlines() if x.startswith("RESULT "))[len("RESULT "):])
+    out = json.loads(next(x for x in done.stdout.splitlines() if x.startswith("RESULT "))[len("RESULT ") :])
     before, after = out["before"], out["after"]
     # Spark's plan: partial aggregation, shuffle, merge, restore, merge with the state, save, final.
-    assert before["exchange"] and before["aggregations"] == 4 and before["counts"] == expected(BATCHES[:2]), \
-        before["plan"]
+    assert before["exchange"] and before["aggregations"] == 4 and before["counts"] == expected(BATCHES[:2]), before[
+        "plan"
+    ]
     # The same checkpoint with the rule: no shuffle, no merge in front of the restore, and the counts go on
     # from the state the first session left.
     assert not after["exchange"] and after["aggregations"] == 3, after["plan"]

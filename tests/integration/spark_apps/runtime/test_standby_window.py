@@ -23,7 +23,8 @@ PACE_S = 1.5
 
 
 def test_a_paced_standby_fetches_in_a_window_before_its_cap_moves_and_reads_every_record_once(
-        bootstrap, topics, tmp_path):
+    bootstrap, topics, tmp_path
+):
     t = topics(s=2)["s"]
     n, per_s = 12000, 1000
     produced = [0]  # records handed to the producer so far
@@ -41,9 +42,18 @@ def test_a_paced_standby_fetches_in_a_window_before_its_cap_moves_and_reads_ever
         moves.append((time.monotonic(), cap))
 
     move_cap(0, paced=True)
-    reader = DriverStreamReader(parse_options({"kafka.bootstrap.servers": bootstrap, "topic": t, "readOn": "driver",
-                                               "startingOffsets": "earliest", "minBatchIntervalMs": "1000",
-                                               "capFile": str(cap_file)}))
+    reader = DriverStreamReader(
+        parse_options(
+            {
+                "kafka.bootstrap.servers": bootstrap,
+                "topic": t,
+                "readOn": "driver",
+                "startingOffsets": "earliest",
+                "minBatchIntervalMs": "1000",
+                "capFile": str(cap_file),
+            }
+        )
+    )
     writer = threading.Thread(target=produce_steadily, args=(bootstrap, t, n, per_s, stop, produced))
     got: dict[int, list[int]] = {0: [], 1: []}
     reached: list[float] = []  # per move while writing: seconds until the reader stood at the new cap

@@ -24,8 +24,12 @@ def app_with_input(bootstrap, blue_app):
     p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
     for i in range(3_000):
         user = f"user{i % 120}"
-        p.produce(app.input.topic, json.dumps({"user_id": user, "timestamp": i}).encode(), user.encode(),
-                  timestamp=BASE + i * 10)
+        p.produce(
+            app.input.topic,
+            json.dumps({"user_id": user, "timestamp": i}).encode(),
+            user.encode(),
+            timestamp=BASE + i * 10,
+        )
     p.flush()
     return app, path
 
@@ -43,7 +47,9 @@ def truth_from(bootstrap, topic, start, partitions):
 
 
 def run_from(bootstrap, app, path, tmp_path, start):
-    blue = start_slot(bootstrap, path, tmp_path, "blue", starting_offsets=json.dumps({str(p): o for p, o in start.items()}))
+    blue = start_slot(
+        bootstrap, path, tmp_path, "blue", starting_offsets=json.dumps({str(p): o for p, o in start.items()})
+    )
     try:
         wait_until_emitted(bootstrap, app, 3_000)  # the marker's positions: the input's end
     finally:

@@ -22,8 +22,17 @@ def test_a_tailing_reader_pauses_between_windows_and_reads_every_record_once(boo
     n = 3000
     stop = threading.Event()
     writer = threading.Thread(target=produce_steadily, args=(bootstrap, t, n, 1000, stop))
-    reader = DriverStreamReader(parse_options({"kafka.bootstrap.servers": bootstrap, "topic": t, "readOn": "driver",
-                                               "startingOffsets": "earliest", "minBatchIntervalMs": "700"}))
+    reader = DriverStreamReader(
+        parse_options(
+            {
+                "kafka.bootstrap.servers": bootstrap,
+                "topic": t,
+                "readOn": "driver",
+                "startingOffsets": "earliest",
+                "minBatchIntervalMs": "700",
+            }
+        )
+    )
     got: dict[int, list[int]] = {0: [], 1: []}
     paused_seen = 0
     ages = []  # per look while records are written: how old the batch's newest record was (s)

@@ -28,13 +28,30 @@ def test_without_the_variable_a_client_gets_its_own_settings_and_the_bootstrap(m
 
 
 def test_the_files_settings_come_first_and_the_bootstrap_last(tmp_path, monkeypatch):
-    monkeypatch.setenv(CLIENT_CONFIG_ENV, write(tmp_path, {
-        "security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN", "sasl.username": "u", "sasl.password": "s3cret",
-        "enable.ssl.certificate.verification": True}))
+    monkeypatch.setenv(
+        CLIENT_CONFIG_ENV,
+        write(
+            tmp_path,
+            {
+                "security.protocol": "SASL_SSL",
+                "sasl.mechanism": "PLAIN",
+                "sasl.username": "u",
+                "sasl.password": "s3cret",
+                "enable.ssl.certificate.verification": True,
+            },
+        ),
+    )
     conf = kafka_config("b:9093", {"group.id": "g", "client.id": "mine"})
-    assert conf == {"security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN", "sasl.username": "u",
-                    "sasl.password": "s3cret", "enable.ssl.certificate.verification": "true",
-                    "group.id": "g", "client.id": "mine", "bootstrap.servers": "b:9093"}
+    assert conf == {
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "PLAIN",
+        "sasl.username": "u",
+        "sasl.password": "s3cret",
+        "enable.ssl.certificate.verification": "true",
+        "group.id": "g",
+        "client.id": "mine",
+        "bootstrap.servers": "b:9093",
+    }
 
 
 def test_a_changed_file_is_read_again(tmp_path, monkeypatch):
@@ -46,12 +63,15 @@ def test_a_changed_file_is_read_again(tmp_path, monkeypatch):
     assert client_settings() == {"security.protocol": "SASL_SSL"}
 
 
-@pytest.mark.parametrize("settings, says", [
-    ({"isolation.level": "read_uncommitted"}, "'isolation.level' is not a connection setting"),
-    ({"transactional.id": "x"}, "'transactional.id' is not a connection setting"),
-    ({"sasl.password": ["a"]}, "sasl.password must be a string"),
-    (["security.protocol"], "must be a JSON object"),
-])
+@pytest.mark.parametrize(
+    "settings, says",
+    [
+        ({"isolation.level": "read_uncommitted"}, "'isolation.level' is not a connection setting"),
+        ({"transactional.id": "x"}, "'transactional.id' is not a connection setting"),
+        ({"sasl.password": ["a"]}, "sasl.password must be a string"),
+        (["security.protocol"], "must be a JSON object"),
+    ],
+)
 def test_a_file_that_sets_what_it_may_not_is_refused_with_the_reason(tmp_path, settings, says):
     with pytest.raises(ClientConfigError, match=says.replace("(", r"\(")):
         load_client_settings(write(tmp_path, settings))
@@ -66,10 +86,22 @@ def test_a_missing_or_broken_file_names_the_variable(tmp_path):
 
 
 def test_secrets_are_masked_for_a_log():
-    shown = redacted({"sasl.password": "s3cret", "ssl.key.password": "k", "sasl.oauthbearer.client.secret": "c",
-                      "sasl.username": "u", "bootstrap.servers": "b:9093"})
-    assert shown == {"sasl.password": "***", "ssl.key.password": "***", "sasl.oauthbearer.client.secret": "***",
-                     "sasl.username": "u", "bootstrap.servers": "b:9093"}
+    shown = redacted(
+        {
+            "sasl.password": "s3cret",
+            "ssl.key.password": "k",
+            "sasl.oauthbearer.client.secret": "c",
+            "sasl.username": "u",
+            "bootstrap.servers": "b:9093",
+        }
+    )
+    assert shown == {
+        "sasl.password": "***",
+        "ssl.key.password": "***",
+        "sasl.oauthbearer.client.secret": "***",
+        "sasl.username": "u",
+        "bootstrap.servers": "b:9093",
+    }
 
 
 # -- a cluster's settings from a connection (KafkaSecurity), registered for its bootstrap
@@ -87,8 +119,14 @@ def registry(monkeypatch):
 def test_a_clusters_security_is_typed_round_trips_and_hides_its_secrets():
     from baton.kafka.client_config import KafkaSecurity
 
-    raw = {"security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN", "sasl.username": "u", "sasl.password": "pw1",
-           "ssl.key.password": "pw2", "ssl.endpoint.identification.algorithm": "none"}
+    raw = {
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "PLAIN",
+        "sasl.username": "u",
+        "sasl.password": "pw1",
+        "ssl.key.password": "pw2",
+        "ssl.endpoint.identification.algorithm": "none",
+    }
     security = KafkaSecurity.from_settings(raw)
     assert security.settings() == raw and security.sasl_username == "u"
     assert "pw1" not in repr(security) and "pw2" not in repr(security)

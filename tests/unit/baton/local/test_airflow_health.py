@@ -11,6 +11,7 @@ def airflow_answering(tmp_path, answers):
     class Answering(Airflow):
         def health(self):
             return next(replies)
+
     return Answering(tmp_path, 1, "127.0.0.1:1")
 
 

@@ -14,8 +14,11 @@ def test_down_stops_a_demo_load_generator_left_behind(tmp_path):
     pid = Managed(DEMO_LOADGEN, state).start([sys.executable, "-c", "import time; time.sleep(120)"])
     said = []
     try:
-        Platform(Settings(state_dir=state, kafka_port=1, airflow_port=2, kafka_bootstrap="127.0.0.1:1",
-                          spark_master="local[2]")).down(say=said.append)
+        Platform(
+            Settings(
+                state_dir=state, kafka_port=1, airflow_port=2, kafka_bootstrap="127.0.0.1:1", spark_master="local[2]"
+            )
+        ).down(say=said.append)
         assert not pid_alive(pid)
         assert said == ["demo load generator: stopped"]  # nothing else of the platform was running
         assert not Managed(DEMO_LOADGEN, state).pid_file.exists()

@@ -11,8 +11,16 @@ from baton.settings import Settings
 
 
 def platform(state, external=False):
-    return Platform(Settings(state_dir=state, kafka_port=1, airflow_port=2, kafka_bootstrap="127.0.0.1:1",
-                             spark_master="local[2]", external_kafka=external))
+    return Platform(
+        Settings(
+            state_dir=state,
+            kafka_port=1,
+            airflow_port=2,
+            kafka_bootstrap="127.0.0.1:1",
+            spark_master="local[2]",
+            external_kafka=external,
+        )
+    )
 
 
 def test_reset_stops_the_platform_and_deletes_its_data_saying_what(tmp_path):

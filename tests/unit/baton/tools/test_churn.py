@@ -36,11 +36,14 @@ def test_users_arrive_and_leave_and_time_advances_at_the_rate():
     assert len(set().union(*seconds.values())) > 100  # users keep coming: the keys grow with time
 
 
-@pytest.mark.parametrize("churn", [
-    Churn(rate=20, new_users_per_s=10, active_users=50),
-    Churn(rate=50, new_users_per_s=5, active_users=40, jitter_s=4),
-    Churn(rate=100, new_users_per_s=7, active_users=30, base_ts=1_700_000_003),
-])
+@pytest.mark.parametrize(
+    "churn",
+    [
+        Churn(rate=20, new_users_per_s=10, active_users=50),
+        Churn(rate=50, new_users_per_s=5, active_users=40, jitter_s=4),
+        Churn(rate=100, new_users_per_s=7, active_users=30, base_ts=1_700_000_003),
+    ],
+)
 def test_max_keys_per_window_bounds_every_window(churn):
     by = keys_per_window(churn, churn.rate * 200, 10)
     worst = max(len(users) for users in by.values())
@@ -54,12 +57,15 @@ def test_jitter_moves_events_back_by_at_most_jitter_s():
     assert backs == {0, 1, 2, 3}
 
 
-@pytest.mark.parametrize("kw, field", [
-    (dict(rate=0, new_users_per_s=1, active_users=1), "rate"),
-    (dict(rate=1, new_users_per_s=-1, active_users=1), "new_users_per_s"),
-    (dict(rate=1, new_users_per_s=1, active_users=0), "active_users"),
-    (dict(rate=1, new_users_per_s=1, active_users=1, jitter_s=-1), "jitter_s"),
-])
+@pytest.mark.parametrize(
+    "kw, field",
+    [
+        (dict(rate=0, new_users_per_s=1, active_users=1), "rate"),
+        (dict(rate=1, new_users_per_s=-1, active_users=1), "new_users_per_s"),
+        (dict(rate=1, new_users_per_s=1, active_users=0), "active_users"),
+        (dict(rate=1, new_users_per_s=1, active_users=1, jitter_s=-1), "jitter_s"),
+    ],
+)
 def test_bad_parameters_name_the_field(kw, field):
     with pytest.raises(ValueError, match=f"Churn.{field}"):
         Churn(**kw)

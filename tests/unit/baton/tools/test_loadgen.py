@@ -32,8 +32,13 @@ def test_due_is_rate_times_elapsed_capped_at_total():
 
 
 def test_spec_rejects_bad_parameters_by_name():
-    for kw, word in [(dict(rate=0), "rate"), (dict(keys=0), "keys"), (dict(events=-1), "events"),
-                     (dict(malformed=1.0), "malformed"), (dict(malformed=-0.1), "malformed")]:
+    for kw, word in [
+        (dict(rate=0), "rate"),
+        (dict(keys=0), "keys"),
+        (dict(events=-1), "events"),
+        (dict(malformed=1.0), "malformed"),
+        (dict(malformed=-0.1), "malformed"),
+    ]:
         with pytest.raises(LoadgenError, match=word):
             LoadSpec(**{"rate": 10, "keys": 5, "events": 10, **kw})
     with pytest.raises(LoadgenError, match="finite rate"):
@@ -71,10 +76,14 @@ def test_encodings_valid_and_malformed():
 
 def _log() -> SendLog:
     # 6 events over 3 ticks: user 1, 2(bad), 1 | 0 | 1, 2
-    return SendLog(users=np.array([1, 2, 1, 0, 1, 2], dtype=np.int32),
-                   kinds=np.array([VALID, NOT_JSON, VALID, VALID, VALID, VALID], dtype=np.int8),
-                   tick_first=np.array([0, 3, 4]), tick_time=np.array([10.0, 10.5, 11.0]), keys=3,
-                   meta={"rate_target": 4})
+    return SendLog(
+        users=np.array([1, 2, 1, 0, 1, 2], dtype=np.int32),
+        kinds=np.array([VALID, NOT_JSON, VALID, VALID, VALID, VALID], dtype=np.int8),
+        tick_first=np.array([0, 3, 4]),
+        tick_time=np.array([10.0, 10.5, 11.0]),
+        keys=3,
+        meta={"rate_target": 4},
+    )
 
 
 def test_send_log_times_truth_and_valid_events():
@@ -109,7 +118,7 @@ class FakeProducer:
 
     def flush(self, _t):
         if self.fail_every:
-            for _ in self.sent[::self.fail_every]:
+            for _ in self.sent[:: self.fail_every]:
                 self.config["on_delivery"]("broker said no", None)
         return 0
 

@@ -21,18 +21,23 @@ from baton.tools.verify import (
 
 # --- verdicts -----------------------------------------------------------------------------------
 
+
 def test_exact_output_is_ok():
     v = verify(Counter(a=2, b=1), [("a", 1), ("b", 1), ("a", 2)])
-    assert v.ok and v.summary() == {"keys": 2, "records": 3, "lost": 0, "duplicated": 0, "wrong": 0,
-                                    "corrections": 0}
+    assert v.ok and v.summary() == {"keys": 2, "records": 3, "lost": 0, "duplicated": 0, "wrong": 0, "corrections": 0}
 
 
 def test_verdicts_name_lost_duplicated_and_wrong_keys():
     truth = Counter(a=3, b=2, c=1, d=1)
-    output = [("a", 1), ("a", 2),          # a: stops at 2 of 3 -> lost
-              ("b", 1), ("b", 1), ("b", 2),  # b: count 1 twice -> duplicated
-              ("c", 2),                      # c: above truth -> wrong
-              ("x", 1)]                      # x: not in the input -> wrong; d never emitted -> lost
+    output = [
+        ("a", 1),
+        ("a", 2),  # a: stops at 2 of 3 -> lost
+        ("b", 1),
+        ("b", 1),
+        ("b", 2),  # b: count 1 twice -> duplicated
+        ("c", 2),  # c: above truth -> wrong
+        ("x", 1),
+    ]  # x: not in the input -> wrong; d never emitted -> lost
     v = verify(truth, output)
     assert not v.ok
     assert sorted(v.lost) == ["a", "d"] and v.duplicated == ["b"] and sorted(v.wrong) == ["c", "x"]
@@ -40,10 +45,20 @@ def test_verdicts_name_lost_duplicated_and_wrong_keys():
 
 def test_a_corrected_output_record_may_repeat_a_count_but_not_lower_it_or_pass_the_truth():
     truth = Counter(a=3, b=2, c=2, d=2)
-    output = [("a", 1), ("a", 2), ("a", 2), ("a", 3),  # a: the correction republished 2: fine
-              ("b", 1), ("b", 1), ("b", 1), ("b", 2),  # b: a plain record repeated 1 beside the correction
-              ("c", 2), ("c", 1),                      # c: the correction went back
-              ("d", 1), ("d", 2)]                      # d: nothing to correct
+    output = [
+        ("a", 1),
+        ("a", 2),
+        ("a", 2),
+        ("a", 3),  # a: the correction republished 2: fine
+        ("b", 1),
+        ("b", 1),
+        ("b", 1),
+        ("b", 2),  # b: a plain record repeated 1 beside the correction
+        ("c", 2),
+        ("c", 1),  # c: the correction went back
+        ("d", 1),
+        ("d", 2),
+    ]  # d: nothing to correct
     flags = [False, False, True, False, False, False, True, False, False, True, False, False]
     v = verify(truth, output, flags)
     assert v.duplicated == ["b"] and v.wrong == ["c"] and v.lost == ["c"] and v.corrections == 3
@@ -55,8 +70,12 @@ def test_decreasing_counts_are_wrong():
 
 
 def test_observations_feed_the_verdict_in_read_order():
-    obs = Observations(user_ids=["b", "a"], users=np.array([1, 0, 1], dtype=np.int32),
-                       counts=np.array([1, 1, 2]), times=np.array([1.0, 1.0, 2.0]))
+    obs = Observations(
+        user_ids=["b", "a"],
+        users=np.array([1, 0, 1], dtype=np.int32),
+        counts=np.array([1, 1, 2]),
+        times=np.array([1.0, 1.0, 2.0]),
+    )
     assert obs.pairs() == [("a", 1), ("b", 1), ("a", 2)]
     assert verify(Counter(a=2, b=1), obs.pairs()).ok
     assert align_users(obs, {"a": 7, "b": 3}).tolist() == [7, 3, 7]
@@ -64,6 +83,7 @@ def test_observations_feed_the_verdict_in_read_order():
 
 
 # --- latency ------------------------------------------------------------------------------------
+
 
 def test_latency_of_each_event_is_first_output_reaching_its_count():
     sends = [("alice", 10.0), ("bob", 10.5), ("alice", 11.0), ("alice", 11.2), ("carol", 12.0)]
@@ -100,8 +120,9 @@ def test_an_output_below_the_events_count_does_not_reflect_it():
 
 
 def test_absurd_counts_do_not_overflow():
-    lat = event_latencies(np.array([0, 1]), np.array([0.0, 0.0]), np.array([1, 0]),
-                          np.array([2**62, -5]), np.array([3.0, 4.0]))
+    lat = event_latencies(
+        np.array([0, 1]), np.array([0.0, 0.0]), np.array([1, 0]), np.array([2**62, -5]), np.array([3.0, 4.0])
+    )
     assert lat[0] != lat[0]  # user 0's only output has a negative count: not reflected (NaN)
     assert lat[1] == pytest.approx(3.0)
 
@@ -131,6 +152,7 @@ def test_vectorised_answer_matches_a_direct_computation():
 
 
 # --- summaries ----------------------------------------------------------------------------------
+
 
 def test_nearest_rank_percentiles():
     v = np.arange(1, 101, dtype=float)

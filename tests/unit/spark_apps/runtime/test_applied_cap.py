@@ -13,8 +13,9 @@ F = {0: 10, 1: 20}
 
 
 def fenced(by="run1", fence=F, active=Slot.BLUE):
-    return ControlRecord(app="a", revision=1, epoch=1, active=active, fence=dict(fence),
-                         handoff=Handoff(by, 1, dict(fence), Slot.GREEN))
+    return ControlRecord(
+        app="a", revision=1, epoch=1, active=active, fence=dict(fence), handoff=Handoff(by, 1, dict(fence), Slot.GREEN)
+    )
 
 
 def follower(tmp_path, slot=Slot.BLUE):
@@ -107,8 +108,9 @@ def test_a_word_from_an_earlier_process_or_for_a_fence_not_seen_is_no_hold(tmp_p
 
 
 def test_the_word_travels_in_the_status_record():
-    rec = StatusRecord(app="a", slot=Slot.BLUE, state=SlotState.RUNNING, role=Role.ACTIVE, epoch_seen=1,
-                       held_fence=F, held_for="run1")
+    rec = StatusRecord(
+        app="a", slot=Slot.BLUE, state=SlotState.RUNNING, role=Role.ACTIVE, epoch_seen=1, held_fence=F, held_for="run1"
+    )
     back = StatusRecord.from_bytes(rec.to_bytes())
     assert (back.held_fence, back.held_for) == (F, "run1")
     plain = StatusRecord.from_bytes(dataclasses.replace(rec, held_fence=None, held_for="").to_bytes())

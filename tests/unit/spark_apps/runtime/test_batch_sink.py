@@ -56,6 +56,7 @@ class FakeFrame:
 
             def save(self):
                 frame.noop_runs += 1
+
         self.write = Writer()
 
     def toArrow(self):  # as PySpark's: its job's call site set, then unset (SCCallSiteSync)
@@ -106,16 +107,24 @@ def control(active: Slot, epoch: int = 1) -> ControlRecord:
 
 @pytest.fixture
 def make(monkeypatch, tmp_path):
-    spooled = [SimpleNamespace(key=None, value=b"{", reason="invalid JSON", partition=0, offset=o)
-               for o in (101, 102)]  # two dead letters in the spool for the batch's range
+    spooled = [
+        SimpleNamespace(key=None, value=b"{", reason="invalid JSON", partition=0, offset=o) for o in (101, 102)
+    ]  # two dead letters in the spool for the batch's range
     monkeypatch.setattr(batch_sink, "read_offset_log", lambda _ck, b: END if b == 5 else START)
     monkeypatch.setattr(batch_sink, "collect", lambda _spool, start, end: list(spooled))
     monkeypatch.setattr(batch_sink, "purge", lambda _spool, end: None)
 
     def build(follower, emitter):
-        return RoleGatedSink(SimpleNamespace(input=SimpleNamespace(topic="clicks")), Slot.GREEN,
-                             SimpleNamespace(checkpoint=tmp_path, spool=tmp_path), follower, emitter,
-                             SimpleNamespace(note=lambda *a: None), mark=lambda phase: None)
+        return RoleGatedSink(
+            SimpleNamespace(input=SimpleNamespace(topic="clicks")),
+            Slot.GREEN,
+            SimpleNamespace(checkpoint=tmp_path, spool=tmp_path),
+            follower,
+            emitter,
+            SimpleNamespace(note=lambda *a: None),
+            mark=lambda phase: None,
+        )
+
     return build
 
 
@@ -149,8 +158,10 @@ def test_collecting_a_batch_leaves_the_stream_threads_call_site_as_it_was(make):
     df = FakeFrame(ROWS)
     make(FakeFollower(control(Slot.GREEN, epoch=3)), FakeEmitter()).on_batch(df, 5)
     assert df.collected == 1
-    assert df.sparkSession.sparkContext.getLocalProperty(batch_sink.CALL_SITE_SHORT) == \
-        "start at NativeMethodAccessorImpl.java:0"
+    assert (
+        df.sparkSession.sparkContext.getLocalProperty(batch_sink.CALL_SITE_SHORT)
+        == "start at NativeMethodAccessorImpl.java:0"
+    )
 
 
 def test_a_role_that_came_during_a_standby_batch_whose_output_is_owed_runs_it_again_and_emits(make):
@@ -194,7 +205,10 @@ def test_a_standby_keeping_a_state_image_runs_its_batches_with_their_output_and_
     assert sink.image.through == 5 and sink.last_batch == 5
     assert sink.image.base(4, [(b"alice", b'{"count": 2}'), (b"carol", b'{"count": 1}')])
     assert sorted(sink.image.records_less(set())) == [
-        (b"alice", b'{"count": 3}'), (b"bob", b'{"count": 1}'), (b"carol", b'{"count": 1}')]
+        (b"alice", b'{"count": 3}'),
+        (b"bob", b'{"count": 1}'),
+        (b"carol", b'{"count": 1}'),
+    ]
     sink.image.drop()
     plain = FakeFrame(ROWS)
     sink.on_batch(plain, 6)

@@ -18,9 +18,12 @@ def sink_seeing(*epochs: int):
         epoch = seen.pop(0) if len(seen) > 1 else seen[0]
         return ControlRecord(app="app", revision=3, epoch=epoch, active=Slot.GREEN), None
 
-    return SimpleNamespace(app=SimpleNamespace(name="app"), slot=Slot.BLUE,
-                           follower=SimpleNamespace(snapshot=snapshot),
-                           emitter=SimpleNamespace(release=lambda: released.append(True))), released
+    return SimpleNamespace(
+        app=SimpleNamespace(name="app"),
+        slot=Slot.BLUE,
+        follower=SimpleNamespace(snapshot=snapshot),
+        emitter=SimpleNamespace(release=lambda: released.append(True)),
+    ), released
 
 
 def test_a_failed_commit_after_a_newer_epoch_began_is_a_fence():
@@ -41,5 +44,7 @@ def test_a_newer_epoch_the_follower_reads_only_after_the_failed_commit_is_a_fenc
 
 def test_a_failed_commit_at_the_same_epoch_is_left_to_fail():
     h, released = sink_seeing(2)
-    assert RoleGatedSink.fenced_meanwhile(h, 2, RuntimeError("_TIMED_OUT"), wait_s=0.3) is None  # the caller re-raises it
+    assert (
+        RoleGatedSink.fenced_meanwhile(h, 2, RuntimeError("_TIMED_OUT"), wait_s=0.3) is None
+    )  # the caller re-raises it
     assert released == []

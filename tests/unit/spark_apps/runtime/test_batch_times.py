@@ -15,8 +15,15 @@ from spark_apps.runtime.source.batch_times import KEEP, BatchTimes, BatchTimesFi
 
 def progress(batch_id, end, rows=10, started="2026-11-26T10:00:00.000Z", took=400, start=None, rate=None):
     source = {"endOffset": json.dumps(end), "startOffset": json.dumps(start) if start is not None else None}
-    return {"batchId": batch_id, "numInputRows": rows, "timestamp": started, "durationMs": {"triggerExecution": took},
-            "sources": [source], "inputRowsPerSecond": rate, "processedRowsPerSecond": rate}
+    return {
+        "batchId": batch_id,
+        "numInputRows": rows,
+        "timestamp": started,
+        "durationMs": {"triggerExecution": took},
+        "sources": [source],
+        "inputRowsPerSecond": rate,
+        "processedRowsPerSecond": rate,
+    }
 
 
 def latencies(p, path):
@@ -51,7 +58,6 @@ def test_the_file_keeps_the_last_batches_and_a_damaged_file_is_unknown_not_an_er
     BatchTimesFile(tmp_path / "gone" / "batch-times.json").add(BatchTimes({0: 1}, 1, 1))  # no directory: ignored
 
 
-
 def test_the_count_round_trips_and_a_batch_without_timestamps_still_leaves_it(tmp_path):
     path = tmp_path / "batch-times.json"
     f = BatchTimesFile(path)
@@ -77,6 +83,12 @@ def test_without_the_readers_count_packed_rows_fall_back_to_the_offsets_read_and
     assert with_event_count(p, None, packed=True)["numInputRows"] == 25_500  # a replayed batch
     assert with_event_count(p, None, packed=False) is p  # unpacked: Spark's rows are the events
     # A partition new since the last batch counts from where this batch read it (unknown: nothing).
-    assert with_event_count(progress(1, {"0": 30_000, "1": 9}, rows=3, start={"0": 5_000}), None,
-                            packed=True)["numInputRows"] == 25_000
-    assert with_event_count(progress(1, {"0": 1}, rows=0), BatchTimes({0: 1}, 1, 1, 5), packed=True)["numInputRows"] == 0
+    assert (
+        with_event_count(progress(1, {"0": 30_000, "1": 9}, rows=3, start={"0": 5_000}), None, packed=True)[
+            "numInputRows"
+        ]
+        == 25_000
+    )
+    assert (
+        with_event_count(progress(1, {"0": 1}, rows=0), BatchTimes({0: 1}, 1, 1, 5), packed=True)["numInputRows"] == 0
+    )

@@ -42,18 +42,36 @@ class Follower:
 
 
 def control(correct_epoch=2):
-    return ControlRecord(app="a", revision=3, epoch=2, active=Slot.GREEN, correct_epoch=correct_epoch,
-                         handoff=Handoff("run", 1, dict(F), Slot.GREEN))
+    return ControlRecord(
+        app="a",
+        revision=3,
+        epoch=2,
+        active=Slot.GREEN,
+        correct_epoch=correct_epoch,
+        handoff=Handoff("run", 1, dict(F), Slot.GREEN),
+    )
 
 
 @pytest.fixture
 def slot(monkeypatch):
     """The new active's sink (its lock, role and writer); `at` (set on it here) maps each committed
     batch of its checkpoint to where the batch ended."""
-    app = AppDefinition(name="a", module="spark_apps.apps.click_counts", version="v2",
-                        input=TopicRef(topic="in", partitions=2), output=TopicRef(topic="out", partitions=2))
-    sink = RoleGatedSink(app, Slot.GREEN, SlotPaths(Path("/nowhere")), Follower(control()), Emitter(), EmittedKeys(),
-                         mark=lambda phase: None)
+    app = AppDefinition(
+        name="a",
+        module="spark_apps.apps.click_counts",
+        version="v2",
+        input=TopicRef(topic="in", partitions=2),
+        output=TopicRef(topic="out", partitions=2),
+    )
+    sink = RoleGatedSink(
+        app,
+        Slot.GREEN,
+        SlotPaths(Path("/nowhere")),
+        Follower(control()),
+        Emitter(),
+        EmittedKeys(),
+        mark=lambda phase: None,
+    )
     sink.at = {5: {0: 100, 1: 100}}
     monkeypatch.setattr(corrected_output, "last_committed_batch", lambda checkpoint: max(sink.at))
     monkeypatch.setattr(corrected_output, "read_offset_log", lambda checkpoint, batch: sink.at[batch])
@@ -68,14 +86,19 @@ def correct(sink):
 def test_keys_a_batch_emitted_while_the_state_was_read_are_left_out(slot, monkeypatch):
     slot.emitted_keys.note(5, [(b"user3", b"at F")])  # batch 5 itself: the state read includes it
     slot.emitted_keys.note(6, [(b"user4", b'{"count": 7}')])  # emitted, Spark's commit of it still to come
-    slot.emitter.last = CommitMarker(app="a", generation=1, epoch=2, slot=Slot.GREEN, batch_id=6,
-                                     emitted={0: 110, 1: 100})
+    slot.emitter.last = CommitMarker(
+        app="a", generation=1, epoch=2, slot=Slot.GREEN, batch_id=6, emitted={0: 110, 1: 100}
+    )
 
     def state_output(spark, checkpoint, batch, module):
         assert batch == 5
         slot.emitted_keys.note(7, [(b"user1", b'{"count": 9}')])  # the query's next batch, meanwhile
-        return [(b"user1", b'{"count": 8}'), (b"user2", b'{"count": 4}'), (b"user3", b'{"count": 2}'),
-                (b"user4", b'{"count": 6}')]
+        return [
+            (b"user1", b'{"count": 8}'),
+            (b"user2", b'{"count": 4}'),
+            (b"user3", b'{"count": 2}'),
+            (b"user4", b'{"count": 6}'),
+        ]
 
     monkeypatch.setattr(corrected_output, "state_output", state_output)
     correct(slot)
@@ -100,8 +123,9 @@ def test_output_a_previous_start_emitted_past_the_committed_state_holds_the_corr
     slot runs batch 6 again (its output skipped), so K is 5, and batch 6's keys are neither in K's state
     nor noted: no correction until batch 6 is committed."""
     monkeypatch.setattr(corrected_output, "state_output", lambda *a: [(b"user1", b"x")])
-    slot.emitter = Emitter(last=CommitMarker(app="a", generation=1, epoch=2, slot=Slot.GREEN, batch_id=6,
-                                             emitted={0: 130, 1: 120}))
+    slot.emitter = Emitter(
+        last=CommitMarker(app="a", generation=1, epoch=2, slot=Slot.GREEN, batch_id=6, emitted={0: 130, 1: 120})
+    )
     correct(slot)
     assert slot.emitter.published == []
     slot.at[6] = {0: 130, 1: 120}  # batch 6 committed

@@ -18,7 +18,10 @@ def test_a_batch_collects_the_dead_letters_of_its_ranges_in_partition_and_offset
     write_spool(str(tmp_path), 0, 5, 9, [None, b"k2"], [b"a", None], ["r1", "r2"], [5, 8])
     got = collect(tmp_path, {0: 5, 1: 10}, {0: 9, 1: 20})
     assert [(d.partition, d.offset, d.key, d.value, d.reason) for d in got] == [
-        (0, 5, None, b"a", "r1"), (0, 8, b"k2", None, "r2"), (1, 12, b"k", b"v1", "not a JSON object")]
+        (0, 5, None, b"a", "r1"),
+        (0, 8, b"k2", None, "r2"),
+        (1, 12, b"k", b"v1", "not a JSON object"),
+    ]
 
 
 def test_a_range_read_without_its_file_fails_loudly_and_an_empty_file_means_none(tmp_path):
@@ -29,7 +32,7 @@ def test_a_range_read_without_its_file_fails_loudly_and_an_empty_file_means_none
 
 
 def test_files_of_other_ranges_are_not_taken(tmp_path):
-    write_spool(str(tmp_path), 0, 0, 5, [b"old"], [b"x"], ["r"], [1])     # an earlier batch, not purged yet
+    write_spool(str(tmp_path), 0, 0, 5, [b"old"], [b"x"], ["r"], [1])  # an earlier batch, not purged yet
     write_spool(str(tmp_path), 0, 5, 9, [b"new"], [b"y"], ["r"], [6])
     assert [d.key for d in collect(tmp_path, {0: 5}, {0: 9})] == [b"new"]
 

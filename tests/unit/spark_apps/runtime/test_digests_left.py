@@ -11,17 +11,30 @@ from spark_apps.runtime.state.digests import StateDigests
 
 
 def stopped_slot(tmp_path: Path, count_rows: bool) -> tuple[StateDigests, list]:
-    app = AppDefinition(name="demo", module="spark_apps.apps.click_counts", version="1",
-                        input=TopicRef("clicks", 1), output=TopicRef("counts", 1),
-                        state=StateSettings(count_rows=count_rows))
+    app = AppDefinition(
+        name="demo",
+        module="spark_apps.apps.click_counts",
+        version="1",
+        input=TopicRef("clicks", 1),
+        output=TopicRef("counts", 1),
+        state=StateSettings(count_rows=count_rows),
+    )
     paths = SlotPaths(tmp_path / "slot")
     (paths.checkpoint / "commits").mkdir(parents=True)
     (paths.checkpoint / "commits" / "7").write_text("v1\n{}\n")
     (paths.checkpoint / "state" / "0").mkdir(parents=True)
     progress = {"batchId": 7, "stateOperators": [{"numRowsTotal": 0 if not count_rows else 1234}]}
     published: list = []
-    digests = StateDigests(app, Slot.BLUE, tmp_path, paths, follower=None, spark=lambda: None,
-                           publish=lambda: published.append(True), last_progress=lambda: progress)
+    digests = StateDigests(
+        app,
+        Slot.BLUE,
+        tmp_path,
+        paths,
+        follower=None,
+        spark=lambda: None,
+        publish=lambda: published.append(True),
+        last_progress=lambda: progress,
+    )
     taken: list = []
     digests.take = lambda batch, at: taken.append((batch, at))
     return digests, taken

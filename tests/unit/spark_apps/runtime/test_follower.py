@@ -74,13 +74,13 @@ def test_a_standby_moves_up_to_new_markers_at_its_pace(tmp_path):
     f = follower(tmp_path, clock)
     try:
         f.marker = marker({0: 5, 1: 7})
-        f._publish_cap(paced=True)          # the first cap is written at once
+        f._publish_cap(paced=True)  # the first cap is written at once
         f.marker = marker({0: 9, 1: 9})
         clock.t += 1.0
-        f._publish_cap(paced=True)          # held: one second since the last write
+        f._publish_cap(paced=True)  # held: one second since the last write
         assert cap_in(tmp_path) == {0: 5, 1: 7} and f._pending
         clock.t += 1.0
-        f._publish_cap(paced=True)          # the pace has passed: the held cap goes out
+        f._publish_cap(paced=True)  # the pace has passed: the held cap goes out
         assert cap_in(tmp_path) == {0: 9, 1: 9} and not f._pending
     finally:
         f._consumer.close()
@@ -94,10 +94,10 @@ def test_a_fence_or_role_change_reaches_a_paced_standby_at_once(tmp_path):
         f._publish_cap(paced=True)
         f.marker, f.control = marker({0: 12, 1: 20}), control(fence={0: 10, 1: 20})
         clock.t += 0.1
-        f._publish_cap(paced=False)         # a control record changed
+        f._publish_cap(paced=False)  # a control record changed
         assert cap_in(tmp_path) == {0: 10, 1: 20}
         f.control = control(active=Slot.GREEN)
-        f._publish_cap(paced=False)         # now the active: no cap at all
+        f._publish_cap(paced=False)  # now the active: no cap at all
         assert not (tmp_path / "cap.json").exists()
     finally:
         f._consumer.close()
@@ -127,14 +127,15 @@ def test_under_a_fence_a_standby_follows_every_marker_at_once(tmp_path):
         f._publish_cap(paced=True)
         f.marker = marker({0: 10, 1: 20})
         clock.t += 0.1
-        f._publish_cap(paced=True)          # a new marker, well within the pace: taken at once
+        f._publish_cap(paced=True)  # a new marker, well within the pace: taken at once
         assert cap_in(tmp_path) == {0: 10, 1: 20} and not f._pending
     finally:
         f._consumer.close()
 
 
 def test_a_paced_standby_tells_its_reader_when_the_cap_moves_next_and_a_fence_takes_that_back_first(
-        tmp_path, monkeypatch):
+    tmp_path, monkeypatch
+):
     """pace_hint.py: the reader fetches shortly before the hinted time; under a fence (the cutover waits for the
     standby at F) or as the active there is no hint, and the hint is gone before such a cap is written."""
     from spark_apps.runtime.coordination import follower as follower_module
@@ -154,9 +155,13 @@ def test_a_paced_standby_tells_its_reader_when_the_cap_moves_next_and_a_fence_ta
         assert read_pace_hint(str(cap)) == 5002.0
         order = []
         real_write_cap = follower_module.write_cap_file
-        monkeypatch.setattr(follower_module, "write_cap_file",
-                            lambda path, c, write="": (order.append(("cap", hint_path(path).exists())),
-                                                       real_write_cap(path, c, write))[1])
+        monkeypatch.setattr(
+            follower_module,
+            "write_cap_file",
+            lambda path, c, write="": (order.append(("cap", hint_path(path).exists())), real_write_cap(path, c, write))[
+                1
+            ],
+        )
         f.control = control(fence={0: 10, 1: 20})
         f._publish_cap(paced=False)
         assert order == [("cap", False)]  # the hint was removed before the fenced cap went out
@@ -205,8 +210,8 @@ def test_only_the_batch_that_passes_a_check_position_rewrites_the_cap(tmp_path):
     try:
         f.control = control_checking({0: 10, 1: 20})
         f.note_processed({0: 5, 1: 7})
-        f.note_processed({0: 10, 1: 20})    # ends at P: the standby's cap on P lifts now
-        f.note_processed({0: 15, 1: 25})    # later batches: nothing to lift
+        f.note_processed({0: 10, 1: 20})  # ends at P: the standby's cap on P lifts now
+        f.note_processed({0: 15, 1: 25})  # later batches: nothing to lift
         assert written == [{0: 10, 1: 20}]
     finally:
         f._consumer.close()
@@ -217,9 +222,14 @@ def test_a_first_batch_as_the_active_reads_at_most_the_previous_actives_last_bat
     last = {0: 300, 1: 5}  # the previous active's last batch, per partition
     at_f = {0: 10_000, 1: 20_000}
     assert compute_cap(taken_over, Slot.GREEN, marker(at_f), 2, processed=at_f, first_batch=last) == {
-        0: 10_000 + 1000, 1: 20_000 + 1000}  # at least FIRST_BATCH_FLOOR on each partition
+        0: 10_000 + 1000,
+        1: 20_000 + 1000,
+    }  # at least FIRST_BATCH_FLOOR on each partition
     big = {0: 20_000, 1: 30_000}
-    assert compute_cap(taken_over, Slot.GREEN, marker(at_f), 2, processed=at_f, first_batch=big) == {0: 30_000, 1: 50_000}
+    assert compute_cap(taken_over, Slot.GREEN, marker(at_f), 2, processed=at_f, first_batch=big) == {
+        0: 30_000,
+        1: 50_000,
+    }
     fenced = ControlRecord(app="a", revision=2, epoch=2, active=Slot.GREEN, fence={0: 10_500, 1: 60_000})
     assert compute_cap(fenced, Slot.GREEN, marker(at_f), 2, processed=at_f, first_batch=big) == {0: 10_500, 1: 50_000}
     # Nothing processed yet (a fresh slot): no position to count from, no limit.
@@ -250,12 +260,12 @@ def test_a_slot_that_takes_the_active_role_caps_its_first_batch_then_reads_freel
         for emitted in ({0: 100, 1: 100}, {0: 150, 1: 2_100}):  # the active's last batch: 50 + 2000
             f._apply(Msg("commits", b"a", marker(emitted).to_bytes()))
         assert f.last_batch == {0: 50, 1: 2000}
-        f.note_processed({0: 150, 1: 2_100})              # the standby stands where the active stopped
+        f.note_processed({0: 150, 1: 2_100})  # the standby stands where the active stopped
         f.control = ControlRecord(app="a", revision=2, epoch=2, active=Slot.GREEN)
-        f._publish_cap()                                  # the cutover record
+        f._publish_cap()  # the cutover record
         assert cap_in(tmp_path) == {0: 1_150, 1: 4_100}
         f.note_processed({0: 1_150, 1: 4_100}, emitted_epoch=2)  # its first batch as the active is out
-        assert not (tmp_path / "cap.json").exists()       # no cap from now on
+        assert not (tmp_path / "cap.json").exists()  # no cap from now on
         f.note_processed({0: 5_000, 1: 9_000}, emitted_epoch=2)
         assert not (tmp_path / "cap.json").exists()
     finally:
@@ -266,8 +276,9 @@ def handed_over(fence, epoch=2, active=Slot.GREEN):
     """The record after a cutover to green at `fence` (the handoff kept, the fence lifted)."""
     from baton.records import Handoff
 
-    return ControlRecord(app="a", revision=3, epoch=epoch, active=active,
-                         handoff=Handoff("run", 1, dict(fence), Slot.GREEN))
+    return ControlRecord(
+        app="a", revision=3, epoch=epoch, active=active, handoff=Handoff("run", 1, dict(fence), Slot.GREEN)
+    )
 
 
 def test_a_new_active_short_of_its_handoffs_fence_reads_up_to_exactly_it_first():
@@ -277,7 +288,9 @@ def test_a_new_active_short_of_its_handoffs_fence_reads_up_to_exactly_it_first()
     assert compute_cap(handed_over(at_f), Slot.GREEN, marker(at_f), 2, processed=short, first_batch=last) == at_f
     # Once there, its first batch as the active counts from F.
     assert compute_cap(handed_over(at_f), Slot.GREEN, marker(at_f), 2, processed=at_f, first_batch=last) == {
-        0: 15_000, 1: 25_000}
+        0: 15_000,
+        1: 25_000,
+    }
     # The handoff's fence binds only the slot it went to, at the epoch it made.
     assert compute_cap(handed_over(at_f, epoch=3), Slot.GREEN, marker(at_f), 2, processed=short) is None
     assert compute_cap(handed_over(at_f, active=Slot.BLUE), Slot.BLUE, marker(at_f), 2, processed=short) is None
@@ -290,12 +303,12 @@ def test_reaching_the_handoffs_fence_lifts_that_cap(tmp_path):
         at_f = {0: 150, 1: 2_100}
         f._apply(Msg("commits", b"a", marker({0: 100, 1: 100}).to_bytes()))
         f._apply(Msg("commits", b"a", marker(at_f).to_bytes()))  # the old active's last batch: 50 + 2000
-        f.note_processed({0: 120, 1: 900})                       # green trails F
+        f.note_processed({0: 120, 1: 900})  # green trails F
         f.control = handed_over(at_f)
-        f._publish_cap()                                         # the cutover record
+        f._publish_cap()  # the cutover record
         assert cap_in(tmp_path) == at_f
-        f.note_processed(at_f)                                   # reached F: output skipped, not emitted
-        assert cap_in(tmp_path) == {0: 1_150, 1: 4_100}          # now its first batch as the active
+        f.note_processed(at_f)  # reached F: output skipped, not emitted
+        assert cap_in(tmp_path) == {0: 1_150, 1: 4_100}  # now its first batch as the active
         f.note_processed({0: 1_150, 1: 4_100}, emitted_epoch=2)
         assert not (tmp_path / "cap.json").exists()
     finally:

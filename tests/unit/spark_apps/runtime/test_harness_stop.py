@@ -48,6 +48,7 @@ def test_a_batch_entering_the_sink_during_the_stop_does_not_run_and_does_not_blo
     def stop_with_batch_arriving():
         entered.set()  # the batch thread calls on_batch now, while Spark waits for it
         original()
+
     h.query.stop = stop_with_batch_arriving
     h.stop_query()
     assert h.query.stopped_in_time is True
@@ -62,6 +63,7 @@ def test_a_running_batch_finishes_its_sink_before_the_stop():
     def finish_batch():
         order.append("batch done")
         h.sink.lock.release()
+
     timer = threading.Timer(0.3, finish_batch)
     h.query = type("Q", (), {"stop": lambda self: order.append("query stopped")})()
     timer.start()

@@ -40,7 +40,9 @@ def test_beyond_the_end_fails_naming_topic_partitions_positions_and_the_way_out(
     d = decide("clicks", {0: 1500, 1: 40, 2: 1490}, lows={0: 0, 1: 0, 2: 0}, ends={0: 50, 1: 60, 2: 0}, policy="fail")
     assert not d.ok and d.resume == {}
     assert [(x.partition, x.kind, x.position, x.low, x.end) for x in d.losses] == [
-        (0, BEYOND_END, 1500, 0, 50), (2, BEYOND_END, 1490, 0, 0)]
+        (0, BEYOND_END, 1500, 0, 50),
+        (2, BEYOND_END, 1490, 0, 0),
+    ]
     r = d.reason
     assert "\n" not in r
     assert r.startswith("input data loss on topic 'clicks', partitions 0, 2: ")
@@ -65,10 +67,13 @@ def test_earliest_resumes_each_lost_partition_at_its_earliest_offset_only():
 
 
 def test_a_recreated_topic_is_a_loss_even_when_it_grew_past_the_positions():
-    d = decide("in", {0: 30, 1: 30}, lows={0: 0, 1: 0}, ends={0: 900, 1: 900}, policy="earliest",
-               recreated=("OLDid", "NEWid"))
+    d = decide(
+        "in", {0: 30, 1: 30}, lows={0: 0, 1: 0}, ends={0: 900, 1: 900}, policy="earliest", recreated=("OLDid", "NEWid")
+    )
     assert [x.kind for x in d.losses] == [RECREATED, RECREATED] and d.resume == {0: 0, 1: 0}
-    assert "topic id OLDid, now NEWid" in d.reason and "partition 0: checkpoint at offset 30 of the old topic" in d.reason
+    assert (
+        "topic id OLDid, now NEWid" in d.reason and "partition 0: checkpoint at offset 30 of the old topic" in d.reason
+    )
 
 
 def test_a_partition_that_is_gone_keeps_its_position_under_earliest():
@@ -98,8 +103,14 @@ def test_policies_are_the_app_definitions_and_others_are_refused():
 
 
 def definition(**extra):
-    return {"name": "a", "module": "m", "version": "v1", "input": {"topic": "i", "partitions": 1},
-            "output": {"topic": "o", "partitions": 1}, **extra}
+    return {
+        "name": "a",
+        "module": "m",
+        "version": "v1",
+        "input": {"topic": "i", "partitions": 1},
+        "output": {"topic": "o", "partitions": 1},
+        **extra,
+    }
 
 
 def test_on_data_loss_in_the_app_definition_defaults_to_fail_and_is_validated():
@@ -295,8 +306,11 @@ def test_a_read_the_broker_answers_out_of_range_checks_again_where_the_query_sta
 
 def emitter_with(last_emitted):
     e = TransactionalEmitter("h:1", "a", Slot.BLUE, 0, "out", "dl", "commits")
-    e.last = None if last_emitted is None else CommitMarker(app="a", generation=0, epoch=1, slot=Slot.BLUE,
-                                                             batch_id=9, emitted=last_emitted, ts_ms=0)
+    e.last = (
+        None
+        if last_emitted is None
+        else CommitMarker(app="a", generation=0, epoch=1, slot=Slot.BLUE, batch_id=9, emitted=last_emitted, ts_ms=0)
+    )
     return e
 
 
@@ -304,7 +318,7 @@ def test_a_batch_that_moves_positions_back_is_emitted_once():
     start, end = {0: 1500, 1: 1500}, {0: 0, 1: 1500}
     assert rewound(start, end) and not rewound({0: 1}, {0: 2})
     assert not emitter_with({0: 1500, 1: 1500}).already_emitted(end, start)  # the marker from before it
-    assert emitter_with({0: 0, 1: 1500}).already_emitted(end, start)          # emitted, then a crash: replay
+    assert emitter_with({0: 0, 1: 1500}).already_emitted(end, start)  # emitted, then a crash: replay
     assert emitter_with({0: 1500, 1: 1500}).already_emitted({0: 1500, 1: 1400}, {0: 1500, 1: 1400})
 
 
@@ -312,26 +326,36 @@ def test_a_batch_that_moves_positions_back_is_emitted_once():
 
 
 def test_the_failure_reason_is_the_sources_line():
-    text = ("[STREAM_FAILED] Query [id = 1] terminated with exception: [PYTHON_STREAMING_DATA_SOURCE_RUNTIME_ERROR]"
-            " Failed when Python streaming data source perform latestOffset: Traceback (most recent call last):\n"
-            '  File "x.py", line 1, in read\n'
-            "spark_apps.runtime.source.input_check.InputDataLoss: input data loss on topic 'in', partition 0: ..."
-            " Way out.\n"
-            "\tat org.apache.spark.Foo(Foo.scala:1)\n")
+    text = (
+        "[STREAM_FAILED] Query [id = 1] terminated with exception: [PYTHON_STREAMING_DATA_SOURCE_RUNTIME_ERROR]"
+        " Failed when Python streaming data source perform latestOffset: Traceback (most recent call last):\n"
+        '  File "x.py", line 1, in read\n'
+        "spark_apps.runtime.source.input_check.InputDataLoss: input data loss on topic 'in', partition 0: ..."
+        " Way out.\n"
+        "\tat org.apache.spark.Foo(Foo.scala:1)\n"
+    )
     assert failure_reason(text) == "input data loss on topic 'in', partition 0: ... Way out."
     assert failure_reason("boom\nat x") == "boom\nat x"
     # Another Python error (a topic the broker lost altogether): its own line first, not cut off at the end.
-    other = text.replace("spark_apps.runtime.source.input_check.InputDataLoss: input data loss on topic 'in',"
-                         " partition 0: ... Way out.", "ValueError: option 'topic': topic 'in' does not exist")
+    other = text.replace(
+        "spark_apps.runtime.source.input_check.InputDataLoss: input data loss on topic 'in', partition 0: ... Way out.",
+        "ValueError: option 'topic': topic 'in' does not exist",
+    )
     assert failure_reason(other) == (
         "ValueError: option 'topic': topic 'in' does not exist ([STREAM_FAILED] Query [id = 1] terminated with "
         "exception: [PYTHON_STREAMING_DATA_SOURCE_RUNTIME_ERROR] Failed when Python streaming data source perform "
-        "latestOffset:)")
+        "latestOffset:)"
+    )
 
 
 def test_a_loss_of_many_partitions_keeps_its_cause_and_way_out_within_a_status():
-    d = decide("in", {p: 10_000 + p for p in range(512)}, lows={p: 0 for p in range(512)},
-               ends={p: 5 for p in range(512)}, policy="fail")
+    d = decide(
+        "in",
+        {p: 10_000 + p for p in range(512)},
+        lows={p: 0 for p in range(512)},
+        ends={p: 5 for p in range(512)},
+        policy="fail",
+    )
     assert len(d.reason) < 2000 and d.reason.endswith("(its state kept, what was lost skipped).")
     assert "partition 3: checkpoint at offset 10003, beyond the end 5" in d.reason
     assert "and 508 more, at {4: 10004, 5: 10005, " in d.reason and "19: 10019, ...} (partition: checkpoint" in d.reason

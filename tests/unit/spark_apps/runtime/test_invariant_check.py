@@ -46,8 +46,14 @@ def slot(monkeypatch, tmp_path):
         return (*outcome, None) if len(outcome) == 3 else outcome
 
     monkeypatch.setattr(invariant_check, "check_state_at", check_state_at)
-    checker = InvariantsOnRequest(APP, Slot.GREEN, tmp_path / "checkpoint", follower, spark=lambda: object(),
-                                  publish=lambda: published.append(checker.answer))
+    checker = InvariantsOnRequest(
+        APP,
+        Slot.GREEN,
+        tmp_path / "checkpoint",
+        follower,
+        spark=lambda: object(),
+        publish=lambda: published.append(checker.answer),
+    )
     return SimpleNamespace(checker=checker, follower=follower, published=published, reads=reads, calls=calls)
 
 
@@ -63,7 +69,13 @@ def test_each_request_is_answered_once_and_only_by_the_standby(slot):
     slot.checker.maybe_check()
     [answer] = slot.published
     assert (answer.asked, answer.ok, answer.batch_id, answer.rows, answer.violations, answer.examples) == (
-        "run:1", False, 9, 100, 1, ("user 7: count 0",))
+        "run:1",
+        False,
+        9,
+        100,
+        1,
+        ("user 7: count 0",),
+    )
     slot.follower.ask("run:2")  # a retry of the gate asks again
     slot.reads.append((100, 0, []))
     slot.checker.maybe_check()
@@ -72,8 +84,9 @@ def test_each_request_is_answered_once_and_only_by_the_standby(slot):
 
 def test_a_failed_read_is_tried_again_later_and_the_last_failure_is_no_verdict(slot, monkeypatch):
     slot.follower.ask("run:1")
-    slot.reads.extend([RuntimeError("file moved\nCaused by: java.io.FileNotFoundException: 10.changelog")]
-                      * READ_ATTEMPTS)
+    slot.reads.extend(
+        [RuntimeError("file moved\nCaused by: java.io.FileNotFoundException: 10.changelog")] * READ_ATTEMPTS
+    )
     slot.checker.maybe_check()
     slot.checker.maybe_check()  # within RETRY_AFTER_S of the failure: no read
     assert len(slot.reads) == READ_ATTEMPTS - 1 and slot.published == []
@@ -133,8 +146,11 @@ def test_a_failed_read_drops_the_image_and_the_next_attempt_starts_one_at_a_late
 
 
 def test_an_app_whose_output_is_not_its_state_keeps_no_image(slot, monkeypatch, tmp_path):
-    monkeypatch.setattr(invariant_check.importlib, "import_module", lambda name: SimpleNamespace(
-        check_state=lambda state: state, state_output=lambda state: state))  # no OUTPUT_IS_STATE
+    monkeypatch.setattr(
+        invariant_check.importlib,
+        "import_module",
+        lambda name: SimpleNamespace(check_state=lambda state: state, state_output=lambda state: state),
+    )  # no OUTPUT_IS_STATE
     sink = image_sink(slot, tmp_path, last_batch=12)
     slot.follower.ask("run:1")
     slot.reads.append((5, 0, []))

@@ -24,9 +24,17 @@ class RecordedPrefetcher:
 def reader(tmp_path, monkeypatch, **options):
     monkeypatch.setattr(kafka_driver_reader, "Prefetcher", RecordedPrefetcher)
     monkeypatch.setattr(confluent_kafka, "Consumer", lambda conf: conf)  # a consumer is its conf here
-    return DriverStreamReader(parse_options({"kafka.bootstrap.servers": "127.0.0.1:9", "topic": "t",
-                                             "readOn": "driver", "capFile": str(tmp_path / "cap.json"),
-                                             **options}))
+    return DriverStreamReader(
+        parse_options(
+            {
+                "kafka.bootstrap.servers": "127.0.0.1:9",
+                "topic": "t",
+                "readOn": "driver",
+                "capFile": str(tmp_path / "cap.json"),
+                **options,
+            }
+        )
+    )
 
 
 def test_a_capped_slot_follows_and_its_paced_consumer_waits_after_each_fetch(tmp_path, monkeypatch):
@@ -40,8 +48,10 @@ def test_a_capped_slot_follows_and_its_paced_consumer_waits_after_each_fetch(tmp
     assert (at_once["queued.min.messages"], at_once["fetch.queue.backoff.ms"]) == (1_000_000, 1)
     assert (paced["queued.min.messages"], paced["fetch.queue.backoff.ms"]) == (1, FOLLOW_FETCH_PACE_MS)
     assert {k: v for k, v in paced.items() if k not in at_once or at_once[k] != v} == {
-        "queued.min.messages": 1, "fetch.queue.backoff.ms": FOLLOW_FETCH_PACE_MS,
-        "max.partition.fetch.bytes": 4 * 1024 * 1024}  # otherwise the same consumer
+        "queued.min.messages": 1,
+        "fetch.queue.backoff.ms": FOLLOW_FETCH_PACE_MS,
+        "max.partition.fetch.bytes": 4 * 1024 * 1024,
+    }  # otherwise the same consumer
 
 
 def test_the_user_s_kafka_settings_win_over_the_pace(tmp_path, monkeypatch):
@@ -52,7 +62,8 @@ def test_the_user_s_kafka_settings_win_over_the_pace(tmp_path, monkeypatch):
 
 
 def test_an_active_on_a_trigger_interval_fetches_nothing_at_its_ends_until_the_window_before_its_next_batch(
-        tmp_path, monkeypatch):
+    tmp_path, monkeypatch
+):
     r = reader(tmp_path, monkeypatch, minBatchIntervalMs="1000")
     assert r._quiet_until(False) == 0.0  # no look yet
     r._pacer.hold(now=100.0)  # a batch looked at the input

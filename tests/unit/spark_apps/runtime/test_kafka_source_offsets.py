@@ -35,9 +35,22 @@ def opts(**extra):
 
 
 def test_defaults_and_case_insensitive_keys():
-    o = parse_options({"Kafka.Bootstrap.Servers": "h:1", "TOPIC": "clicks", "maxRecordsPerTrigger": "50",
-                       "capFile": "/x/cap.json", "kafka.fetch.max.bytes": "1000"})
-    assert (o.bootstrap, o.topic, o.starting, o.max_records, o.cap_file) == ("h:1", "clicks", "latest", 50, "/x/cap.json")
+    o = parse_options(
+        {
+            "Kafka.Bootstrap.Servers": "h:1",
+            "TOPIC": "clicks",
+            "maxRecordsPerTrigger": "50",
+            "capFile": "/x/cap.json",
+            "kafka.fetch.max.bytes": "1000",
+        }
+    )
+    assert (o.bootstrap, o.topic, o.starting, o.max_records, o.cap_file) == (
+        "h:1",
+        "clicks",
+        "latest",
+        50,
+        "/x/cap.json",
+    )
     assert o.kafka_conf == {"fetch.max.bytes": "1000"}
     assert o.poll_timeout_s == 120.0
     assert o.align_partitions and not opts(alignPartitions="False").align_partitions
@@ -47,12 +60,16 @@ def test_bootstrap_alias_is_accepted():
     assert parse_options({"bootstrap.servers": "h:2", "topic": "t"}).bootstrap == "h:2"
 
 
-@pytest.mark.parametrize("raw, expected", [
-    ("earliest", "earliest"), ("LATEST", "latest"),
-    ('{"0": 42, "1": 7}', {0: 42, 1: 7}),
-    ('{"t": {"0": 5}}', {0: 5}),  # Spark's per-topic form
-    ('{"0": -2, "1": -1}', {0: EARLIEST, 1: LATEST}),
-])
+@pytest.mark.parametrize(
+    "raw, expected",
+    [
+        ("earliest", "earliest"),
+        ("LATEST", "latest"),
+        ('{"0": 42, "1": 7}', {0: 42, 1: 7}),
+        ('{"t": {"0": 5}}', {0: 5}),  # Spark's per-topic form
+        ('{"0": -2, "1": -1}', {0: EARLIEST, 1: LATEST}),
+    ],
+)
 def test_starting_offsets_forms(raw, expected):
     assert opts(startingoffsets=raw).starting == expected
 
@@ -62,28 +79,31 @@ def test_starting_timestamp():
     assert o.starting_timestamp == 1_700_000_000_000 and o.starting is None
 
 
-@pytest.mark.parametrize("bad, option", [
-    ({"kafka.bootstrap.servers": None}, "kafka.bootstrap.servers"),
-    ({"topic": ""}, "topic"),
-    ({"topic": "a,b"}, "topic"),
-    ({"startingoffsets": "newest"}, "startingOffsets"),
-    ({"startingoffsets": '{"0": 1'}, "startingOffsets"),
-    ({"startingoffsets": '{"x": 1}'}, "startingOffsets"),
-    ({"startingoffsets": '{"0": "1"}'}, "startingOffsets"),
-    ({"startingoffsets": '{"0": -5}'}, "startingOffsets"),
-    ({"startingoffsets": "{}"}, "startingOffsets"),
-    ({"startingtimestamp": "yesterday"}, "startingTimestamp"),
-    ({"startingtimestamp": "1", "startingoffsets": "earliest"}, "startingOffsets"),
-    ({"maxrecordspertrigger": "0"}, "maxRecordsPerTrigger"),
-    ({"maxrecordspertrigger": "ten"}, "maxRecordsPerTrigger"),
-    ({"polltimeoutms": "-1"}, "pollTimeoutMs"),
-    ({"minbatchintervalms": "0"}, "minBatchIntervalMs"),
-    ({"minbatchintervalms": "1s"}, "minBatchIntervalMs"),
-    ({"kafka.group.id": "mine"}, "kafka.group.id"),
-    ({"alignpartitions": "no"}, "alignPartitions"),
-    ({"packrows": "yes"}, "packRows"),
-    ({"packrows": "true"}, "packRows"),  # without valueFields: nothing decoded to pack
-])
+@pytest.mark.parametrize(
+    "bad, option",
+    [
+        ({"kafka.bootstrap.servers": None}, "kafka.bootstrap.servers"),
+        ({"topic": ""}, "topic"),
+        ({"topic": "a,b"}, "topic"),
+        ({"startingoffsets": "newest"}, "startingOffsets"),
+        ({"startingoffsets": '{"0": 1'}, "startingOffsets"),
+        ({"startingoffsets": '{"x": 1}'}, "startingOffsets"),
+        ({"startingoffsets": '{"0": "1"}'}, "startingOffsets"),
+        ({"startingoffsets": '{"0": -5}'}, "startingOffsets"),
+        ({"startingoffsets": "{}"}, "startingOffsets"),
+        ({"startingtimestamp": "yesterday"}, "startingTimestamp"),
+        ({"startingtimestamp": "1", "startingoffsets": "earliest"}, "startingOffsets"),
+        ({"maxrecordspertrigger": "0"}, "maxRecordsPerTrigger"),
+        ({"maxrecordspertrigger": "ten"}, "maxRecordsPerTrigger"),
+        ({"polltimeoutms": "-1"}, "pollTimeoutMs"),
+        ({"minbatchintervalms": "0"}, "minBatchIntervalMs"),
+        ({"minbatchintervalms": "1s"}, "minBatchIntervalMs"),
+        ({"kafka.group.id": "mine"}, "kafka.group.id"),
+        ({"alignpartitions": "no"}, "alignPartitions"),
+        ({"packrows": "yes"}, "packRows"),
+        ({"packrows": "true"}, "packRows"),  # without valueFields: nothing decoded to pack
+    ],
+)
 def test_bad_options_name_the_option(bad, option):
     options = {**BASE, **bad}
     options = {k: v for k, v in options.items() if v is not None}
@@ -94,8 +114,11 @@ def test_bad_options_name_the_option(bad, option):
 def test_packed_rows_change_the_schema_spark_is_told():
     from spark_apps.runtime.source.packed_rows import packed_schema
 
-    decoded = {"valueFields": '[["user_id", "string"], ["n", "int"]]', "requiredFields": '["user_id"]',
-               "deadLetterDir": "/tmp/dead"}
+    decoded = {
+        "valueFields": '[["user_id", "string"], ["n", "int"]]',
+        "requiredFields": '["user_id"]',
+        "deadLetterDir": "/tmp/dead",
+    }
     assert not opts(**decoded).packed
     packed = KafkaSource({**BASE, **decoded, "packRows": "true"})
     assert packed.schema() == packed_schema([("user_id", "string"), ("n", "int")], ["user_id"])
@@ -281,15 +304,15 @@ def test_reader_available_now_target_and_new_partition():
 def test_pacer_holds_new_input_for_the_interval_but_not_a_moved_cap(tmp_path):
     cap = tmp_path / "cap.json"
     pacer = BatchPacer(1.0, str(cap))
-    assert not pacer.hold(now=10.0)                            # the first look
-    assert pacer.hold(now=10.1) and pacer.hold(now=10.94)      # new input alone waits for the interval
-    assert not pacer.hold(now=10.96)                           # passed, to within half a tick: look again
-    cap.write_text(json.dumps({"0": 5}))                       # the follower moved the cap
-    assert not pacer.hold(now=11.05)                           # looked at once, on the next tick
+    assert not pacer.hold(now=10.0)  # the first look
+    assert pacer.hold(now=10.1) and pacer.hold(now=10.94)  # new input alone waits for the interval
+    assert not pacer.hold(now=10.96)  # passed, to within half a tick: look again
+    cap.write_text(json.dumps({"0": 5}))  # the follower moved the cap
+    assert not pacer.hold(now=11.05)  # looked at once, on the next tick
     assert pacer.hold(now=11.1)
     cap.write_text(json.dumps({"0": 9}))
     assert not pacer.hold(now=11.2)
-    cap.unlink()                                               # the cap removed (lifted) is a change too
+    cap.unlink()  # the cap removed (lifted) is a change too
     assert not pacer.hold(now=11.3)
     assert pacer.hold(now=11.4)
     assert not BatchPacer(0.0, str(cap)).hold(now=0.0) and not BatchPacer(0.0, None).hold(now=0.0)
@@ -309,11 +332,11 @@ def test_pacer_looks_on_the_tick_nearest_the_interval_whatever_each_ticks_delay(
 
 def test_pacer_names_the_earliest_start_of_the_next_batch():
     pacer = BatchPacer(1.0, None)
-    assert pacer.next_look() is None                           # no look yet
+    assert pacer.next_look() is None  # no look yet
     pacer.hold(now=10.0)
-    assert pacer.next_look() == pytest.approx(10.95)           # where hold() next lets a look through
+    assert pacer.next_look() == pytest.approx(10.95)  # where hold() next lets a look through
     assert pacer.hold(now=10.94) and not pacer.hold(now=pacer.next_look() + 0.001)
-    assert BatchPacer(0.0, None).next_look() is None           # no interval: every tick looks
+    assert BatchPacer(0.0, None).next_look() is None  # no interval: every tick looks
 
 
 def test_reader_latest_offset_is_paced_by_min_batch_interval(tmp_path):
@@ -326,7 +349,7 @@ def test_reader_latest_offset_is_paced_by_min_batch_interval(tmp_path):
     assert r.latestOffset(start, ReadAllAvailable()) == {"0": 40, "1": 40}
     at = {"0": 40, "1": 40}
     avail.update({0: 200, 1: 200})
-    assert r.latestOffset(at, ReadAllAvailable()) is at          # held: no look within the interval
+    assert r.latestOffset(at, ReadAllAvailable()) is at  # held: no look within the interval
     cap.write_text(json.dumps({"0": 150, "1": 150}))
     assert r.latestOffset(at, ReadAllAvailable()) == {"0": 150, "1": 150}  # the cap moved: at once
     r._target = {0: 200, 1: 200}  # Trigger.AvailableNow is never held

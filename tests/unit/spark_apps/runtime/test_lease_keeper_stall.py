@@ -44,9 +44,9 @@ def delivered(k, offset):
 
 def test_past_the_renewals_delivered_before_the_last_check_keeps_the_wait(keeper):
     delivered(keeper, 9)
-    keeper._unless_stuck()       # the first check only notes the end
-    keeper._position = 10        # read past renewal 9
-    delivered(keeper, 10)        # one more, not yet read: delivered after the last check
+    keeper._unless_stuck()  # the first check only notes the end
+    keeper._position = 10  # read past renewal 9
+    delivered(keeper, 10)  # one more, not yet read: delivered after the last check
     keeper._unless_stuck()
     assert keeper._fetch_wait == 50 and not keeper.made
 
@@ -54,7 +54,7 @@ def test_past_the_renewals_delivered_before_the_last_check_keeps_the_wait(keeper
 def test_short_of_a_renewal_delivered_a_check_ago_reopens_with_a_longer_wait(keeper):
     delivered(keeper, 9)
     keeper._unless_stuck()
-    keeper._position = 4         # a stall check later still short of offset 9
+    keeper._position = 4  # a stall check later still short of offset 9
     keeper._unless_stuck()
     assert keeper._fetch_wait == 250
     assert keeper.made[0].assigned == [(lease_module.LEASES_TOPIC, 0, 4)]

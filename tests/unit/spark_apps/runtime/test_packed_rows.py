@@ -14,9 +14,12 @@ REQUIRED = ["user_id", "ts"]
 
 def arrays(n: int = 6):
     users = ["a", "bb", "", "ccc", "é", "dd"][:n]
-    return [pa.array(users, pa.string()), pa.array(range(n), pa.int64()),
-            pa.array([1.5, None, 2.0, None, 0.0, 1.0][:n], pa.float64()),
-            pa.array([None, "x", None, "", "yz", None][:n], pa.string())]
+    return [
+        pa.array(users, pa.string()),
+        pa.array(range(n), pa.int64()),
+        pa.array([1.5, None, 2.0, None, 0.0, 1.0][:n], pa.float64()),
+        pa.array([None, "x", None, "", "yz", None][:n], pa.string()),
+    ]
 
 
 def test_each_packed_row_holds_up_to_the_given_number_of_events_in_order():
@@ -57,14 +60,25 @@ def test_the_default_row_size_and_the_last_row_holds_the_rest():
     assert [len(v) for v in b.column(0).to_pylist()] == [PACKED_ROW_RECORDS, PACKED_ROW_RECORDS, 5]
 
 
-@pytest.mark.parametrize("typ, arrow", [("tinyint", pa.int8()), ("smallint", pa.int16()), ("int", pa.int32()),
-                                        ("bigint", pa.int64()), ("float", pa.float32()), ("double", pa.float64()),
-                                        ("boolean", pa.bool_()), ("string", pa.string())])
+@pytest.mark.parametrize(
+    "typ, arrow",
+    [
+        ("tinyint", pa.int8()),
+        ("smallint", pa.int16()),
+        ("int", pa.int32()),
+        ("bigint", pa.int64()),
+        ("float", pa.float32()),
+        ("double", pa.float64()),
+        ("boolean", pa.bool_()),
+        ("string", pa.string()),
+    ],
+)
 def test_the_batch_has_the_schema_spark_is_told(typ, arrow):
     from pyspark.sql.pandas.types import to_arrow_schema
 
     batch = pack([("f", typ)], [], [pa.array([None], arrow)])
     told = to_arrow_schema(packed_schema([("f", typ)], []))
     assert [f.name for f in batch.schema] == told.names
-    assert [f.type.value_type if pa.types.is_list(f.type) else f.type for f in batch.schema] == \
-        [f.type.value_type if pa.types.is_list(f.type) else f.type for f in told]
+    assert [f.type.value_type if pa.types.is_list(f.type) else f.type for f in batch.schema] == [
+        f.type.value_type if pa.types.is_list(f.type) else f.type for f in told
+    ]

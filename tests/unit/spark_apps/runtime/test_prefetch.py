@@ -11,8 +11,12 @@ from spark_apps.runtime.source.prefetch import PartitionBuffer, Prefetcher, Stam
 
 def buffer_with(good, dead=(), start=0, next_offset=None):
     b = PartitionBuffer(start, start, 1)
-    b.append(list(good), [[f"r{o}" for o in good]], [(o, None, b"x", "bad") for o in dead],
-             next_offset if next_offset is not None else max([*good, *dead, start - 1]) + 1)
+    b.append(
+        list(good),
+        [[f"r{o}" for o in good]],
+        [(o, None, b"x", "bad") for o in dead],
+        next_offset if next_offset is not None else max([*good, *dead, start - 1]) + 1,
+    )
     return b
 
 
@@ -70,9 +74,9 @@ INF = float("inf")
 
 
 def test_catching_up_partitions_move_abreast_in_time():
-    fast = stamped(0, [1000 + 100 * i for i in range(100)])   # fetched up to 10,900 ms of writes
+    fast = stamped(0, [1000 + 100 * i for i in range(100)])  # fetched up to 10,900 ms of writes
     slow = stamped(500, [1000 + 100 * i for i in range(20)])  # only up to 2,900 ms so far
-    done = stamped(50, [900, 9500], at_end=True)              # read to its end: holds nobody back
+    done = stamped(50, [900, 9500], at_end=True)  # read to its end: holds nobody back
     got = aligned_limits({0: fast, 1: slow, 2: done}, {0: INF, 1: INF, 2: INF})
     # Every partition up to the slow one's newest record (2,900 ms) + the slack (1 s).
     assert got == {0: 30, 1: 520, 2: 51}
@@ -103,7 +107,10 @@ def test_a_steady_state_that_holds_nothing_back_is_never_a_hold(monkeypatch, cap
         assert pf._aligned({0: 0, 1: 0}, limits) == limits
     assert pf._held_since is None and "abreast" not in caplog.text
     # A real hold still times out: partition 1 behind at 2,900 ms, partition 0 has records up to 10,900 ms.
-    pf.buffers = {0: stamped(0, [1000 + 100 * i for i in range(100)]), 1: stamped(500, [1000 + 100 * i for i in range(20)])}
+    pf.buffers = {
+        0: stamped(0, [1000 + 100 * i for i in range(100)]),
+        1: stamped(500, [1000 + 100 * i for i in range(20)]),
+    }
     assert pf._aligned({0: 0, 1: 500}, limits) == {0: 30, 1: 520}
     time.sleep(0.01)
     assert pf._aligned({0: 0, 1: 500}, limits) == limits and "abreast" in caplog.text
@@ -342,8 +349,16 @@ def test_a_slot_that_stops_following_swaps_to_a_consumer_that_fetches_at_once_wh
     at_once, paced = FakeConsumer(logs), FakeConsumer(logs)
     closed = []
     paced.close = lambda: closed.append("paced")
-    pf = Prefetcher(lambda: at_once, "t", {0: 0, 1: 100}, 1, decode, max_buffered=1000,
-                    make_paced_consumer=lambda: paced, paced=True)
+    pf = Prefetcher(
+        lambda: at_once,
+        "t",
+        {0: 0, 1: 100},
+        1,
+        decode,
+        max_buffered=1000,
+        make_paced_consumer=lambda: paced,
+        paced=True,
+    )
     try:
         wait_ready(pf, {0: 0, 1: 100}, {0: 10, 1: 4})
         assert at_once.pos == {} and paced.pos == {0: 10, 1: 104}  # only the paced one was used
@@ -469,8 +484,16 @@ def test_a_paced_consumer_counts_a_partition_at_its_end_by_the_watermark_its_fet
     would ever count as at its end, and none would pause in the quiet time."""
     logs = {0: list(range(6)), 1: list(range(100, 104))}
     paced = NoEOFConsumer(logs)
-    pf = Prefetcher(lambda: FakeConsumer(logs), "t", {0: 0, 1: 100}, 1, decode, max_buffered=1000,
-                    make_paced_consumer=lambda: paced, paced=True)
+    pf = Prefetcher(
+        lambda: FakeConsumer(logs),
+        "t",
+        {0: 0, 1: 100},
+        1,
+        decode,
+        max_buffered=1000,
+        make_paced_consumer=lambda: paced,
+        paced=True,
+    )
     try:
         pf.quiet(time.monotonic() + 60)
         wait_ready(pf, {0: 0, 1: 100}, {0: 6, 1: 4})

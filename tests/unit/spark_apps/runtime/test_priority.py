@@ -34,8 +34,14 @@ def fake(threads=(101, 102, 103), may_raise=True, fail=None):
             raise OSError(fail[tid], os.strerror(fail[tid]))
         calls.append((tid, nice))
 
-    slot = SlotPriority(10, root=100, clock=clock, threads=lambda root: list(threads),
-                        may_raise=lambda base: may_raise, setpriority=setpriority)
+    slot = SlotPriority(
+        10,
+        root=100,
+        clock=clock,
+        threads=lambda root: list(threads),
+        may_raise=lambda base: may_raise,
+        setpriority=setpriority,
+    )
     return slot, calls, clock
 
 
@@ -122,8 +128,10 @@ def test_may_raise_from_the_capability_or_the_limit(tmp_path, monkeypatch):
 def test_a_real_process_tree_follows_the_role():
     """A child with a thread and a grandchild: each thread's nice as the kernel reports it. Where the
     priority could not be raised again, nothing is changed."""
-    code = ("import subprocess, threading, time; threading.Thread(target=time.sleep, args=(30,), daemon=True).start(); "
-            "subprocess.Popen(['sleep', '30']); time.sleep(30)")
+    code = (
+        "import subprocess, threading, time; threading.Thread(target=time.sleep, args=(30,), daemon=True).start(); "
+        "subprocess.Popen(['sleep', '30']); time.sleep(30)"
+    )
     child = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
     try:
         deadline = time.monotonic() + 10
@@ -134,7 +142,7 @@ def test_a_real_process_tree_follows_the_role():
             out = []
             for tid in tree_threads(child.pid):
                 stat = Path(f"/proc/{tid}/stat").read_text()
-                out.append(int(stat[stat.rindex(")") + 2:].split()[16]))
+                out.append(int(stat[stat.rindex(")") + 2 :].split()[16]))
             return out
 
         assert len(nices()) >= 3

@@ -27,5 +27,7 @@ def test_the_runtimes_lines_carry_the_slots_identity_and_others_only_warn(capsys
     logging.getLogger("py4j.clientserver").warning("a library's warning")
     lines = capsys.readouterr().err.splitlines()
     assert len(lines) == 2, lines
-    assert lines[0].endswith(" INFO [cc_1/blue/gen-2] spark_apps.runtime.harness: state digest (restore, batch 3): 10 rows")
+    assert lines[0].endswith(
+        " INFO [cc_1/blue/gen-2] spark_apps.runtime.harness: state digest (restore, batch 3): 10 rows"
+    )
     assert lines[1].endswith(" WARNING [cc_1/blue/gen-2] py4j.clientserver: a library's warning")

@@ -11,8 +11,13 @@ from spark_apps.runtime.install import worker_path
 
 def imported_pyspark(pythonpath: str) -> str:
     env = {**os.environ, "PYTHONPATH": pythonpath}
-    return subprocess.run([sys.executable, "-c", "import pyspark, sys; print(pyspark.__file__)"], env=env,
-                          capture_output=True, text=True, check=True).stdout.strip()
+    return subprocess.run(
+        [sys.executable, "-c", "import pyspark, sys; print(pyspark.__file__)"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
 
 
 def test_make_install_wrote_the_path_file_beside_the_installed_pyspark():
@@ -43,8 +48,11 @@ def test_install_writes_one_line_that_only_drops_the_installed_zips(tmp_path):
     zips = worker_path.installed_zips_dir()
     path_before = [str(zips / "pyspark.zip"), "/elsewhere/pyspark.zip", str(zips.parent)]
     scope = {}
-    exec(line.replace("import sys;", "sys = __import__('types').SimpleNamespace(path=list(P));"),
-         {"P": path_before}, scope)
+    exec(
+        line.replace("import sys;", "sys = __import__('types').SimpleNamespace(path=list(P));"),
+        {"P": path_before},
+        scope,
+    )
     assert scope["sys"].path == ["/elsewhere/pyspark.zip", str(zips.parent)]
 
 
