@@ -43,6 +43,7 @@ def log(msg: str) -> None:
 
 # --- processes ----------------------------------------------------------------------------------
 
+
 @dataclass
 class Procs:
     """Subprocesses started by a benchmark, each in its own session, with its log in `logs`."""
@@ -51,12 +52,24 @@ class Procs:
     running: dict[str, subprocess.Popen] = field(default_factory=dict)
 
     def start(self, name: str, argv: list[str], stdout=None, env: dict[str, str] | None = None) -> subprocess.Popen:
-        env = {**os.environ, "PYTHONPATH": str(REPO), "PYSPARK_PYTHON": sys.executable,
-               "PYSPARK_DRIVER_PYTHON": sys.executable, **(env or {})}
+        env = {
+            **os.environ,
+            "PYTHONPATH": str(REPO),
+            "PYSPARK_PYTHON": sys.executable,
+            "PYSPARK_DRIVER_PYTHON": sys.executable,
+            **(env or {}),
+        }
         self.logs.mkdir(parents=True, exist_ok=True)
         err = open(self.logs / f"{name}.log", "ab")
-        proc = subprocess.Popen(argv, env=env, cwd=REPO, stdin=subprocess.DEVNULL,
-                                stdout=stdout if stdout is not None else err, stderr=err, start_new_session=True)
+        proc = subprocess.Popen(
+            argv,
+            env=env,
+            cwd=REPO,
+            stdin=subprocess.DEVNULL,
+            stdout=stdout if stdout is not None else err,
+            stderr=err,
+            start_new_session=True,
+        )
         err.close()
         self.running[name] = proc
         return proc
@@ -179,14 +192,21 @@ def bench(prefix: str, keep: Path | None = None) -> Iterator[Bench]:
 
 # --- the app under test -------------------------------------------------------------------------
 
+
 def app_count_rows(given: bool | None) -> bool:
     """The bench app's state.count_rows: `given`, else what the shipped click_counts says."""
     return given if given is not None else load_definition(APPS_DIR / "click_counts.yaml").state.count_rows
 
 
-def click_count_app(directory: Path, partitions: int = 4, trigger_ms: int = 1000,
-                    max_records_per_trigger: int = 500_000, standby_nice: int | None = None,
-                    standby_pace_ms: int | None = None, count_rows: bool | None = None) -> tuple[AppDefinition, Path]:
+def click_count_app(
+    directory: Path,
+    partitions: int = 4,
+    trigger_ms: int = 1000,
+    max_records_per_trigger: int = 500_000,
+    standby_nice: int | None = None,
+    standby_pace_ms: int | None = None,
+    count_rows: bool | None = None,
+) -> tuple[AppDefinition, Path]:
     """A fresh click-count app definition (unique name and topics) written to `directory`;
     `standby_nice`, `standby_pace_ms` None: the app definition's default; `count_rows` (state.count_rows)
     None: what the shipped click_counts (include/apps/click_counts.yaml) says, so the bench runs that app."""
@@ -207,13 +227,19 @@ def click_count_app(directory: Path, partitions: int = 4, trigger_ms: int = 1000
 
 def create_app(bootstrap: str, app: AppDefinition, active: Slot = Slot.BLUE, standby: bool = False) -> None:
     """The app's topics and the control-plane topics, and a control record naming `active`."""
-    ensure_topics(bootstrap, [TopicSpec(CONTROL_TOPIC, 1, {"cleanup.policy": "compact"}), TopicSpec(STATUS_TOPIC, 1),
-                              *app.topics()])
+    ensure_topics(
+        bootstrap,
+        [TopicSpec(CONTROL_TOPIC, 1, {"cleanup.policy": "compact"}), TopicSpec(STATUS_TOPIC, 1), *app.topics()],
+    )
     slots = {active: SlotSpec(SlotState.RUNNING, app.version)}
     if standby:
         slots[active.other] = SlotSpec(SlotState.RUNNING, app.version)
-    write_control(bootstrap, ControlRecord(app=app.name, revision=1, epoch=1, active=active, slots=slots,
-                                           writer="bench", ts_ms=int(time.time() * 1000)))
+    write_control(
+        bootstrap,
+        ControlRecord(
+            app=app.name, revision=1, epoch=1, active=active, slots=slots, writer="bench", ts_ms=int(time.time() * 1000)
+        ),
+    )
 
 
 def reports(slot: Slot, *states: SlotState) -> Callable[[StatusRecord], bool]:
@@ -226,9 +252,22 @@ def running(proc: subprocess.Popen) -> Callable[[], bool]:
     return lambda: proc.poll() is None
 
 
-def start_slot(b: Bench, app_path: Path, slot: Slot, conf: Sequence[str] = (), name: str | None = None) -> subprocess.Popen:
-    argv = [sys.executable, "-m", "spark_apps.runtime.run", "--app", str(app_path), "--slot", slot.value,
-            "--bootstrap", b.bootstrap, "--state-dir", str(b.tmp / "state")]
+def start_slot(
+    b: Bench, app_path: Path, slot: Slot, conf: Sequence[str] = (), name: str | None = None
+) -> subprocess.Popen:
+    argv = [
+        sys.executable,
+        "-m",
+        "spark_apps.runtime.run",
+        "--app",
+        str(app_path),
+        "--slot",
+        slot.value,
+        "--bootstrap",
+        b.bootstrap,
+        "--state-dir",
+        str(b.tmp / "state"),
+    ]
     for item in conf:
         argv += ["--conf", item]
     # Its JVM's scratch files in the bench's temp dir, gone with it, also after a kill -9 (baton.launch_tmp).
@@ -237,6 +276,7 @@ def start_slot(b: Bench, app_path: Path, slot: Slot, conf: Sequence[str] = (), n
 
 
 # --- observing the slots ------------------------------------------------------------------------
+
 
 class StatusWatch:
     """Follows the status topic in a thread: every status record of one app, with its arrival time."""
@@ -248,8 +288,14 @@ class StatusWatch:
         self.records: list[tuple[float, StatusRecord]] = []
         self._cond = threading.Condition()
         self._stop = threading.Event()
-        self._c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-status-{uuid.uuid4().hex}",
-                            "enable.auto.commit": False, "fetch.wait.max.ms": 200})
+        self._c = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": f"bench-status-{uuid.uuid4().hex}",
+                "enable.auto.commit": False,
+                "fetch.wait.max.ms": 200,
+            }
+        )
         self._c.assign([TopicPartition(STATUS_TOPIC, 0, 0)])
         self._thread = threading.Thread(target=self._run, name="bench-status", daemon=True)
         self._thread.start()
@@ -270,8 +316,13 @@ class StatusWatch:
         with self._cond:
             return [r for t, r in self.records if r.slot is slot and t >= since]
 
-    def wait(self, pred: Callable[[StatusRecord], bool], timeout_s: float, what: str,
-             alive: Callable[[], bool] = lambda: True) -> tuple[float, StatusRecord]:
+    def wait(
+        self,
+        pred: Callable[[StatusRecord], bool],
+        timeout_s: float,
+        what: str,
+        alive: Callable[[], bool] = lambda: True,
+    ) -> tuple[float, StatusRecord]:
         """(arrival time, record) of the first record (of any time) for which pred holds."""
         deadline = time.monotonic() + timeout_s
         seen = 0
@@ -310,11 +361,16 @@ def total(positions: dict[int, int] | None) -> int:
 
 def wait_processed(watch: StatusWatch, slot: Slot, records: int, timeout_s: float, alive=lambda: True) -> StatusRecord:
     """The first status record of `slot` whose processed position covers `records` input records."""
-    return watch.wait(lambda r: r.slot is slot and total(r.processed) >= records, timeout_s,
-                      f"of {slot.value} with {records} records processed", alive)[1]
+    return watch.wait(
+        lambda r: r.slot is slot and total(r.processed) >= records,
+        timeout_s,
+        f"of {slot.value} with {records} records processed",
+        alive,
+    )[1]
 
 
 # --- CPU accounting -----------------------------------------------------------------------------
+
 
 def proc_cpu_s(pid: int) -> float:
     """CPU seconds (user + system) of one process, its threads included, from /proc."""
@@ -361,8 +417,7 @@ class CpuMeter:
         self._stop = threading.Event()
         self.started = self.stopped = 0.0
 
-    def track(self, role: str, pid: int, slot: bool = False,
-              label: Callable[[object], str] | None = None) -> None:
+    def track(self, role: str, pid: int, slot: bool = False, label: Callable[[object], str] | None = None) -> None:
         """Count the process tree of `pid` as `role`; a slot's tree is split into its parts.
         `label(process)`, for a tree that is not a slot's, names each process's role instead (e.g.
         Airflow's own processes apart from the Spark helpers its tasks start). Tracking a role
@@ -417,8 +472,11 @@ class CpuMeter:
                 counted = [(p.pid, label, cpu)]
                 if part == "jvm":  # the JIT apart (a young JVM spends a third of its CPU compiling), and GC
                     jit, gc = jvm_split_cpu_s(p.pid)
-                    counted = [(p.pid, label, cpu - jit - gc), ((p.pid, "jit"), f"{role}.jvm_jit", jit),
-                               ((p.pid, "gc"), f"{role}.jvm_gc", gc)]
+                    counted = [
+                        (p.pid, label, cpu - jit - gc),
+                        ((p.pid, "jit"), f"{role}.jvm_jit", jit),
+                        ((p.pid, "gc"), f"{role}.jvm_gc", gc),
+                    ]
                 for key, name, seconds in counted:
                     if first:
                         self._base[key] = seconds
@@ -458,16 +516,24 @@ class CpuMeter:
         by: dict[str, float] = {}
         for pid, (role, cpu) in self._last.items():
             by[role] = by.get(role, 0.0) + max(0.0, cpu - self._base.get(pid, 0.0))
-        roles = {r: {"cpu_s": round(s, 1), "cores": round(s / window, 3)}
-                 for r, s in sorted(by.items(), key=lambda kv: -kv[1])}
+        roles = {
+            r: {"cpu_s": round(s, 1), "cores": round(s / window, 3)}
+            for r, s in sorted(by.items(), key=lambda kv: -kv[1])
+        }
         ours = sum(by.values()) / window
         # Busy cores machine-wide, and what of it was not this benchmark (other load skews a run).
-        return {"window_s": round(window, 1), "cores_used": round(ours, 3), "machine_busy_cores": round(busy, 3),
-                "other_processes_cores": round(max(0.0, busy - ours), 3), "steal_cores": round(steal, 3),
-                "by_role": roles}
+        return {
+            "window_s": round(window, 1),
+            "cores_used": round(ours, 3),
+            "machine_busy_cores": round(busy, 3),
+            "other_processes_cores": round(max(0.0, busy - ours), 3),
+            "steal_cores": round(steal, 3),
+            "by_role": roles,
+        }
 
 
 # --- results ------------------------------------------------------------------------------------
+
 
 def write_result(name: str, data: dict) -> Path:
     RESULTS.mkdir(parents=True, exist_ok=True)
@@ -489,8 +555,13 @@ def _jsonable(x):
 def machine() -> dict:
     import platform
 
-    return {"cores": os.cpu_count(), "python": platform.python_version(), "host": platform.node(),
-            "load_avg_at_start": [round(x, 2) for x in os.getloadavg()], "calibration_ms": calibration_ms()}
+    return {
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "host": platform.node(),
+        "load_avg_at_start": [round(x, 2) for x in os.getloadavg()],
+        "calibration_ms": calibration_ms(),
+    }
 
 
 def calibration_ms() -> float:

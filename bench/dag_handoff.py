@@ -96,6 +96,7 @@ CHUNK_S = 10.0  # the steady load's pieces: the longest it takes to stop
 
 # --- the load generator's process ---------------------------------------------------------------
 
+
 def load_worker(argv: list[str]) -> int:
     """`dag_handoff.py _load ...`: baton.tools.loadgen's paced generator, in pieces until SIGTERM.
 
@@ -129,6 +130,7 @@ def load_worker(argv: list[str]) -> int:
     def on_error(err, _msg) -> None:
         if err is not None:
             failures.append(str(err))
+
     producer = Producer({**producer_config(ns.bootstrap), "on_delivery": on_error})
 
     class Piece:  # what loadgen.run sees: the shared producer, flushed once at the very end
@@ -137,6 +139,7 @@ def load_worker(argv: list[str]) -> int:
         @staticmethod
         def flush(_timeout):
             return 0
+
     ns.out_dir.mkdir(parents=True, exist_ok=True)
     i = 0
     while not stop.is_set():
@@ -153,10 +156,14 @@ def load_worker(argv: list[str]) -> int:
     left = producer.flush(120)
     print(json.dumps({"pieces": i, "undelivered": left, "failed": len(failures)}), flush=True)
     if left or failures:
-        print(f"{left} events not delivered, {len(failures)} failed ({failures[:3]}): the send logs do not "
-              "describe the topic", file=sys.stderr)
+        print(
+            f"{left} events not delivered, {len(failures)} failed ({failures[:3]}): the send logs do not "
+            "describe the topic",
+            file=sys.stderr,
+        )
         return 1
     return 0
+
 
 def load_sends(directory: Path) -> tuple[SendLog, list[dict]]:
     """The pieces' send logs as one (in send order), and each piece's meta."""
@@ -164,14 +171,19 @@ def load_sends(directory: Path) -> tuple[SendLog, list[dict]]:
     if not pieces:
         raise RuntimeError(f"the load generator wrote no send log under {directory}")
     offsets = np.cumsum([0] + [p.users.size for p in pieces[:-1]])
-    sent = SendLog(users=np.concatenate([p.users for p in pieces]), kinds=np.concatenate([p.kinds for p in pieces]),
-                   tick_first=np.concatenate([p.tick_first + o for p, o in zip(pieces, offsets)]),
-                   tick_time=np.concatenate([p.tick_time for p in pieces]), keys=pieces[0].keys,
-                   meta={**pieces[0].meta, "events": int(sum(p.users.size for p in pieces))})
+    sent = SendLog(
+        users=np.concatenate([p.users for p in pieces]),
+        kinds=np.concatenate([p.kinds for p in pieces]),
+        tick_first=np.concatenate([p.tick_first + o for p, o in zip(pieces, offsets)]),
+        tick_time=np.concatenate([p.tick_time for p in pieces]),
+        keys=pieces[0].keys,
+        meta={**pieces[0].meta, "events": int(sum(p.users.size for p in pieces))},
+    )
     return sent, [p.meta for p in pieces]
 
 
 # --- the run --------------------------------------------------------------------------------------
+
 
 def run(plat, client, procs: Procs, args) -> dict:
     wait_dags(client, {"baton_topics", "baton_lifecycle", "baton_health", KINDS[args.kind][0]})
@@ -182,6 +194,7 @@ def run(plat, client, procs: Procs, args) -> dict:
     finally:
         watch.close()  # its consumer must not outlive the broker
 
+
 def measure(plat, client, procs: Procs, args, watch: StatusWatch) -> dict:
     from baton.kafka.control_log import read_control
 
@@ -191,16 +204,18 @@ def measure(plat, client, procs: Procs, args, watch: StatusWatch) -> dict:
     t = time.monotonic()
     run_dag(client, "baton_lifecycle", {"app": APP, "action": "start", "slot": "both"}, 600)
     for s in Slot:
-        watch.wait(reports(s, SlotState.RESTORING, SlotState.RUNNING), 300,
-                   f"of {s.value} starting")
+        watch.wait(reports(s, SlotState.RESTORING, SlotState.RUNNING), 300, f"of {s.value} starting")
     log(f"baton_lifecycle start: both slots up in {time.monotonic() - t:.0f}s")
     from baton.apps import load_registry
 
     app = load_registry()[APP]
     prewarm = None
     if args.prewarm:
-        prewarm = produce(LoadSpec(rate=math.inf, keys=args.users, events=args.prewarm, malformed=args.malformed,
-                                   seed=1000), bootstrap, app.input.topic)
+        prewarm = produce(
+            LoadSpec(rate=math.inf, keys=args.users, events=args.prewarm, malformed=args.malformed, seed=1000),
+            bootstrap,
+            app.input.topic,
+        )
         t = time.monotonic()
         for s in Slot:
             wait_processed(watch, s, args.prewarm, 600)
@@ -209,17 +224,48 @@ def measure(plat, client, procs: Procs, args, watch: StatusWatch) -> dict:
     work = Path(tempfile.mkdtemp(prefix="dag-bench-", dir=plat.settings.state_dir))
     seen_path, sends_dir = work / "seen.npz", work / "sends"
     py = sys.executable
-    procs.start("verifier", [py, "-m", "baton.tools.verify", "tail", "--bootstrap", bootstrap, "--topic",
-                             app.output.topic, "--partitions", str(app.output.partitions), "--out", str(seen_path)])
-    load_argv = [py, str(Path(__file__).resolve()), "_load", "--bootstrap", bootstrap, "--topic", app.input.topic,
-                 "--rate", str(args.rate), "--keys", str(args.users), "--malformed", str(args.malformed),
-                 "--out-dir", str(sends_dir)]
+    procs.start(
+        "verifier",
+        [
+            py,
+            "-m",
+            "baton.tools.verify",
+            "tail",
+            "--bootstrap",
+            bootstrap,
+            "--topic",
+            app.output.topic,
+            "--partitions",
+            str(app.output.partitions),
+            "--out",
+            str(seen_path),
+        ],
+    )
+    load_argv = [
+        py,
+        str(Path(__file__).resolve()),
+        "_load",
+        "--bootstrap",
+        bootstrap,
+        "--topic",
+        app.input.topic,
+        "--rate",
+        str(args.rate),
+        "--keys",
+        str(args.users),
+        "--malformed",
+        str(args.malformed),
+        "--out-dir",
+        str(sends_dir),
+    ]
     if bursty:
         load_argv += ["--on-s", str(args.on_s), "--off-s", str(args.off_s)]
     loadgen = procs.start("loadgen", load_argv)
     t_load = time.time()
-    log(f"load {args.rate:.0f}/s over {args.users} users{' (20 s on / 30 s off from the trigger on)' if bursty else ''}; "
-        f"warm-up {args.warm:.0f}s")
+    log(
+        f"load {args.rate:.0f}/s over {args.users} users{' (20 s on / 30 s off from the trigger on)' if bursty else ''}; "
+        f"warm-up {args.warm:.0f}s"
+    )
 
     warm_meter = Meter(plat, procs, APP).start()
     time.sleep(args.warm)
@@ -234,8 +280,9 @@ def measure(plat, client, procs: Procs, args, watch: StatusWatch) -> dict:
     triggered = client.trigger(dag_id, conf)
     run_id = triggered["dag_run_id"]
     log(f"triggered {dag_id} {json.dumps(conf)}: run {run_id}")
-    dag_run, tis = poll_run(client, plat, meter, dag_id, run_id, t0, args.timeout,
-                            where=lambda: slot_lag(bootstrap, watch, app))
+    dag_run, tis = poll_run(
+        client, plat, meter, dag_id, run_id, t0, args.timeout, where=lambda: slot_lag(bootstrap, watch, app)
+    )
     t_end = time.time()
     run_cpu = meter.stop()
     succeeded = dag_run.get("state") == "success"
@@ -244,8 +291,10 @@ def measure(plat, client, procs: Procs, args, watch: StatusWatch) -> dict:
     for r in tasks:  # why a task failed, or why an attempt before this one did
         if r["state"] in ("failed", "up_for_retry") or (r["try_number"] or 0) > 1:
             r["reason"] = task_reason(client, plat, dag_id, run_id, r)
-    log(f"{dag_id}: {dag_run.get('state')} in {t_end - t0:.0f}s"
-        + "".join(f"\n  {r['task_id']}: {r['reason']}" for r in tasks if r.get("reason")))
+    log(
+        f"{dag_id}: {dag_run.get('state')} in {t_end - t0:.0f}s"
+        + "".join(f"\n  {r['task_id']}: {r['reason']}" for r in tasks if r.get("reason"))
+    )
 
     cutover_at = None  # when the cutover was written (the new active took over), if the run got there
     if any(r["task_id"] == "cutover" and r["state"] == "success" for r in tasks):
@@ -277,29 +326,50 @@ def measure(plat, client, procs: Procs, args, watch: StatusWatch) -> dict:
 
     obs = Observations.load(seen_path)
     result = analyse(args, prewarm, sent, pieces, obs, t0, t_load, t_end, t_load_end)
-    result.update({
-        "kind": args.kind, "dag_id": dag_id, "conf": conf, "dag_run_id": run_id, "state": dag_run.get("state"),
-        "succeeded": succeeded, "duration_s": round(t_end - t0, 1),
-        "run_start_s": round(run_start - t0, 1) if (run_start := iso_s(dag_run.get("start_date"))) is not None else None,
-        "run_end_s": round(run_end - t0, 1) if (run_end := iso_s(dag_run.get("end_date"))) is not None else None,
-        "tasks": tasks, "failed_tasks": [r["task_id"] for r in failed],
-        "cutover_at_s": round(cutover_at - t0, 2) if cutover_at else None,
-        # output readable after the cutover was written: the handoff's own gap ends there
-        "cutover_next_output_s": next_output(obs.times, cutover_at) if cutover_at else None,
-        "failure": None if succeeded else next(
-            (f"{r['task_id']} ({r['state']}): {r.get('reason')}" for r in tasks
-             if r["state"] in ("failed", "up_for_retry")),
-            f"run {dag_run.get('state')} after {t_end - t0:.0f}s; unfinished: "
-            f"{[r['task_id'] for r in tasks if r['state'] not in ('success', 'skipped', 'failed', 'upstream_failed')]}"),
-        "active_after": active.value, "drained": drained, "warm_caught_up": caught,
-        "cpu": run_cpu, "cpu_warmup": warm_cpu,
-        "slot_batches": slot_batches(watch, t0),
-    })
+    result.update(
+        {
+            "kind": args.kind,
+            "dag_id": dag_id,
+            "conf": conf,
+            "dag_run_id": run_id,
+            "state": dag_run.get("state"),
+            "succeeded": succeeded,
+            "duration_s": round(t_end - t0, 1),
+            "run_start_s": round(run_start - t0, 1)
+            if (run_start := iso_s(dag_run.get("start_date"))) is not None
+            else None,
+            "run_end_s": round(run_end - t0, 1) if (run_end := iso_s(dag_run.get("end_date"))) is not None else None,
+            "tasks": tasks,
+            "failed_tasks": [r["task_id"] for r in failed],
+            "cutover_at_s": round(cutover_at - t0, 2) if cutover_at else None,
+            # output readable after the cutover was written: the handoff's own gap ends there
+            "cutover_next_output_s": next_output(obs.times, cutover_at) if cutover_at else None,
+            "failure": None
+            if succeeded
+            else next(
+                (
+                    f"{r['task_id']} ({r['state']}): {r.get('reason')}"
+                    for r in tasks
+                    if r["state"] in ("failed", "up_for_retry")
+                ),
+                f"run {dag_run.get('state')} after {t_end - t0:.0f}s; unfinished: "
+                f"{[r['task_id'] for r in tasks if r['state'] not in ('success', 'skipped', 'failed', 'upstream_failed')]}",
+            ),
+            "active_after": active.value,
+            "drained": drained,
+            "warm_caught_up": caught,
+            "cpu": run_cpu,
+            "cpu_warmup": warm_cpu,
+            "slot_batches": slot_batches(watch, t0),
+        }
+    )
     return result
+
 
 def next_output(readable, t: float) -> float | None:
     later = readable[readable > t]
     return round(float(later.min()) - t, 3) if later.size else None
+
 
 def slot_lag(bootstrap: str, watch: StatusWatch, app) -> str:
     """Each slot's last batch: records behind the input's end, its role and generation."""
@@ -311,9 +381,12 @@ def slot_lag(bootstrap: str, watch: StatusWatch, app) -> str:
         done = [r for r in watch.of(s) if r.batch_id >= 0]
         if done:
             r = done[-1]
-            parts.append(f"{s.value} ({r.role.value}, gen {r.generation}) {end - total(r.processed)} behind, "
-                         f"batch {r.batch_ms} ms")
+            parts.append(
+                f"{s.value} ({r.role.value}, gen {r.generation}) {end - total(r.processed)} behind, "
+                f"batch {r.batch_ms} ms"
+            )
     return "; ".join(parts)
+
 
 def caught_up(bootstrap: str, watch: StatusWatch, app, rate: float, timeout_s: float = 120.0) -> str:
     """Wait (up to timeout_s) until both slots are within ~5 s of input of the input's end; say where they stand."""
@@ -330,26 +403,36 @@ def caught_up(bootstrap: str, watch: StatusWatch, app, rate: float, timeout_s: f
             return ", ".join(f"{k} {v} records behind" for k, v in lag.items())
         time.sleep(2)
 
+
 def slot_batches(watch: StatusWatch, t0: float) -> dict:
     """Per slot: (t, processed, batch_ms, role, pid, generation) of each batch, for the plot and the record."""
     out = {}
     for s in Slot:
-        out[s.value] = [(round(r.ts_ms / 1000 - t0, 2), total(r.processed), r.batch_ms, r.role.value, r.pid,
-                         r.generation) for r in batch_records(watch, s)]
+        out[s.value] = [
+            (round(r.ts_ms / 1000 - t0, 2), total(r.processed), r.batch_ms, r.role.value, r.pid, r.generation)
+            for r in batch_records(watch, s)
+        ]
     return out
+
 
 def code_rev() -> str | None:
     if os.environ.get("BATON_CODE_REV"):
         return os.environ["BATON_CODE_REV"]
     try:
-        head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, check=True).stdout.split()
+        head = subprocess.run(
+            ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split()
         changed = [p for p in dirty[1::2] if not p.startswith("bench/")]
         return head + (f" + local changes to {', '.join(changed)}" if changed else "")
     except (OSError, subprocess.CalledProcessError):
         return None
+
 
 def main() -> int:
     if sys.argv[1:2] == ["_load"]:
@@ -364,8 +447,12 @@ def main() -> int:
     ap.add_argument("--tail", type=float, default=20.0, help="seconds of load after the run ended")
     ap.add_argument("--on-s", type=float, default=20.0, help="bursty: seconds of load per burst")
     ap.add_argument("--off-s", type=float, default=30.0, help="bursty: seconds of no load between bursts")
-    ap.add_argument("--timeout", type=float, default=1800.0,
-                    help="give the DAG run this long (the rolling upgrade's warm-up gate alone may wait 15 min)")
+    ap.add_argument(
+        "--timeout",
+        type=float,
+        default=1800.0,
+        help="give the DAG run this long (the rolling upgrade's warm-up gate alone may wait 15 min)",
+    )
     ap.add_argument("--drain-timeout", type=float, default=300.0)
     ap.add_argument("--logs", type=Path, default=None, help="keep the processes', tasks' and slots' logs here")
     ap.add_argument("--name", default=None, help="results file name (default dag_KIND)")
@@ -380,12 +467,32 @@ def main() -> int:
     result["machine"] = {**machine(), "load_avg_at_start": [round(x, 2) for x in load]}
     path = write_result(name, result)
     plot(result, RESULTS / f"{name}.png")
-    keys = ["succeeded", "duration_s", "rate", "lost", "duplicated", "wrong", "p50_ms", "p99_ms", "p99_99_ms",
-            "max_gap_ms", "max_gap_end_s", "failure"]
-    print(json.dumps({**{k: result.get(k) for k in keys},
-                      "tasks": {r["task_id"]: (r["state"], r["duration_s"]) for r in result["tasks"]},
-                      "cpu": result["cpu"]["groups"], "upgrade_own_cores": result["cpu"]["upgrade_own_cores"],
-                      "targets_met": result["targets"]["met"]}, indent=1))
+    keys = [
+        "succeeded",
+        "duration_s",
+        "rate",
+        "lost",
+        "duplicated",
+        "wrong",
+        "p50_ms",
+        "p99_ms",
+        "p99_99_ms",
+        "max_gap_ms",
+        "max_gap_end_s",
+        "failure",
+    ]
+    print(
+        json.dumps(
+            {
+                **{k: result.get(k) for k in keys},
+                "tasks": {r["task_id"]: (r["state"], r["duration_s"]) for r in result["tasks"]},
+                "cpu": result["cpu"]["groups"],
+                "upgrade_own_cores": result["cpu"]["upgrade_own_cores"],
+                "targets_met": result["targets"]["met"],
+            },
+            indent=1,
+        )
+    )
     log(f"wrote {path} and {path.with_suffix('.png')}")
     if not result["targets"]["all_met"]:
         log(f"targets not met: {[k for k, ok in result['targets']['met'].items() if not ok]}")

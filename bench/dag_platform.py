@@ -43,10 +43,14 @@ def platform(keep: Path | None) -> Iterator[tuple[Platform, AirflowClient, Procs
         # BATON_KAFKA_BOOTSTRAP: a Kafka cluster instead of the embedded broker, as `make up` takes it
         # (a fresh one per run: the benchmark's topics and control records start empty).
         external = external_broker()
-        settings = Settings(state_dir=root / "state", kafka_port=kafka_port, airflow_port=free_port(),
-                            kafka_bootstrap=external.bootstrap if external else f"127.0.0.1:{kafka_port}",
-                            external_kafka=external is not None,
-                            spark_master="local[2]")
+        settings = Settings(
+            state_dir=root / "state",
+            kafka_port=kafka_port,
+            airflow_port=free_port(),
+            kafka_bootstrap=external.bootstrap if external else f"127.0.0.1:{kafka_port}",
+            external_kafka=external is not None,
+            spark_master="local[2]",
+        )
         os.environ["BATON_HOME"] = str(settings.state_dir)  # what the platform's processes inherit
         plat = Platform(settings)
         procs = Procs(keep or root / "logs")
@@ -55,8 +59,10 @@ def platform(keep: Path | None) -> Iterator[tuple[Platform, AirflowClient, Procs
             t = time.monotonic()
             plat.up(say=lambda msg: log(msg.splitlines()[0]))
             client = AirflowClient(plat.airflow.url, "admin", plat.airflow.password())
-            log(f"platform up in {time.monotonic() - t:.0f}s: broker {broker_kind(settings)}, Airflow {plat.airflow.url}, "
-                f"state {settings.state_dir}")
+            log(
+                f"platform up in {time.monotonic() - t:.0f}s: broker {broker_kind(settings)}, Airflow {plat.airflow.url}, "
+                f"state {settings.state_dir}"
+            )
             yield plat, client, procs
         finally:
             procs.stop_all()
@@ -69,6 +75,7 @@ def platform(keep: Path | None) -> Iterator[tuple[Platform, AirflowClient, Procs
                         subprocess.run(["cp", "-r", str(src), str(keep / sub.replace("/", "_"))], check=False)
             plat.down(say=lambda msg: log(msg))
             signal.signal(signal.SIGTERM, previous)
+
 
 def broker_kind(settings) -> str:
     """What the run's broker is, for its result."""
@@ -99,12 +106,14 @@ def wait_dags(client, dag_ids: set[str], timeout_s: float = 240.0) -> None:
     if errors:
         raise RuntimeError(f"import errors: {errors}")
 
+
 def run_dag(client, dag_id: str, conf: dict, timeout_s: float) -> dict:
     run = client.trigger(dag_id, conf)
     done = client.wait_for_run(dag_id, run["dag_run_id"], timeout_s=timeout_s)
     if done["state"] != "success":
         raise RuntimeError(f"{dag_id} {conf}: {done['state']}: {client.task_instances(dag_id, run['dag_run_id'])}")
     return done
+
 
 def slot_driver(state_dir: Path, app: str, slot: Slot) -> int | None:
     """The pid of a slot's Python driver: the child of the wrapper its identity record names."""
@@ -123,11 +132,13 @@ def slot_driver(state_dir: Path, app: str, slot: Slot) -> int | None:
             pass
     return None
 
+
 def airflow_or_helper(p) -> str:
     """Airflow's own processes, or a Spark helper a task started (the preflight's replay, its JVM and
     Python workers)."""
     cmd = " ".join(p.cmdline())
     return "helpers" if p.name() == "java" or "spark_apps" in cmd or "pyspark" in cmd else "airflow"
+
 
 class Meter:
     """CpuMeter over the platform's processes, following the slots through restarts."""
@@ -165,24 +176,40 @@ class Meter:
 
         def cores(*prefixes):
             return round(sum(v["cores"] for k, v in by.items() if k.split(".")[0] in prefixes), 3)
-        report["groups"] = {"blue": cores("blue"), "green": cores("green"), "broker": cores("broker"),
-                            "loadgen_verifier": cores("loadgen", "verifier"), "airflow": cores("airflow"),
-                            "helpers": cores("helpers")}
+
+        report["groups"] = {
+            "blue": cores("blue"),
+            "green": cores("green"),
+            "broker": cores("broker"),
+            "loadgen_verifier": cores("loadgen", "verifier"),
+            "airflow": cores("airflow"),
+            "helpers": cores("helpers"),
+        }
         report["upgrade_own_cores"] = round(report["groups"]["airflow"] + report["groups"]["helpers"], 3)
         return report
 
+
 def iso_s(stamp: str | None) -> float | None:
     return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp() if stamp else None
+
 
 def task_rows(tis: list[dict], t0: float) -> list[dict]:
     rows = []
     for ti in tis:
         start, end = iso_s(ti.get("start_date")), iso_s(ti.get("end_date"))
-        rows.append({"task_id": ti["task_id"] + (f"[{ti['map_index']}]" if ti.get("map_index", -1) >= 0 else ""),
-                     "state": ti.get("state"), "try_number": ti.get("try_number"), "operator": ti.get("operator"),
-                     "start_s": round(start - t0, 1) if start else None, "end_s": round(end - t0, 1) if end else None,
-                     "duration_s": round(end - start, 1) if start and end else None})
+        rows.append(
+            {
+                "task_id": ti["task_id"] + (f"[{ti['map_index']}]" if ti.get("map_index", -1) >= 0 else ""),
+                "state": ti.get("state"),
+                "try_number": ti.get("try_number"),
+                "operator": ti.get("operator"),
+                "start_s": round(start - t0, 1) if start else None,
+                "end_s": round(end - t0, 1) if end else None,
+                "duration_s": round(end - start, 1) if start and end else None,
+            }
+        )
     return sorted(rows, key=lambda r: (r["start_s"] is None, r["start_s"] or 0.0))
+
 
 def task_reason(client, plat, dag_id: str, run_id: str, row: dict) -> str:
     """Why a task failed: its `reason` XCom if it left one, else the errors at the end of its log."""
@@ -194,7 +221,9 @@ def task_reason(client, plat, dag_id: str, run_id: str, row: dict) -> str:
     except Exception:
         pass
     lines: list[str] = []
-    for path in sorted((plat.airflow.home / "logs").glob(f"dag_id={dag_id}/run_id={run_id}/task_id={task}/attempt=*.log")):
+    for path in sorted(
+        (plat.airflow.home / "logs").glob(f"dag_id={dag_id}/run_id={run_id}/task_id={task}/attempt=*.log")
+    ):
         for raw in path.read_text(errors="replace").splitlines():
             try:
                 rec = json.loads(raw)
@@ -205,13 +234,16 @@ def task_reason(client, plat, dag_id: str, run_id: str, row: dict) -> str:
                 detail = rec.get("error_detail")
                 text = rec.get("event", "")
                 if detail:
-                    text += " | " + "; ".join(f"{d.get('exc_type')}: {d.get('exc_value')}" for d in detail
-                                              if isinstance(d, dict))
+                    text += " | " + "; ".join(
+                        f"{d.get('exc_type')}: {d.get('exc_value')}" for d in detail if isinstance(d, dict)
+                    )
                 lines.append(text)
     return "\n".join(lines[-8:])[-3000:] or "(no reason found)"
 
-def poll_run(client, plat, meter: Meter, dag_id: str, run_id: str, t0: float, timeout_s: float,
-             where=lambda: "") -> tuple[dict, list]:
+
+def poll_run(
+    client, plat, meter: Meter, dag_id: str, run_id: str, t0: float, timeout_s: float, where=lambda: ""
+) -> tuple[dict, list]:
     """Poll the run until it ends or timeout_s passes; log each task's state changes and, every
     minute, where the run stands (`where()`: the slots' lag). Returns (the run, its task instances)."""
     seen: dict[str, tuple] = {}
@@ -243,8 +275,11 @@ def poll_run(client, plat, meter: Meter, dag_id: str, run_id: str, t0: float, ti
             log(f"the run did not end within {timeout_s:.0f}s")
             break
         if time.monotonic() > next_note:
-            active = [k for k, (s, _) in seen.items() if s in ("running", "deferred", "up_for_retry", "queued",
-                                                              "scheduled", "up_for_reschedule")]
+            active = [
+                k
+                for k, (s, _) in seen.items()
+                if s in ("running", "deferred", "up_for_retry", "queued", "scheduled", "up_for_reschedule")
+            ]
             try:
                 lag = where()
             except Exception as exc:  # a busy broker: say so
