@@ -196,71 +196,13 @@ def run(plat, client, procs: Procs, args) -> dict:
 
 
 def measure(plat, client, procs: Procs, args, watch: StatusWatch) -> dict:
-    from baton.kafka.control_log import read_control
-
     dag_id, conf = KINDS[args.kind]
     bursty = args.kind == "rolling_upgrade_bursty"
     bootstrap = plat.settings.kafka_bootstrap
-    t = time.monotonic()
-    run_dag(client, "baton_lifecycle", {"app": APP, "action": "start", "slot": "both"}, 600)
-    for s in Slot:
-        watch.wait(reports(s, SlotState.RESTORING, SlotState.RUNNING), 300, f"of {s.value} starting")
-    log(f"baton_lifecycle start: both slots up in {time.monotonic() - t:.0f}s")
-    from baton.apps import load_registry
-
-    app = load_registry()[APP]
-    prewarm = None
-    if args.prewarm:
-        prewarm = produce(
-            LoadSpec(rate=math.inf, keys=args.users, events=args.prewarm, malformed=args.malformed, seed=1000),
-            bootstrap,
-            app.input.topic,
-        )
-        t = time.monotonic()
-        for s in Slot:
-            wait_processed(watch, s, args.prewarm, 600)
-        log(f"pre-warm: {args.prewarm} events processed by both slots in {time.monotonic() - t:.0f}s")
-
+    app, prewarm = start_both(client, watch, bootstrap, args)
     work = Path(tempfile.mkdtemp(prefix="dag-bench-", dir=plat.settings.state_dir))
-    seen_path, sends_dir = work / "seen.npz", work / "sends"
-    py = sys.executable
-    procs.start(
-        "verifier",
-        [
-            py,
-            "-m",
-            "baton.tools.verify",
-            "tail",
-            "--bootstrap",
-            bootstrap,
-            "--topic",
-            app.output.topic,
-            "--partitions",
-            str(app.output.partitions),
-            "--out",
-            str(seen_path),
-        ],
-    )
-    load_argv = [
-        py,
-        str(Path(__file__).resolve()),
-        "_load",
-        "--bootstrap",
-        bootstrap,
-        "--topic",
-        app.input.topic,
-        "--rate",
-        str(args.rate),
-        "--keys",
-        str(args.users),
-        "--malformed",
-        str(args.malformed),
-        "--out-dir",
-        str(sends_dir),
-    ]
-    if bursty:
-        load_argv += ["--on-s", str(args.on_s), "--off-s", str(args.off_s)]
-    loadgen = procs.start("loadgen", load_argv)
+    extra = ["--on-s", str(args.on_s), "--off-s", str(args.off_s)] if bursty else []
+    loadgen, seen_path, sends_dir = start_load(procs, bootstrap, app, args, work, extra)
     t_load = time.time()
     log(
         f"load {args.rate:.0f}/s over {args.users} users{' (20 s on / 30 s off from the trigger on)' if bursty else ''}; "
@@ -303,28 +245,8 @@ def measure(plat, client, procs: Procs, args, watch: StatusWatch) -> dict:
         except Exception as exc:
             log(f"the cutover's time: {exc}")
     time.sleep(args.tail)
-    code = procs.stop("loadgen", 120)
-    t_load_end = time.time()
-    log(f"load stopped {t_load_end - t0:.0f}s after the trigger; waiting for the backlog")
-    if code != 0:
-        raise RuntimeError(f"load generator failed ({code}):\n{procs.tail('loadgen')}")
-    sent, pieces = load_sends(sends_dir)
-    events = int(sent.users.size) + args.prewarm
-    record = read_control(bootstrap, APP)
-    active = record.active if record else Slot.BLUE
-    drained = True
-    try:
-        wait_processed(watch, active, events, args.drain_timeout)
-    except TimeoutError as exc:
-        drained = False
-        log(f"not drained: {exc}")
-    time.sleep(2)
-    log("the verifier reads to the end")
-    if procs.stop("verifier", 180) != 0:
-        raise RuntimeError(f"verifier failed:\n{procs.tail('verifier')}")
-    from baton.tools.verify import Observations
-
-    obs = Observations.load(seen_path)
+    sent, pieces, obs, active, drained, t_load_end = end_load(procs, bootstrap, watch, sends_dir, seen_path,
+                                                              args.prewarm, args.drain_timeout, t0)
     result = analyse(args, prewarm, sent, pieces, obs, t0, t_load, t_end, t_load_end)
     result.update(
         {
@@ -365,6 +287,69 @@ def measure(plat, client, procs: Procs, args, watch: StatusWatch) -> dict:
     )
     return result
 
+def start_both(client, watch: StatusWatch, bootstrap: str, args):
+    """baton_lifecycle {"app": APP, "action": "start", "slot": "both"}, both slots up, then --prewarm events
+    unpaced, processed by both. Returns (the app, the pre-warm's send log or None)."""
+    t = time.monotonic()
+    run_dag(client, "baton_lifecycle", {"app": APP, "action": "start", "slot": "both"}, 600)
+    for s in Slot:
+        watch.wait(lambda r, s=s: r.slot is s and r.state in (SlotState.RESTORING, SlotState.RUNNING), 300,
+                   f"of {s.value} starting")
+    log(f"baton_lifecycle start: both slots up in {time.monotonic() - t:.0f}s")
+    from baton.apps import load_registry
+
+    app = load_registry()[APP]
+    prewarm = None
+    if args.prewarm:
+        prewarm = produce(LoadSpec(rate=math.inf, keys=args.users, events=args.prewarm, malformed=args.malformed,
+                                   seed=1000), bootstrap, app.input.topic)
+        t = time.monotonic()
+        for s in Slot:
+            wait_processed(watch, s, args.prewarm, 600)
+        log(f"pre-warm: {args.prewarm} events processed by both slots in {time.monotonic() - t:.0f}s")
+    return app, prewarm
+
+def start_load(procs: Procs, bootstrap: str, app, args, work: Path, extra: list[str] = ()) -> tuple:
+    """The verifier (tail, read_committed) and the load generator's process (load_worker, paced --rate
+    over --users; `extra`: more of its options). Returns (the load generator, the verifier's file, the
+    send logs' directory)."""
+    seen_path, sends_dir = work / "seen.npz", work / "sends"
+    py = sys.executable
+    procs.start("verifier", [py, "-m", "baton.tools.verify", "tail", "--bootstrap", bootstrap, "--topic",
+                             app.output.topic, "--partitions", str(app.output.partitions), "--out", str(seen_path)])
+    load_argv = [py, str(Path(__file__).resolve()), "_load", "--bootstrap", bootstrap, "--topic", app.input.topic,
+                 "--rate", str(args.rate), "--keys", str(args.users), "--malformed", str(args.malformed),
+                 "--out-dir", str(sends_dir), *extra]
+    return procs.start("loadgen", load_argv), seen_path, sends_dir
+
+def end_load(procs: Procs, bootstrap: str, watch: StatusWatch, sends_dir: Path, seen_path: Path, prewarm: int,
+             drain_timeout: float, t0: float) -> tuple:
+    """Stop the load, wait for the active slot to drain the backlog, let the verifier read to the end.
+    Returns (send log, its pieces' meta, the verifier's observations, the active slot, drained, when the
+    load stopped)."""
+    from baton.kafka.control_log import read_control
+    from baton.tools.verify import Observations
+
+    code = procs.stop("loadgen", 120)
+    t_load_end = time.time()
+    log(f"load stopped {t_load_end - t0:.0f}s after the trigger; waiting for the backlog")
+    if code != 0:
+        raise RuntimeError(f"load generator failed ({code}):\n{procs.tail('loadgen')}")
+    sent, pieces = load_sends(sends_dir)
+    events = int(sent.users.size) + prewarm
+    record = read_control(bootstrap, APP)
+    active = record.active if record else Slot.BLUE
+    drained = True
+    try:
+        wait_processed(watch, active, events, drain_timeout)
+    except TimeoutError as exc:
+        drained = False
+        log(f"not drained: {exc}")
+    time.sleep(2)
+    log("the verifier reads to the end")
+    if procs.stop("verifier", 180) != 0:
+        raise RuntimeError(f"verifier failed:\n{procs.tail('verifier')}")
+    return sent, pieces, Observations.load(seen_path), active, drained, t_load_end
 
 def next_output(readable, t: float) -> float | None:
     later = readable[readable > t]
