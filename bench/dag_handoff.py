@@ -57,6 +57,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -245,8 +246,9 @@ def measure(plat, client, procs: Procs, args, watch: StatusWatch) -> dict:
         except Exception as exc:
             log(f"the cutover's time: {exc}")
     time.sleep(args.tail)
-    sent, pieces, obs, active, drained, t_load_end = end_load(procs, bootstrap, watch, sends_dir, seen_path,
-                                                              args.prewarm, args.drain_timeout, t0)
+    sent, pieces, obs, active, drained, t_load_end = end_load(
+        procs, bootstrap, watch, sends_dir, seen_path, args.prewarm, args.drain_timeout, t0
+    )
     result = analyse(args, prewarm, sent, pieces, obs, t0, t_load, t_end, t_load_end)
     result.update(
         {
@@ -287,43 +289,86 @@ def measure(plat, client, procs: Procs, args, watch: StatusWatch) -> dict:
     )
     return result
 
+
 def start_both(client, watch: StatusWatch, bootstrap: str, args):
     """baton_lifecycle {"app": APP, "action": "start", "slot": "both"}, both slots up, then --prewarm events
     unpaced, processed by both. Returns (the app, the pre-warm's send log or None)."""
     t = time.monotonic()
     run_dag(client, "baton_lifecycle", {"app": APP, "action": "start", "slot": "both"}, 600)
     for s in Slot:
-        watch.wait(lambda r, s=s: r.slot is s and r.state in (SlotState.RESTORING, SlotState.RUNNING), 300,
-                   f"of {s.value} starting")
+        watch.wait(reports(s, SlotState.RESTORING, SlotState.RUNNING), 300, f"of {s.value} starting")
     log(f"baton_lifecycle start: both slots up in {time.monotonic() - t:.0f}s")
     from baton.apps import load_registry
 
     app = load_registry()[APP]
     prewarm = None
     if args.prewarm:
-        prewarm = produce(LoadSpec(rate=math.inf, keys=args.users, events=args.prewarm, malformed=args.malformed,
-                                   seed=1000), bootstrap, app.input.topic)
+        prewarm = produce(
+            LoadSpec(rate=math.inf, keys=args.users, events=args.prewarm, malformed=args.malformed, seed=1000),
+            bootstrap,
+            app.input.topic,
+        )
         t = time.monotonic()
         for s in Slot:
             wait_processed(watch, s, args.prewarm, 600)
         log(f"pre-warm: {args.prewarm} events processed by both slots in {time.monotonic() - t:.0f}s")
     return app, prewarm
 
-def start_load(procs: Procs, bootstrap: str, app, args, work: Path, extra: list[str] = ()) -> tuple:
+
+def start_load(procs: Procs, bootstrap: str, app, args, work: Path, extra: Sequence[str] = ()) -> tuple:
     """The verifier (tail, read_committed) and the load generator's process (load_worker, paced --rate
     over --users; `extra`: more of its options). Returns (the load generator, the verifier's file, the
     send logs' directory)."""
     seen_path, sends_dir = work / "seen.npz", work / "sends"
     py = sys.executable
-    procs.start("verifier", [py, "-m", "baton.tools.verify", "tail", "--bootstrap", bootstrap, "--topic",
-                             app.output.topic, "--partitions", str(app.output.partitions), "--out", str(seen_path)])
-    load_argv = [py, str(Path(__file__).resolve()), "_load", "--bootstrap", bootstrap, "--topic", app.input.topic,
-                 "--rate", str(args.rate), "--keys", str(args.users), "--malformed", str(args.malformed),
-                 "--out-dir", str(sends_dir), *extra]
+    procs.start(
+        "verifier",
+        [
+            py,
+            "-m",
+            "baton.tools.verify",
+            "tail",
+            "--bootstrap",
+            bootstrap,
+            "--topic",
+            app.output.topic,
+            "--partitions",
+            str(app.output.partitions),
+            "--out",
+            str(seen_path),
+        ],
+    )
+    load_argv = [
+        py,
+        str(Path(__file__).resolve()),
+        "_load",
+        "--bootstrap",
+        bootstrap,
+        "--topic",
+        app.input.topic,
+        "--rate",
+        str(args.rate),
+        "--keys",
+        str(args.users),
+        "--malformed",
+        str(args.malformed),
+        "--out-dir",
+        str(sends_dir),
+        *extra,
+    ]
     return procs.start("loadgen", load_argv), seen_path, sends_dir
 
-def end_load(procs: Procs, bootstrap: str, watch: StatusWatch, sends_dir: Path, seen_path: Path, prewarm: int,
-             drain_timeout: float, t0: float) -> tuple:
+
+def end_load(
+    procs: Procs,
+    bootstrap: str,
+    watch: StatusWatch,
+    sends_dir: Path,
+    seen_path: Path,
+    prewarm: int,
+    drain_timeout: float,
+    t0: float,
+) -> tuple:
     """Stop the load, wait for the active slot to drain the backlog, let the verifier read to the end.
     Returns (send log, its pieces' meta, the verifier's observations, the active slot, drained, when the
     load stopped)."""
@@ -350,6 +395,7 @@ def end_load(procs: Procs, bootstrap: str, watch: StatusWatch, sends_dir: Path, 
     if procs.stop("verifier", 180) != 0:
         raise RuntimeError(f"verifier failed:\n{procs.tail('verifier')}")
     return sent, pieces, Observations.load(seen_path), active, drained, t_load_end
+
 
 def next_output(readable, t: float) -> float | None:
     later = readable[readable > t]

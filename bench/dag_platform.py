@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from common import CpuMeter, Procs, embedded_kind, external_broker, interrupt_once, log
 
@@ -241,8 +241,15 @@ def task_reason(client, plat, dag_id: str, run_id: str, row: dict) -> str:
     return "\n".join(lines[-8:])[-3000:] or "(no reason found)"
 
 
+class FollowsSlots(Protocol):
+    """What poll_run asks of a meter: to follow the slots' processes anew (after a restart), saying what
+    changed."""
+
+    def follow(self) -> list[str]: ...
+
+
 def poll_run(
-    client, plat, meter: Meter, dag_id: str, run_id: str, t0: float, timeout_s: float, where=lambda: ""
+    client, plat, meter: FollowsSlots, dag_id: str, run_id: str, t0: float, timeout_s: float, where=lambda: ""
 ) -> tuple[dict, list]:
     """Poll the run until it ends or timeout_s passes; log each task's state changes and, every
     minute, where the run stands (`where()`: the slots' lag). Returns (the run, its task instances)."""

@@ -62,8 +62,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import REPO, RESULTS, Procs, StatusWatch, log, machine, write_result  # noqa: E402
 from dag_handoff import APP, caught_up, code_rev, end_load, slot_lag, start_both, start_load  # noqa: E402
 from dag_platform import (  # noqa: E402
-    Meter, airflow_or_helper, broker_kind, broker_pid, platform, poll_run, run_dag, slot_driver, task_reason,
-    task_rows, wait_dags,
+    Meter,
+    airflow_or_helper,
+    broker_kind,
+    broker_pid,
+    platform,
+    poll_run,
+    run_dag,
+    slot_driver,
+    task_reason,
+    task_rows,
+    wait_dags,
 )
 from dag_report import P99_99_TARGET_MS, analyse  # noqa: E402
 
@@ -77,8 +86,10 @@ GROUPS = ("broker", "airflow", "airflow_db", "blue", "green")
 
 # --- the pure parts -----------------------------------------------------------------------------
 
-def handoff_schedule(minutes: float, cutover_every_min: float, upgrade_every_min: float,
-                     versions: tuple[str, ...] = UPGRADE_VERSIONS) -> list[dict]:
+
+def handoff_schedule(
+    minutes: float, cutover_every_min: float, upgrade_every_min: float, versions: tuple[str, ...] = UPGRADE_VERSIONS
+) -> list[dict]:
     """The handoffs in the order they fall due: {"at_s", "kind", "dag_id", "conf"}; a cutover every
     cutover_every_min, an upgrade every upgrade_every_min (0: none), each strictly before the end; the
     upgrades' versions cycle through `versions`; at the same time the cutover comes first."""
@@ -96,8 +107,14 @@ def handoff_schedule(minutes: float, cutover_every_min: float, upgrade_every_min
         if kind == "cutover":
             out.append({"at_s": at, "kind": kind, "dag_id": "baton_cutover", "conf": {"app": APP}})
         else:
-            out.append({"at_s": at, "kind": kind, "dag_id": "baton_rolling_upgrade",
-                        "conf": {"app": APP, "version": versions[upgrades % len(versions)]}})
+            out.append(
+                {
+                    "at_s": at,
+                    "kind": kind,
+                    "dag_id": "baton_rolling_upgrade",
+                    "conf": {"app": APP, "version": versions[upgrades % len(versions)]},
+                }
+            )
             upgrades += 1
     return out
 
@@ -149,33 +166,45 @@ def span_mean(windows: list[dict], key: str, n: int, last: bool) -> float | None
         return None
     picked = full[-n:] if last else full[:n]
     values = [w.get(key) for w in picked]
-    if any(v is None for v in values):
+    present = [float(v) for v in values if v is not None]
+    if len(present) < len(values):
         return None
-    return sum(values) / n
+    return sum(present) / n
 
 
 def drifts(windows: list[dict], n: int, first_p99: float | None, last_p99: float | None) -> dict:
     """p99_drift (the spans' own p99s, given), broker_cpu_drift and broker_rss_drift (window means)."""
-    return {"p99_drift": ratio(last_p99, first_p99),
-            "broker_cpu_drift": ratio(span_mean(windows, "broker_cpu_cores", n, True),
-                                      span_mean(windows, "broker_cpu_cores", n, False)),
-            "broker_rss_drift": ratio(span_mean(windows, "broker_rss_bytes", n, True),
-                                      span_mean(windows, "broker_rss_bytes", n, False))}
+    return {
+        "p99_drift": ratio(last_p99, first_p99),
+        "broker_cpu_drift": ratio(
+            span_mean(windows, "broker_cpu_cores", n, True), span_mean(windows, "broker_cpu_cores", n, False)
+        ),
+        "broker_rss_drift": ratio(
+            span_mean(windows, "broker_rss_bytes", n, True), span_mean(windows, "broker_rss_bytes", n, False)
+        ),
+    }
 
 
 def soak_targets(result: dict) -> dict:
     """Every handoff succeeded; 0 / 0 / 0; p99.99 <= 5 s; each drift <= 1.25 (None: not measured, not judged)."""
-    met = {"handoffs_succeeded": bool(result["handoffs"]) and all(h["state"] == "success" for h in result["handoffs"]),
-           "exact": result["lost"] == result["duplicated"] == result["wrong"] == 0,
-           "p99_99": result["p99_99_ms"] <= P99_99_TARGET_MS}
+    met = {
+        "handoffs_succeeded": bool(result["handoffs"]) and all(h["state"] == "success" for h in result["handoffs"]),
+        "exact": result["lost"] == result["duplicated"] == result["wrong"] == 0,
+        "p99_99": result["p99_99_ms"] <= P99_99_TARGET_MS,
+    }
     for key in ("p99_drift", "broker_cpu_drift", "broker_rss_drift"):
         met[key] = None if result[key] is None else result[key] <= DRIFT_TARGET
-    return {"p99_99_ms": P99_99_TARGET_MS, "drift": DRIFT_TARGET, "met": met,
-            "all_met": all(v is not False for v in met.values()),
-            "not_judged": [k for k, v in met.items() if v is None]}
+    return {
+        "p99_99_ms": P99_99_TARGET_MS,
+        "drift": DRIFT_TARGET,
+        "met": met,
+        "all_met": all(v is not False for v in met.values()),
+        "not_judged": [k for k, v in met.items() if v is None],
+    }
 
 
 # --- resources over the run ---------------------------------------------------------------------
+
 
 class Sampler:
     """In a thread: every sample_s the RSS of each group's process tree; a dag_platform.Meter (CPU)
@@ -202,15 +231,19 @@ class Sampler:
             meter.cpu.track("airflow_db", pid)
         return meter.start()
 
-    def start(self) -> "Sampler":
+    def start(self) -> Sampler:
         self._thread.start()
         return self
 
     def _roots(self) -> list[tuple[str, int | None, object]]:
         state = self.plat.settings.state_dir
-        return [("blue", slot_driver(state, APP, Slot.BLUE), None), ("green", slot_driver(state, APP, Slot.GREEN), None),
-                ("broker", broker_pid(self.plat), None), ("airflow_db", self._db_pid(), None),
-                ("airflow", self.plat.airflow.proc.pid(), airflow_or_helper)]
+        return [
+            ("blue", slot_driver(state, APP, Slot.BLUE), None),
+            ("green", slot_driver(state, APP, Slot.GREEN), None),
+            ("broker", broker_pid(self.plat), None),
+            ("airflow_db", self._db_pid(), None),
+            ("airflow", self.plat.airflow.proc.pid(), airflow_or_helper),
+        ]
 
     def sample_rss(self) -> dict:
         """RSS bytes per group, each process counted once (for the first group whose tree holds it)."""
@@ -266,7 +299,7 @@ class Sampler:
 def cpu_by_window(cpu: list[tuple[float, float, dict]], bounds: list[tuple[float, float, bool]]) -> list[dict]:
     """Each window's CPU cores per group: the Meter report whose span holds most of the window (the
     Meter restarts at the boundaries, within a sample interval of them)."""
-    out = []
+    out: list[dict] = []
     for a, b, _ in bounds:
         best, overlap = None, 0.0
         for ca, cb, report in cpu:
@@ -280,13 +313,23 @@ def cpu_by_window(cpu: list[tuple[float, float, dict]], bounds: list[tuple[float
 
         def cores(*prefixes, by=by):
             return round(sum(v["cores"] for k, v in by.items() if k.split(".")[0] in prefixes), 3)
-        out.append({"broker": cores("broker"), "airflow": cores("airflow", "helpers"), "airflow_db": cores("airflow_db"),
-                    "blue": cores("blue"), "green": cores("green"), "machine_busy": best["machine_busy_cores"],
-                    "steal": best["steal_cores"]})
+
+        out.append(
+            {
+                "broker": cores("broker"),
+                "airflow": cores("airflow", "helpers"),
+                "airflow_db": cores("airflow_db"),
+                "blue": cores("blue"),
+                "green": cores("green"),
+                "machine_busy": best["machine_busy_cores"],
+                "steal": best["steal_cores"],
+            }
+        )
     return out
 
 
 # --- the run --------------------------------------------------------------------------------------
+
 
 class _Followed:
     """poll_run's meter: the Sampler follows the slots itself."""
@@ -301,21 +344,32 @@ def run_handoff(client, plat, bootstrap: str, watch: StatusWatch, app, h: dict, 
     triggered = client.trigger(h["dag_id"], h["conf"])
     run_id = triggered["dag_run_id"]
     log(f"+{start - t0:.0f}s (due +{h['at_s']:.0f}s): triggered {h['dag_id']} {json.dumps(h['conf'])}: run {run_id}")
-    dag_run, tis = poll_run(client, plat, _Followed(), h["dag_id"], run_id, start, timeout_s,
-                            where=lambda: slot_lag(bootstrap, watch, app))
+    dag_run, tis = poll_run(
+        client, plat, _Followed(), h["dag_id"], run_id, start, timeout_s, where=lambda: slot_lag(bootstrap, watch, app)
+    )
     end = time.time()
     tasks = task_rows(tis, start)
     for r in tasks:
         if r["state"] in ("failed", "up_for_retry") or (r["try_number"] or 0) > 1:
             r["reason"] = task_reason(client, plat, h["dag_id"], run_id, r)
     state = dag_run.get("state")
-    log(f"{h['dag_id']}: {state} in {end - start:.0f}s"
-        + "".join(f"\n  {r['task_id']}: {r['reason']}" for r in tasks if r.get("reason")))
-    return {"kind": h["kind"], "dag_id": h["dag_id"], "conf": h["conf"], "run_id": run_id, "state": state,
-            "due_s": h["at_s"], "start_s": round(start - t0, 1), "end_s": round(end - t0, 1),
-            "duration_s": round(end - start, 1),
-            "failed_tasks": [r["task_id"] for r in tasks if r["state"] in ("failed", "upstream_failed")],
-            "tasks": tasks}
+    log(
+        f"{h['dag_id']}: {state} in {end - start:.0f}s"
+        + "".join(f"\n  {r['task_id']}: {r['reason']}" for r in tasks if r.get("reason"))
+    )
+    return {
+        "kind": h["kind"],
+        "dag_id": h["dag_id"],
+        "conf": h["conf"],
+        "run_id": run_id,
+        "state": state,
+        "due_s": h["at_s"],
+        "start_s": round(start - t0, 1),
+        "end_s": round(end - t0, 1),
+        "duration_s": round(end - start, 1),
+        "failed_tasks": [r["task_id"] for r in tasks if r["state"] in ("failed", "upstream_failed")],
+        "tasks": tasks,
+    }
 
 
 def sleep_until(t: float, loadgen) -> None:
@@ -338,8 +392,10 @@ def soak(plat, client, procs: Procs, args, watch: StatusWatch) -> dict:
 
     window_s = args.window_min * 60.0
     schedule = handoff_schedule(args.minutes, args.cutover_every_min, args.upgrade_every_min)
-    log("handoffs due: " + ", ".join(f"+{h['at_s']:.0f}s {h['kind']} {h['conf'].get('version', '')}".rstrip()
-                                     for h in schedule))
+    log(
+        "handoffs due: "
+        + ", ".join(f"+{h['at_s']:.0f}s {h['kind']} {h['conf'].get('version', '')}".rstrip() for h in schedule)
+    )
     t0 = time.time()
     end = t0 + args.minutes * 60.0
     sampler = Sampler(plat, procs, t0, window_s, args.sample_s).start()
@@ -352,16 +408,31 @@ def soak(plat, client, procs: Procs, args, watch: StatusWatch) -> dict:
     finally:
         sampler.stop()
     t_end = time.time()
-    sent, pieces, obs, active, drained, t_load_end = end_load(procs, bootstrap, watch, sends_dir, seen_path,
-                                                              args.prewarm, args.drain_timeout, t0)
-    raw = dict(prewarm=prewarm, sent=sent, pieces=pieces, obs=obs, active=active, drained=drained, caught=caught,
-               t0=t0, t_load=t_load, t_end=t_end, t_load_end=t_load_end, rss=sampler.rss, cpu=sampler.cpu,
-               handoffs=handoffs)
+    sent, pieces, obs, active, drained, t_load_end = end_load(
+        procs, bootstrap, watch, sends_dir, seen_path, args.prewarm, args.drain_timeout, t0
+    )
+    raw = dict(
+        prewarm=prewarm,
+        sent=sent,
+        pieces=pieces,
+        obs=obs,
+        active=active,
+        drained=drained,
+        caught=caught,
+        t0=t0,
+        t_load=t_load,
+        t_end=t_end,
+        t_load_end=t_load_end,
+        rss=sampler.rss,
+        cpu=sampler.cpu,
+        handoffs=handoffs,
+    )
     return summarise(args, **raw)
 
 
-def summarise(args, prewarm, sent, pieces, obs, active, drained, caught, t0, t_load, t_end, t_load_end, rss, cpu,
-              handoffs) -> dict:
+def summarise(
+    args, prewarm, sent, pieces, obs, active, drained, caught, t0, t_load, t_end, t_load_end, rss, cpu, handoffs
+) -> dict:
     """The result from what the run collected: latency and verdict (dag_report.analyse), the windows, drifts."""
     window_s = args.window_min * 60.0
     duration = t_end - t0
@@ -378,10 +449,17 @@ def summarise(args, prewarm, sent, pieces, obs, active, drained, caught, t0, t_l
     cpu = cpu_by_window(cpu, bounds)
     windows = []
     for i, (a, b, is_full) in enumerate(bounds):
-        w = {"start_s": round(a, 1), "end_s": round(b, 1), "full": is_full,
-             "events": lat[f"w{i}"]["events"], "p50_ms": lat[f"w{i}"]["p50_ms"], "p99_ms": lat[f"w{i}"]["p99_ms"],
-             "p99_99_ms": lat[f"w{i}"]["p99_99_ms"], "max_ms": lat[f"w{i}"]["max_ms"],
-             "handoffs": [hh["kind"] for hh in handoffs if a <= hh["start_s"] < b]}
+        w = {
+            "start_s": round(a, 1),
+            "end_s": round(b, 1),
+            "full": is_full,
+            "events": lat[f"w{i}"]["events"],
+            "p50_ms": lat[f"w{i}"]["p50_ms"],
+            "p99_ms": lat[f"w{i}"]["p99_ms"],
+            "p99_99_ms": lat[f"w{i}"]["p99_99_ms"],
+            "max_ms": lat[f"w{i}"]["max_ms"],
+            "handoffs": [hh["kind"] for hh in handoffs if a <= hh["start_s"] < b],
+        }
         for g in GROUPS:
             w[f"{g}_cpu_cores"] = cpu[i].get(g)
             w[f"{g}_rss_bytes"] = round(rss[i][g]) if rss[i].get(g) is not None else None
@@ -389,15 +467,25 @@ def summarise(args, prewarm, sent, pieces, obs, active, drained, caught, t0, t_l
         windows.append(w)
     first_p99 = lat["first"]["p99_ms"] if n else None
     last_p99 = lat["last"]["p99_ms"] if n else None
-    result.update({
-        "duration_s": round(duration, 1), "minutes": args.minutes, "window_s": window_s,
-        "cutover_every_min": args.cutover_every_min, "upgrade_every_min": args.upgrade_every_min,
-        "handoffs": handoffs, "windows": windows,
-        "drift_windows": n, "drift_span_s": n * window_s,
-        "p99_first_ms": first_p99, "p99_last_ms": last_p99,
-        **drifts(windows, n, first_p99, last_p99),
-        "active_after": active.value, "drained": drained, "warm_caught_up": caught,
-    })
+    result.update(
+        {
+            "duration_s": round(duration, 1),
+            "minutes": args.minutes,
+            "window_s": window_s,
+            "cutover_every_min": args.cutover_every_min,
+            "upgrade_every_min": args.upgrade_every_min,
+            "handoffs": handoffs,
+            "windows": windows,
+            "drift_windows": n,
+            "drift_span_s": n * window_s,
+            "p99_first_ms": first_p99,
+            "p99_last_ms": last_p99,
+            **drifts(windows, n, first_p99, last_p99),
+            "active_after": active.value,
+            "drained": drained,
+            "warm_caught_up": caught,
+        }
+    )
     return result
 
 
@@ -421,27 +509,39 @@ def plot(result: dict, path: Path) -> None:
     ax1.set_ylabel("send -> readable (s)")
     ax1.legend(loc="upper left", fontsize=8)
     ok = sum(h["state"] == "success" for h in result["handoffs"])
-    ax1.set_title(f"soak: {result['duration_s'] / 60:.0f} min at {result['rate']:.0f} ev/s, {ok}/{len(result['handoffs'])} "
-                  f"handoffs succeeded; lost/dup/wrong {result['lost']}/{result['duplicated']}/{result['wrong']}; "
-                  f"p99.99 {result['p99_99_ms'] / 1000:.2f}s; drift p99 {result['p99_drift']}, broker CPU "
-                  f"{result['broker_cpu_drift']}, RSS {result['broker_rss_drift']}", fontsize=9)
-    ax2.plot(mid, [nan_if_none(w["broker_cpu_cores"]) for w in ws], marker="o", color="tab:blue",
-             label="broker CPU (cores)")
+    ax1.set_title(
+        f"soak: {result['duration_s'] / 60:.0f} min at {result['rate']:.0f} ev/s, {ok}/{len(result['handoffs'])} "
+        f"handoffs succeeded; lost/dup/wrong {result['lost']}/{result['duplicated']}/{result['wrong']}; "
+        f"p99.99 {result['p99_99_ms'] / 1000:.2f}s; drift p99 {result['p99_drift']}, broker CPU "
+        f"{result['broker_cpu_drift']}, RSS {result['broker_rss_drift']}",
+        fontsize=9,
+    )
+    ax2.plot(
+        mid, [nan_if_none(w["broker_cpu_cores"]) for w in ws], marker="o", color="tab:blue", label="broker CPU (cores)"
+    )
     ax2.set_ylabel("broker CPU (cores)")
     ax3 = ax2.twinx()
-    ax3.plot(mid, [nan_if_none(w["broker_rss_bytes"], 2**20) for w in ws], marker="s",
-             color="tab:orange", label="broker RSS (MiB)")
+    ax3.plot(
+        mid,
+        [nan_if_none(w["broker_rss_bytes"], 2**20) for w in ws],
+        marker="s",
+        color="tab:orange",
+        label="broker RSS (MiB)",
+    )
     ax3.set_ylabel("broker RSS (MiB)")
     ax2.legend(loc="upper left", fontsize=8)
     ax3.legend(loc="upper right", fontsize=8)
-    ax2.set_xlabel("minutes since the soak started (windows: markers at their middle; purple: cutover, "
-                   "orange: rolling upgrade, red: failed)")
+    ax2.set_xlabel(
+        "minutes since the soak started (windows: markers at their middle; purple: cutover, "
+        "orange: rolling upgrade, red: failed)"
+    )
     for ax in (ax1, ax2):
         for w in ws:
             ax.axvline(w["start_s"] / 60, color="0.85", lw=0.6)
         for h in result["handoffs"]:
-            colour = "tab:red" if h["state"] != "success" else (
-                "tab:purple" if h["kind"] == "cutover" else "tab:orange")
+            colour = (
+                "tab:red" if h["state"] != "success" else ("tab:purple" if h["kind"] == "cutover" else "tab:orange")
+            )
             ax.axvspan(h["start_s"] / 60, h["end_s"] / 60, color=colour, alpha=0.25)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -494,14 +594,34 @@ def main() -> int:
     (RESULTS / args.name).parent.mkdir(parents=True, exist_ok=True)
     path = write_result(args.name, result)
     plot(result, RESULTS / f"{args.name}.png")
-    keys = ["duration_s", "rate", "lost", "duplicated", "wrong", "p50_ms", "p99_ms", "p99_99_ms", "p99_drift",
-            "broker_cpu_drift", "broker_rss_drift"]
-    print(json.dumps({**{k: result.get(k) for k in keys},
-                      "handoffs": [(h["kind"], h["conf"].get("version"), h["state"], h["duration_s"])
-                                   for h in result["handoffs"]],
-                      "windows": [(w["start_s"], w["p99_ms"], w["broker_cpu_cores"], w["broker_rss_bytes"])
-                                  for w in result["windows"]],
-                      "targets_met": result["targets"]["met"]}, indent=1))
+    keys = [
+        "duration_s",
+        "rate",
+        "lost",
+        "duplicated",
+        "wrong",
+        "p50_ms",
+        "p99_ms",
+        "p99_99_ms",
+        "p99_drift",
+        "broker_cpu_drift",
+        "broker_rss_drift",
+    ]
+    print(
+        json.dumps(
+            {
+                **{k: result.get(k) for k in keys},
+                "handoffs": [
+                    (h["kind"], h["conf"].get("version"), h["state"], h["duration_s"]) for h in result["handoffs"]
+                ],
+                "windows": [
+                    (w["start_s"], w["p99_ms"], w["broker_cpu_cores"], w["broker_rss_bytes"]) for w in result["windows"]
+                ],
+                "targets_met": result["targets"]["met"],
+            },
+            indent=1,
+        )
+    )
     log(f"wrote {path} and {path.with_suffix('.png')}")
     if not result["targets"]["all_met"]:
         log(f"targets not met: {[k for k, ok in result['targets']['met'].items() if ok is False]}")
