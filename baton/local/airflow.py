@@ -94,7 +94,11 @@ class Airflow:
             "BATON_HOME": str(self.state_dir),
             # Baton's Kafka connection (type baton_kafka: the bootstrap as its host), read by the hooks.
             "AIRFLOW_CONN_BATON_KAFKA": json.dumps({"conn_type": "baton_kafka", "host": self.kafka_bootstrap}),
-            "PYTHONPATH": os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH", "")) if p),
+            # This checkout's packages first, the provider's too (plugins/), whatever else the
+            # environment's installs point at.
+            "PYTHONPATH": os.pathsep.join(
+                p for p in (str(REPO_ROOT), str(REPO_ROOT / "plugins"), os.environ.get("PYTHONPATH", "")) if p
+            ),
         }
         if self.database_uri:
             env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = self.database_uri

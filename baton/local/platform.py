@@ -80,13 +80,22 @@ class Platform:
         say(self.status())
 
     def stop_slots(self, say=print) -> None:
-        """Stop every app slot launched under this state dir (they outlive the tasks that started them)."""
+        """Stop every app slot launched under this state dir (they outlive the tasks that started them),
+        all at once: each stop waits up to its grace for a graceful end, and one slot's wait need not
+        hold up the next (each slot has its own lock)."""
+        from concurrent.futures import ThreadPoolExecutor
+
         from baton.launcher import Launcher
 
         launcher = Launcher(self.settings.state_dir)
-        for record in sorted(self.settings.state_dir.glob("slots/*/*/driver.json")):
-            app, slot = record.parent.parent.name, record.parent.name
-            result = launcher.stop(app, slot, grace_s=30)
+        slots = [
+            (r.parent.parent.name, r.parent.name) for r in sorted(self.settings.state_dir.glob("slots/*/*/driver.json"))
+        ]
+        if not slots:
+            return
+        with ThreadPoolExecutor(min(len(slots), 8)) as pool:
+            results = list(pool.map(lambda s: launcher.stop(s[0], s[1], grace_s=30), slots))
+        for (app, slot), result in zip(slots, results):
             if result.was_running:
                 say(f"slot {app}/{slot}: stopped ({'graceful' if result.graceful else 'killed'})")
 
