@@ -94,8 +94,9 @@ reset:
 # slot; about 35 min); then the product path: the embedded platform with Airflow, the app started
 # and each handoff DAG triggered through the REST API with the form's defaults under that load
 # (rolling upgrade with steady and with bursty input, cutover, reprocess; a DAG run is given 30
-# min); last the Baton page's data with 20 apps registered (about 3 min). About 179 min in all on a
-# quiet machine.
+# min); the Baton page's data with 20 apps registered (about 3 min); last an hour through the
+# platform at the seed's rate with a cutover every 10 min and a rolling upgrade every 20 (about 70
+# min). About 250 min in all on a quiet machine.
 # Run on a quiet machine: other load skews every figure.
 bench: install
 	$(BIN)/python bench/source_read.py --records 2000000
@@ -115,6 +116,7 @@ bench: install
 	$(BIN)/python bench/dag_handoff.py --kind cutover
 	$(BIN)/python bench/dag_handoff.py --kind reprocess
 	$(BIN)/python bench/status_page.py --seconds 120
+	$(BIN)/python bench/soak.py
 
 # Re-resolve requirements.in into the lock (needs the registry).
 lock: install
