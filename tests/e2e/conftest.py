@@ -34,6 +34,8 @@ APPS = {
     "cc_fix": "module: tests.support.buggy_counts\ntrigger_ms: 500\nmax_records_per_trigger: 5000\n"
     "batch_ms_budget: 15000\n",
     "cc_lost": "module: spark_apps.apps.click_counts\ntrigger_ms: 500\nmax_records_per_trigger: 5000\n",
+    # Never started: the handoffs that cannot happen (test_lifecycle_and_health.py).
+    "cc_idle": "module: spark_apps.apps.click_counts\n",
     # A budget no batch meets: its slots are always DEGRADED, as on a busy host; a restarted one must
     # still be desired RUNNING again (test_failover.py), or it could never take over by itself.
     "cc_fail": "module: spark_apps.apps.click_counts\ntrigger_ms: 500\nmax_records_per_trigger: 5000\n"

@@ -9,6 +9,7 @@ triggered through the REST API.
   the failover and restarts the dead slot as the standby; output stays exactly once;
 - an app with bad code is restarted up to its limit, then marked FAILED with the reason;
 - stop ends both slots gracefully;
+- baton_cutover for an app that was never started ends failed (not success), with the reason;
 - baton_cutover, triggered from the Baton page in the Airflow UI (a real browser), hands the active role to
   the standby under live load, exactly once; the page shows it, its API and metrics need an Airflow user.
 """
@@ -235,6 +236,24 @@ def test_cutover_from_the_baton_page_under_load_is_exactly_once_and_the_page_sho
     assert read_status(bootstrap, app.name, "blue")[-1].epoch_seen == 2  # the old active is the standby now
     stopped = run_dag(client, "baton_lifecycle", {"app": app.name, "action": "stop", "slot": "both"})
     assert stopped["state"] == "success", stopped.get("why", stopped)
+
+
+def test_a_cutover_that_cannot_happen_fails_its_run_with_the_reason(stack):
+    """A script polling the run must not read "success" for a handoff that did not happen: the abort
+    step (the DAG's leaf, whose state Airflow gives the run) fails with the fence's reason."""
+    platform, client, apps = stack
+    app = apps["cc_idle"].name
+    run = client.trigger("baton_cutover", {"app": app})
+    done = client.wait_for_run("baton_cutover", run["dag_run_id"], timeout_s=300)
+    tasks = {ti["task_id"]: ti["state"] for ti in client.task_instances("baton_cutover", run["dag_run_id"])}
+    assert done["state"] == "failed", tasks
+    assert tasks == {"fence": "failed", "cutover": "upstream_failed", "abort": "failed"}
+    never = f"{app} has never been started: nothing to hand over"
+    assert sorted(client.failure_reasons("baton_cutover", run["dag_run_id"])) == [
+        f"abort: {app}: handoff did not happen: {never}; nothing changed",
+        f"fence: {never}",
+    ]
+    assert read_control(platform.settings.kafka_bootstrap, app) is None
 
 
 def http_status(url: str) -> int:

@@ -10,16 +10,16 @@ from datetime import timedelta
 from typing import Any, NoReturn
 
 from airflow.sdk import BaseOperator
-from airflow.sdk.exceptions import AirflowFailException
 
 from baton import handoff
 from baton.apps import AppDefinition
-from baton.handoff import HandoffError, fence_passed, finished, moved_fence, other, with_fence, without_fence
+from baton.handoff import HandoffError, fence_passed, finished, moved_fence, other, with_fence
 from baton.plans import Cutover, HandoffPlan
 from baton.records import ControlRecord, Handoff, SlotState
 from baton_airflow.hooks.control import BatonControlHook
 from baton_airflow.hooks.kafka import BatonKafkaHook
 from baton_airflow.operators.slots import resolve
+from baton_airflow.operators.steps import fail_with_reason, first_reason, lift_own_fence
 from baton_airflow.triggers.base import met_or_raise
 from baton_airflow.triggers.cutover import CutoverTrigger
 
@@ -89,7 +89,7 @@ class FenceOperator(_HandoffOperator):
         plane = control.plane()
         rec = plane.current(app.name)
         if rec is None:
-            raise AirflowFailException(f"{app.name} has never been started: nothing to hand over")
+            raise fail_with_reason(context, f"{app.name} has never been started: nothing to hand over")
         run = context["run_id"]
         if (done := finished(rec, run)) is not None:  # this run cut over already (a re-run): its plan again
             self.log.info(
@@ -100,15 +100,16 @@ class FenceOperator(_HandoffOperator):
         for slot in (rec.active, standby):
             spec = rec.slots.get(slot)
             if spec is None or spec.desired is not SlotState.RUNNING:
-                raise AirflowFailException(
+                raise fail_with_reason(
+                    context,
                     f"{app.name}/{slot.value} is {spec.desired.value if spec else 'not started'}: "
-                    "a handoff needs both slots RUNNING"
+                    "a handoff needs both slots RUNNING",
                 )
         reuse = rec.fence is not None
         try:  # a fence this run set before (a retry) is kept; another handoff's is refused
             rec = set_fence(control, app, rec, float(self.ahead_s), float(self.hold_s), by=run)
         except HandoffError as exc:
-            raise AirflowFailException(str(exc)) from None
+            raise fail_with_reason(context, str(exc)) from None
         self.log.info(
             "%s: %s fence %s at epoch %s (%s s ahead)",
             app.name,
@@ -209,10 +210,11 @@ class CutoverOperator(_HandoffOperator):
         self.log.info("%s", met_or_raise(context, event))
         rec = control.plane().current(app.name)  # observed, not assumed
         if rec is None or rec.active is not planned.to or rec.epoch < planned.epoch + 1:
-            raise AirflowFailException(
+            raise fail_with_reason(
+                context,
                 f"{app.name}: the trigger reported the cutover, the control record does not "
                 f"show it ({rec.active.value if rec else None} active at epoch "
-                f"{rec.epoch if rec else None})"
+                f"{rec.epoch if rec else None})",
             )
         return self.cut(app, planned, rec)
 
@@ -252,31 +254,30 @@ class CutoverOperator(_HandoffOperator):
 
 
 class AbortHandoffOperator(_HandoffOperator):
-    """After a failed gate: lift the fence if the role has not moved (epoch unchanged); the active keeps
-    serving. Does nothing once a cutover happened (its epoch's fence is the cutover's to lift)."""
+    """Runs when a step of `steps` failed (trigger rule one_failed): lift the fence if the role has not
+    moved (the active keeps serving), then fail the run with the failed step's reason, so a run's state
+    is its outcome (Airflow takes it from the leaf tasks: an abort that succeeded would show a handoff
+    that did not happen as a successful run). A cutover this run did complete (a step failed after
+    the write) is left alone and the abort succeeds: the handoff happened."""
 
     template_fields = ("app", "plan")
 
-    def __init__(self, *, plan: Any, trigger_rule: str = "one_failed", **kwargs: Any):
+    def __init__(
+        self, *, plan: Any, steps: Sequence[str] = ("fence", "cutover"), trigger_rule: str = "one_failed", **kwargs: Any
+    ):
         super().__init__(trigger_rule=trigger_rule, **kwargs)
-        self.plan = plan
+        self.plan, self.steps = plan, list(steps)
 
     def execute(self, context: Any) -> None:
         app, _ = resolve(self.app, "blue")
         plane = self.control().plane()
+        run = context["run_id"]
         rec = plane.current(app.name)
-        if not self.plan or rec is None or rec.epoch != HandoffPlan.of(self.plan).epoch or rec.fence is None:
-            self.log.info("%s: nothing to undo", app.name)
+        if rec is not None and (done := finished(rec, run)) is not None:
+            self.log.info("%s: this run's cutover to %s happened at epoch %s", app.name, done.to.value, rec.epoch)
             return
-        try:
-            plane.update(app.name, without_fence(rec.epoch, by=context["run_id"]))
-        except HandoffError as exc:  # another handoff's fence (e.g. a failover's): not ours to lift
-            self.log.info("%s: %s", app.name, exc)
-            return
-        self.log.warning(
-            "%s: handoff aborted before the cutover; fence lifted, %s stays active at epoch %s",
-            app.name,
-            rec.active.value,
-            rec.epoch,
-        )
-        raise AirflowFailException(f"{app.name}: handoff aborted before the cutover; {rec.active.value} stays active")
+        reason = first_reason(context, self.steps)
+        if self.plan and rec is not None:
+            rec = lift_own_fence(plane, rec, HandoffPlan.of(self.plan).epoch, run, self.log)
+        where = f"{rec.active.value} stays active at epoch {rec.epoch}" if rec is not None else "nothing changed"
+        raise fail_with_reason(context, f"{app.name}: handoff did not happen: {reason}; {where}")
