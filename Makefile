@@ -57,10 +57,11 @@ lint: install
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-# Lint first, then the unit tests (stopping at the first failure), then the rest.
+# Lint first, then the unit tests (stopping at the first failure), then the rest: the Spark and platform
+# tests beside the light integration tests, at once (scripts/test_streams.py says why).
 test: install $(BROWSER) lint
 	$(BIN)/python -m pytest tests/unit -x -q
-	$(BIN)/python -m pytest tests/integration tests/e2e
+	$(BIN)/python scripts/test_streams.py
 
 unit: install
 	$(BIN)/python -m pytest tests/unit
