@@ -121,8 +121,7 @@ bench: install
 
 # Re-resolve requirements.in into the lock (needs the registry).
 lock: install
-	$(UV) pip compile -q requirements.in --python-version 3.11 \
-	  --override constraints/overrides.txt --no-header -o requirements.txt
+	$(UV) pip compile -q requirements.in --python-version 3.11 --no-header -o requirements.txt
 
 clean:
 	rm -rf $(VENV) .state
