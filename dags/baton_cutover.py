@@ -4,7 +4,9 @@ REST: POST /api/v2/dags/baton_cutover/dagRuns {"conf": {"app": "click_counts"}}.
 seconds ahead of the input) -> cutover: once the active stands at exactly F and the standby is live and
 not past it, one write (by the triggerer, the moment it sees that): epoch + 1, the standby is active
 (it reaches F, then emits from there), the fence lifted. A failed gate lifts the fence and leaves the
-active as it was (abort); every step is safe to retry (baton.handoff).
+active as it was (abort) and fails the run with the reason; every step is safe to retry (baton.handoff).
+Runs for different apps go side by side; one for an app that a handoff, upgrade or reprocess holds is
+refused with the reason.
 """
 
 from datetime import datetime
@@ -21,7 +23,7 @@ with DAG(
     schedule=None,
     start_date=datetime(2026, 1, 1),
     catchup=False,
-    max_active_runs=1,
+    max_active_runs=8,  # other apps' cutovers run side by side; the fence refuses a second of one app
     tags=["baton"],
     on_failure_callback=notify_failed_run,  # a failed handoff is an alert (baton_airflow.alerts)
     params={

@@ -9,6 +9,9 @@ REST: POST /api/v2/dags/baton_rolling_upgrade/dagRuns {"conf": {"app": "click_co
       ─▶ cutover (waits at the fence) ─▶ settle ─▶ upgrade_old_active ─▶ (restore_check_old ‖ warm_up_old)
     any gate up to the cutover fails ─▶ abort (fence lifted, the active untouched, the reason reported)
     settle fails ─▶ rollback (the role flips back to the old version, still hot, at a fence)
+    however it ends ─▶ end (teardown: the app, held by this run since the preflight, is free again)
+
+Runs for different apps go side by side; a second handoff of the same app is refused with the reason.
 
 Versions live in include/apps/versions/<app>/<version>.yaml (baton.apps.version_path).
 """
@@ -21,6 +24,7 @@ from baton_airflow.alerts import notify_failed_run
 from baton_airflow.operators.handoff import CutoverOperator, FenceOperator
 from baton_airflow.operators.upgrade import (
     AbortUpgradeOperator,
+    EndUpgradeOperator,
     PreflightOperator,
     RollbackOperator,
     StateCheckPositionOperator,
@@ -43,7 +47,7 @@ with DAG(
     schedule=None,
     start_date=datetime(2026, 1, 1),
     catchup=False,
-    max_active_runs=1,
+    max_active_runs=8,  # other apps' upgrades run side by side; the app's hold refuses a second of one app
     tags=["baton"],
     on_failure_callback=notify_failed_run,  # a failed handoff is an alert (baton_airflow.alerts)
     params={
@@ -181,3 +185,6 @@ with DAG(
     )
     before_cutover >> abort
     settle >> rollback
+    # However the run ends (success, abort, rollback, a failed step), the app is freed at the end.
+    end = EndUpgradeOperator(task_id="end", app=app)
+    [restore_check_old, warm_up_old, abort, rollback] >> end.as_teardown()

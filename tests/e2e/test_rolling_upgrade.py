@@ -84,6 +84,7 @@ def test_a_version_with_another_state_schema_is_refused_and_the_standby_put_back
     assert states["abort"] == "failed"  # it reports the reason as the run's failure
     after = read_control(bootstrap, app.name)
     assert (after.active, after.epoch, after.fence) == (before.active, before.epoch, None)  # the role never moved
+    assert after.operation == "" and states["end"] == "success"  # the app is free for its next handoff
     assert versions(after) == versions(before) == {Slot.BLUE: "v1", Slot.GREEN: "v1"}
     assert all(after.slots[s].desired is SlotState.RUNNING for s in Slot)
     wait_until_emitted(bootstrap, app, sum(truth.values()), timeout_s=300)
@@ -223,6 +224,7 @@ def test_a_version_that_breaks_the_sla_after_the_cutover_is_rolled_back(running)
     # blue (upgraded to v4) took over at epoch 3; the rollback handed back to green, still on v2, at epoch 4.
     assert (record.active, record.epoch, record.fence) == (before.active, before.epoch + 2, None)
     assert versions(record) == {Slot.BLUE: "v4", Slot.GREEN: "v2"}
+    assert record.operation == "" and states["end"] == "success"
     assert "rolled back from v4" in record.slots[Slot.BLUE].reason
     wait_until_emitted(bootstrap, app, sum(truth.values()), timeout_s=300)
     verdict = verify(truth, read_output(bootstrap, app.output.topic, app.output.partitions))
@@ -312,6 +314,7 @@ def test_a_rolling_upgrade_under_input_that_pauses_and_resumes_completes(running
     record = read_control(bootstrap, app.name)
     assert (record.active, record.epoch, record.fence) == (Slot.BLUE, before.epoch + 1, None)
     assert versions(record) == {Slot.BLUE: "v4", Slot.GREEN: "v4"}
+    assert record.operation == "" and states["end"] == "success"
     assert all(record.slots[s].desired is SlotState.RUNNING for s in Slot)
     wait_until_emitted(bootstrap, app, sum(truth.values()), timeout_s=300)
     verdict = verify(truth, read_output(bootstrap, app.output.topic, app.output.partitions))

@@ -19,7 +19,7 @@ from baton.handoff import HandoffError, fail_over, finished, other, without_fenc
 from baton.lifecycle import IllegalTransition
 from baton.plans import Cutover, SlotRestart, StateCheckPlan, UpgradePlan, VersionChange
 from baton.records import Slot, SlotState, StateDigest
-from baton.reprocess import end_operation
+from baton.reprocess import RequestRefused, begin_operation, end_operation
 from baton.upgrade import Policy, ask_state_check
 from baton_airflow.hooks.control import BatonControlHook
 from baton_airflow.hooks.spark import BatonSparkHook
@@ -34,6 +34,15 @@ from baton_airflow.operators.steps import (
 )
 from baton_airflow.triggers.base import met_or_raise
 from baton_airflow.triggers.status import SlotRunningTrigger
+
+# How long a rolling upgrade may hold its app: its waits (preflight 15 min, warm-up and state check 15
+# min each, fences, settle, the old active's warm-up) with room. Past it, a run that died frees the app.
+UPGRADE_HOLD_S = 3 * 3600
+
+
+def upgrade_operation(run_id: str) -> str:
+    """The hold a rolling upgrade run keeps on its app (ControlRecord.operation)."""
+    return f"rolling upgrade by {run_id}"
 
 
 class PreflightOperator(AppOperator):
@@ -81,6 +90,14 @@ class PreflightOperator(AppOperator):
         versions = {s: rec.slots[s].version or app.version for s in Slot}
         if versions[rec.active] == new.version:
             raise fail_with_reason(context, f"{app.name}: the active ({rec.active.value}) already runs {new.version}")
+        # The app is this run's until the teardown (EndUpgradeOperator) frees it: another upgrade,
+        # reprocess or cutover of the app is refused meanwhile; other apps' runs go on.
+        operation = upgrade_operation(context["run_id"])
+        now_ms = control.plane().now_ms()
+        try:
+            rec = control.plane().update(app.name, begin_operation(operation, now_ms + UPGRADE_HOLD_S * 1000, now_ms))
+        except RequestRefused as exc:
+            raise fail_with_reason(context, f"{app.name}: {exc}") from None
         message = (
             f"{new.version} is valid and keeps {app.name}'s topics; the standby {standby.value}'s first batch "
             f"on it checks the state schema"
@@ -96,6 +113,7 @@ class PreflightOperator(AppOperator):
             standby=standby,
             epoch=rec.epoch,
             preflight=message,
+            operation=operation,
         ).to_xcom()
 
 
@@ -408,6 +426,23 @@ class RollbackOperator(AppOperator):
             if time.monotonic() > deadline:
                 return Check(message=f"{fence} not reached within {self.fence_timeout_s} s")
             time.sleep(0.1)
+
+
+class EndUpgradeOperator(AppOperator):
+    """The run's teardown: frees the app for its next operation however the run ended (Airflow leaves a
+    teardown out of the run's state, which stays its outcome). Frees only this run's hold."""
+
+    def execute(self, context: Any) -> None:
+        app, _ = resolve(self.app, "blue")
+        control, _ = self.hooks()
+        plane = control.plane()
+        operation = upgrade_operation(context["run_id"])
+        rec = plane.current(app.name)
+        if rec is None or rec.operation != operation:
+            self.log.info("%s: not held by this run", app.name)
+            return
+        plane.update(app.name, end_operation(operation))
+        self.log.info("%s: free for its next operation", app.name)
 
 
 class AbortUpgradeOperator(AbortStepsOperator):
