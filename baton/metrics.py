@@ -39,12 +39,20 @@ SLOT_GAUGES = (
     ("baton_slot_state_rows", "Rows in the slot's state store", "state_rows", 1),
     ("baton_slot_state_bytes", "The slot's state store size (RocksDB files when reported)", "state_bytes", 1),
     ("baton_slot_state_memory_bytes", "The slot's state store memory (RocksDB)", "state_memory_bytes", 1),
-    ("baton_slot_dead_letters", "Events the slot sent to the dead-letter topic since it started", "dead_letters", 1),
     ("baton_slot_lease_age_seconds", "Since the slot's last lease renewal", "lease_age_s", 1),
     ("baton_slot_report_age_seconds", "Since the slot's last status record", "report_age_s", 1),
     ("baton_slot_epoch_seen", "The control epoch the slot last reported", "epoch_seen", 1),
     ("baton_slot_generation", "The slot's generation (a new launch of a version is a new generation)", "generation", 1),
-    ("baton_slot_restarts", "Restarts the crash-loop guard still counts", "restarts", 1),
+    # Not a total: the restarts inside the crash-loop guard's window (HealthPolicy.restart_window_s).
+    ("baton_slot_recent_restarts", "Restarts the crash-loop guard still counts (inside its window)", "restarts", 1),
+)
+# Totals (Prometheus counters: `<name>_total`; a new launch starts again from 0, a reset rate() handles).
+SLOT_COUNTERS = (
+    (
+        "baton_slot_dead_letters",
+        "Events the slot's current launch sent to the dead-letter topic",
+        "dead_letters",
+    ),
 )
 
 
@@ -61,6 +69,12 @@ class ViewCollector(Collector):
                 if value is not None:
                     g.add_metric([v.app, s.slot], value * scale)
             yield g
+        for name, doc, attr in SLOT_COUNTERS:
+            c = CounterMetricFamily(name, doc, labels=["app", "slot"])
+            for v, s in slots:
+                if (value := getattr(s, attr)) is not None:
+                    c.add_metric([v.app, s.slot], value)
+            yield c
         active = GaugeMetricFamily(
             "baton_slot_active", "1 if the slot is the app's active slot", labels=["app", "slot"]
         )
@@ -70,12 +84,19 @@ class ViewCollector(Collector):
         state = GaugeMetricFamily(
             "baton_slot_state", "1 for the state the slot last reported", labels=["app", "slot", "state"]
         )
+        desired = GaugeMetricFamily(
+            "baton_slot_desired_state",
+            "1 for the state the control plane wants the slot in (failed: the crash-loop guard gave up)",
+            labels=["app", "slot", "state"],
+        )
         for v, s in slots:
             active.add_metric([v.app, s.slot], 1.0 if s.role == "active" else 0.0)
             up.add_metric([v.app, s.slot], 1.0 if s.desired == "running" else 0.0)
             if s.state:
                 state.add_metric([v.app, s.slot, s.state], 1.0)
-        yield from (active, up, state)
+            if s.desired:
+                desired.add_metric([v.app, s.slot, s.desired], 1.0)
+        yield from (active, up, state, desired)
         epoch = GaugeMetricFamily(
             "baton_app_epoch", "The app's control epoch (one more per cutover or failover)", labels=["app"]
         )

@@ -1,7 +1,10 @@
 """What the Baton page, the metrics and `baton apps` show: built from records, nothing judged."""
 
 import dataclasses
+import re
+from pathlib import Path
 
+import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from baton.app_table import app_detail, apps_table
@@ -269,3 +272,33 @@ def test_metrics_carry_each_slot_s_figures_with_labels_and_skip_what_is_unknown(
     assert ("baton_slot_lag_records", green) not in sample  # never reported: no figure, not a zero
     assert sample[("baton_app_epoch", (("app", "app"),))] == 1
     assert not any(dict(labels).get("app") == "other" for _, labels in sample)  # never started
+
+
+RULES = Path(__file__).resolve().parents[3] / "docs" / "prometheus-rules.yaml"
+
+
+def test_the_alert_rules_name_only_metrics_baton_exports_and_each_says_what_fired():
+    """docs/prometheus-rules.yaml: each rule is complete, and every baton_* series it reads is one the
+    exporter writes (a renamed metric would leave its alert silently never firing)."""
+    view = app_view(
+        "app",
+        True,
+        [control(fence={0: 5, 1: 5})],
+        [status(), status(Slot.GREEN)],
+        {s: lease(s, NOW - 250) for s in Slot},
+        {0: 1100, 1: 100},
+        NOW,
+    )
+    exported = {
+        line.split("{")[0].split(" ")[0] for line in render([view]).decode().splitlines() if not line.startswith("#")
+    }
+    rules = yaml.safe_load(RULES.read_text())["groups"][0]["rules"]
+    assert len(rules) >= 8
+    for rule in rules:
+        assert rule["alert"].startswith("Baton") and rule["labels"]["severity"] in ("warning", "critical"), rule
+        assert "{{ $labels.app }}" in rule["annotations"]["summary"], rule
+        expr = rule["expr"]
+        assert expr.count("(") == expr.count(")") and expr.count("[") == expr.count("]"), rule
+        used = set(re.findall(r"\bbaton_[a-z_]+", expr))
+        assert used and used <= exported, (rule["alert"], used - exported)
+    assert "baton_slot_dead_letters_total" in exported and "baton_slot_desired_state" in exported
