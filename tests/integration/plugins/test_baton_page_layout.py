@@ -130,6 +130,14 @@ def test_a_slot_s_whole_error_is_on_screen_and_the_page_never_scrolls_sideways()
             # A slot without an error shows why its desired state was set; the table keeps its columns.
             assert "restarted by baton_health after its death" in card.locator(".reason[data-slot=green]").inner_text()
             head = card.locator("table.slots tr").first.inner_text().split("\t")
-            assert head[:4] == ["slot", "role", "desired", "reported"] and head[-1] == "restarts", head
+            assert head[:3] == ["slot", "role", "desired / reported"] and head[-1] == "restarts", head
+            blue = card.locator("table.slots tr.active").inner_text().split("\t")
+            assert blue[:4] == ["blue", "active", "failed / failed", "v1 g0 e1"], blue
+            # In a 1,280 px window (Airflow's navigation beside the page), the whole table is on screen:
+            # no column cut off behind the card's scroll bar.
+            page.set_viewport_size({"width": 1200, "height": 900})
+            table, holder = card.locator("table.slots"), card.locator(".scroll")
+            fits = table.evaluate("t => t.scrollWidth <= t.parentElement.clientWidth")
+            assert fits, (table.evaluate("t => t.scrollWidth"), holder.evaluate("h => h.clientWidth"))
         finally:
             browser.close()
