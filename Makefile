@@ -57,8 +57,8 @@ lint: install
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-# Lint first, then the unit tests (stopping at the first failure), then the rest: the Spark and platform
-# tests beside the light integration tests, at once (scripts/test_streams.py says why).
+# Lint first, then the unit tests (stopping at the first failure), then the integration and the e2e
+# tests side by side (scripts/test_streams.py says why).
 test: install $(BROWSER) lint
 	$(BIN)/python -m pytest tests/unit -x -q
 	$(BIN)/python scripts/test_streams.py

@@ -1,17 +1,22 @@
 """`make test`'s integration and end-to-end tests as two pytest runs at once, so the suite fits its budget
 on a 2-core machine:
 
-- heavy: the Spark slots and the platform (tests/integration/spark_apps, tests/e2e): CPU-bound, and
-  their figures (batch budgets, settle checks) are judged against a busy host already;
-- light: everything else under tests/integration (the broker's protocol, the control log, Airflow's
-  triggers, the launcher, TLS, the tools): about 4 minutes of mostly waiting (about a third of one core).
+- integration (tests/integration): the Spark slots' runtime and apps (about 14 minutes alone), then
+  the broker's protocol, the control log, Airflow's triggers, the launcher, TLS, the tools (about 4
+  minutes, mostly waiting);
+- e2e (tests/e2e): the whole platform (Airflow, PostgreSQL, the broker, slots) driven through the REST
+  API, a browser and the `baton` CLI (about 15 minutes alone).
 
-Run one after the other they took about 30 minutes; side by side the light stream ends inside the heavy
-one's first minutes. Each run has its own pytest temporary directory (--basetemp): a second pytest on
-the default one would reset the permissions of the shared `pytest-of-<user>` directory under the other
-run's PostgreSQL, which runs as another user when the tests run as root (baton.local.postgres).
+Neither keeps both cores busy alone (both wait on batches, triggers, leases and Airflow's scheduler
+more than they compute: a Spark integration module kept 59 % of the 2 cores busy, the broker and
+Airflow tests 29 %), so side by side each takes a little longer than alone, and both together far less
+than one after the other (32 minutes). Their figures (batch budgets, settle checks) are judged against
+a busy host already. Each run has its own pytest temporary directory
+(--basetemp): a second pytest on the default one would reset the permissions of the shared
+`pytest-of-<user>` directory under the other run's PostgreSQL, which runs as another user when the
+tests run as root (baton.local.postgres).
 
-The heavy stream prints as it goes; the light one's output follows once it ends. Exit status: the
+The integration stream prints as it goes; the e2e one's output follows once it ends. Exit status: the
 first failing stream's, else 0. Extra arguments go to both pytest runs (`-k x`: a stream with nothing
 selected is no failure).
 """
@@ -28,8 +33,8 @@ from pathlib import Path
 log = logging.getLogger("test_streams")
 
 ROOT = Path(__file__).resolve().parent.parent
-HEAVY = ["tests/integration/spark_apps", "tests/e2e"]
-LIGHT = ["tests/integration", "--ignore=tests/integration/spark_apps"]
+SHOWN = ["tests/integration"]  # printed as it runs
+BESIDE = ["tests/e2e"]  # its output printed once it ends
 
 
 def pytest_argv(paths: list[str], basetemp: Path, extra: list[str]) -> list[str]:
@@ -39,25 +44,25 @@ def pytest_argv(paths: list[str], basetemp: Path, extra: list[str]) -> list[str]
 def main(extra: list[str]) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     tmp = Path(tempfile.mkdtemp(prefix="baton-tests-"))
-    light_log = tmp / "light.log"
+    beside_log = tmp / "beside.log"
     try:
-        with light_log.open("w") as out:
-            light = subprocess.Popen(
-                pytest_argv(LIGHT, tmp / "light", extra), cwd=ROOT, stdout=out, stderr=subprocess.STDOUT
+        with beside_log.open("w") as out:
+            beside = subprocess.Popen(
+                pytest_argv(BESIDE, tmp / "beside", extra), cwd=ROOT, stdout=out, stderr=subprocess.STDOUT
             )
             try:
-                heavy_rc = subprocess.call(pytest_argv(HEAVY, tmp / "heavy", extra), cwd=ROOT)
+                shown_rc = subprocess.call(pytest_argv(SHOWN, tmp / "shown", extra), cwd=ROOT)
             finally:
-                if light.poll() is None:
-                    log.info("waiting for the light stream (%s) to end", " ".join(LIGHT))
-                light_rc = light.wait()
-        log.info("--- the light stream: %s", " ".join(LIGHT))
-        sys.stdout.write(light_log.read_text())
+                if beside.poll() is None:
+                    log.info("waiting for %s to end", " ".join(BESIDE))
+                beside_rc = beside.wait()
+        log.info("--- %s, run beside it:", " ".join(BESIDE))
+        sys.stdout.write(beside_log.read_text())
         sys.stdout.flush()
-        log.info("streams: heavy exit %d, light exit %d", heavy_rc, light_rc)
+        log.info("%s exit %d, %s exit %d", " ".join(SHOWN), shown_rc, " ".join(BESIDE), beside_rc)
         if extra:  # a selection (-k, -m) may leave one stream nothing to run: pytest's 5, not a failure
-            heavy_rc, light_rc = (0 if rc == 5 else rc for rc in (heavy_rc, light_rc))
-        return heavy_rc or light_rc
+            shown_rc, beside_rc = (0 if rc == 5 else rc for rc in (shown_rc, beside_rc))
+        return shown_rc or beside_rc
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

@@ -29,7 +29,7 @@ pytestmark = pytest.mark.e2e
 FLOWING = re.compile(r"^click_counts\s+(blue|green)\s+\S+\s+running\s+running\s+v1\s+\d+\s+\d+\s+\S+\s+\S+\s+([\d,]+)")
 
 
-def test_demo_then_up_again_then_reset(tmp_path):
+def test_demo_then_up_again_then_reset(tmp_path, monkeypatch):
     """1. `make demo`: the platform, click_counts on both slots with data flowing, where to look; Ctrl-C
        stops everything (Airflow, PostgreSQL, the broker, the slots, the load generator).
     2. `make up` again returns once triggers are accepted: several sent at once right after it (the
@@ -40,8 +40,12 @@ def test_demo_then_up_again_then_reset(tmp_path):
        `down` leaves nothing running."""
     state = tmp_path / "state"
     ports = {name: free_port() for name in ("BATON_KAFKA_PORT", "BATON_AIRFLOW_PORT", "BATON_POSTGRES_PORT")}
-    env = {**os.environ, "BATON_HOME": str(state), **{k: str(v) for k, v in ports.items()}}
-    env.pop("BATON_KAFKA_BOOTSTRAP", None)
+    # A user's environment: the repository's apps and no test notifier (the e2e platform of the other
+    # tests sets both in this process while it runs), this test's own state dir and ports.
+    for name in ("BATON_APPS_DIR", "AIRFLOW_VAR_BATON_ALERT_NOTIFIERS", "BATON_KAFKA_BOOTSTRAP"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("BATON_HOME", str(state))
+    env = {**os.environ, **{k: str(v) for k, v in ports.items()}}
     run_demo_until_ctrl_c(env, state)
 
     platform = Platform(
