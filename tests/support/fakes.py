@@ -25,3 +25,15 @@ class MemoryControlStore:
         if applied != record:
             raise WriteConflict(f"revision {record.revision} lost")
         return applied
+
+
+class PlaneControl:
+    """The control hook as an operator uses it, around a ControlPlane (on a MemoryControlStore)."""
+
+    bootstrap = "broker:9092"
+
+    def __init__(self, plane):
+        self._plane = plane
+
+    def plane(self):
+        return self._plane

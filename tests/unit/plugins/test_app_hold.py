@@ -13,17 +13,9 @@ from baton.records import Slot, SlotState
 from baton_airflow.operators import handoff as handoff_ops
 from baton_airflow.operators.handoff import FenceOperator
 from baton_airflow.operators.upgrade import EndUpgradeOperator, PreflightOperator, upgrade_operation
-from tests.support.fakes import MemoryControlStore
+from tests.support.fakes import MemoryControlStore, PlaneControl
 
 APP, OTHER = "click_counts", "click_windows"
-
-
-class Control:
-    def __init__(self, plane):
-        self._plane = plane
-
-    def plane(self):
-        return self._plane
 
 
 class Spark:
@@ -51,8 +43,8 @@ def plane(monkeypatch):
             plane.move_slot(app, slot, SlotState.STARTING, version="v1")
             plane.move_slot(app, slot, SlotState.RUNNING)
     for op in (PreflightOperator, EndUpgradeOperator):
-        monkeypatch.setattr(op, "hooks", lambda self: (Control(plane), Spark()))
-    monkeypatch.setattr(FenceOperator, "control", lambda self: Control(plane))
+        monkeypatch.setattr(op, "hooks", lambda self: (PlaneControl(plane), Spark()))
+    monkeypatch.setattr(FenceOperator, "control", lambda self: PlaneControl(plane))
     # The fence's position comes from the slots' status and the input's end: not what is tested here.
     monkeypatch.setattr(handoff_ops, "plan_ahead", lambda control, app, rec, ahead_s, fence: {0: 10, 1: 10})
     return plane

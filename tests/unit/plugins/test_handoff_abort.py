@@ -10,18 +10,10 @@ from baton.handoff import cut_over, with_fence
 from baton.plans import HandoffPlan
 from baton.records import Slot, SlotState
 from baton_airflow.operators.handoff import AbortHandoffOperator, FenceOperator
-from tests.support.fakes import MemoryControlStore
+from tests.support.fakes import MemoryControlStore, PlaneControl
 
 FENCE = {0: 120, 1: 80}
 RUN = "manual__run1"
-
-
-class Control:
-    def __init__(self, plane):
-        self._plane = plane
-
-    def plane(self):
-        return self._plane
 
 
 class Ti:
@@ -50,8 +42,8 @@ def running(plane):
 @pytest.fixture
 def plane(monkeypatch):
     plane = ControlPlane(MemoryControlStore(), writer="test")
-    monkeypatch.setattr(FenceOperator, "control", lambda self: Control(plane))
-    monkeypatch.setattr(AbortHandoffOperator, "control", lambda self: Control(plane))
+    monkeypatch.setattr(FenceOperator, "control", lambda self: PlaneControl(plane))
+    monkeypatch.setattr(AbortHandoffOperator, "control", lambda self: PlaneControl(plane))
     return plane
 
 

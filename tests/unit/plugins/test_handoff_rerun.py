@@ -13,19 +13,9 @@ from baton.handoff import cut_over, with_fence
 from baton.plans import Cutover, HandoffPlan
 from baton.records import CommitMarker, Slot, SlotState
 from baton_airflow.operators.handoff import MAX_CUTOVER_FENCES, CutoverOperator, FenceOperator
-from tests.support.fakes import MemoryControlStore
+from tests.support.fakes import MemoryControlStore, PlaneControl
 
 FENCE = {0: 120, 1: 80}
-
-
-class Control:
-    bootstrap = "broker:9092"
-
-    def __init__(self, plane):
-        self._plane = plane
-
-    def plane(self):
-        return self._plane
 
 
 def test_re_run_fence_and_cutover_return_the_plan_and_the_cutover_as_json(monkeypatch):
@@ -35,8 +25,8 @@ def test_re_run_fence_and_cutover_return_the_plan_and_the_cutover_as_json(monkey
         plane.move_slot("click_counts", slot, SlotState.RUNNING)
     plane.update("click_counts", with_fence(FENCE, 1, by="manual__run1"))
     plane.update("click_counts", cut_over(Slot.GREEN, 1))
-    monkeypatch.setattr(FenceOperator, "control", lambda self: Control(plane))
-    monkeypatch.setattr(CutoverOperator, "control", lambda self: Control(plane))
+    monkeypatch.setattr(FenceOperator, "control", lambda self: PlaneControl(plane))
+    monkeypatch.setattr(CutoverOperator, "control", lambda self: PlaneControl(plane))
 
     plan = FenceOperator(task_id="fence", app="click_counts").execute({"run_id": "manual__run1"})
     assert json.loads(json.dumps(plan)) == plan
@@ -47,7 +37,7 @@ def test_re_run_fence_and_cutover_return_the_plan_and_the_cutover_as_json(monkey
     assert Cutover.of(cutover).active is Slot.GREEN and Cutover.of(cutover).epoch == 2
 
 
-class PassedControl(Control):
+class PassedControl(PlaneControl):
     """The control hook as the cutover's second look sees it: the active's last marker and a new plan."""
 
     def __init__(self, plane, emitted):
