@@ -4,6 +4,12 @@ Bootstrap precedence (one, stated): hook argument > Airflow Connection `baton_ka
 "Bootstrap servers" in the form, else its extra's "bootstrap.servers") > BATON_KAFKA_BOOTSTRAP
 environment > baton.settings default. The extra may carry client tuning (client.id, socket.*).
 
+A deployment that already has a connection of the Kafka provider's type (`kafka`: its extra is the
+librdkafka configuration, e.g. `kafka_default`) points Baton at it with BATON_KAFKA_CONN_ID instead of
+defining `baton_kafka`: its bootstrap and security keys are read the same way, and its consumer
+settings (group.id, auto.offset.reset, ...), which are the provider's consumers' and not Baton's, are
+left out (logged).
+
 Security (TLS, SASL): the connection's form (security protocol, SASL mechanism, login and password
 as the SASL username and password, CA and client certificate, client key and its password; or the
 same as librdkafka keys in the extra) gives one KafkaSecurity for the cluster. The hook registers it
@@ -16,6 +22,7 @@ connection without security settings leaves the file BATON_KAFKA_CLIENT_CONFIG n
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -47,9 +54,30 @@ def security_dir() -> Path:
     return Settings.load().state_dir / "kafka-client"
 
 
+# Which Airflow connection Baton's Kafka clients use (read when the provider is imported).
+CONN_ID_ENV = "BATON_KAFKA_CONN_ID"
+# A Kafka provider connection's consumer-group settings: its consumers', never Baton's (Baton's readers
+# assign their partitions and keep their own positions).
+CONSUMER_GROUP_KEYS = frozenset(
+    {
+        "group.id",
+        "group.instance.id",
+        "group.protocol",
+        "auto.offset.reset",
+        "enable.auto.commit",
+        "auto.commit.interval.ms",
+        "enable.auto.offset.store",
+        "session.timeout.ms",
+        "heartbeat.interval.ms",
+        "max.poll.interval.ms",
+        "partition.assignment.strategy",
+    }
+)
+
+
 class BatonKafkaHook(BaseHook):
     conn_name_attr = "kafka_conn_id"
-    default_conn_name = "baton_kafka"
+    default_conn_name = os.environ.get(CONN_ID_ENV, "").strip() or "baton_kafka"
     conn_type = KAFKA_CONN_TYPE
     hook_name = "Baton Kafka"
 
@@ -103,8 +131,11 @@ class BatonKafkaHook(BaseHook):
         if conn is not None and getattr(conn, "password", None):
             security["sasl.password"] = conn.password
         mask_secrets(security)
+        tuning = {k: v for k, v in extra.items() if k not in CONSUMER_GROUP_KEYS}
+        if ignored := sorted(k for k in extra if k not in tuning):
+            self.log.info("connection %s: not Baton's client settings, left out: %s", self.kafka_conn_id, ignored)
         try:
-            return bootstrap, KafkaSecurity.from_settings(security), extra
+            return bootstrap, KafkaSecurity.from_settings(security), tuning
         except ValueError as exc:
             raise ValueError(f"connection {self.kafka_conn_id}: {exc}") from None
 

@@ -160,3 +160,48 @@ def test_a_hook_reads_its_connection_once(monkeypatch):
     assert hook.client_config()["client.id"] == "baton-test"
     assert reads == ["baton_kafka"]
     assert BatonKafkaHook().bootstrap == "broker:9092" and reads == ["baton_kafka", "baton_kafka"]
+
+
+def test_a_kafka_provider_connection_is_read_as_it_is_and_its_consumer_settings_left_out(monkeypatch):
+    """The Kafka provider's connection type keeps the whole librdkafka configuration in its extra:
+    the bootstrap and SASL come from there; its consumers' group and offset reset are not Baton's."""
+    extra = {
+        "bootstrap.servers": "k1:9093,k2:9093",
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "SCRAM-SHA-512",
+        "sasl.username": "baton",
+        "sasl.password": SECRET,
+        "group.id": "analytics",
+        "auto.offset.reset": "earliest",
+        "client.id": "airflow",
+    }
+    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_DEFAULT", json.dumps({"conn_type": "kafka", "extra": extra}))
+    config = BatonKafkaHook("kafka_default").client_config()
+    assert config == {
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "SCRAM-SHA-512",
+        "sasl.username": "baton",
+        "sasl.password": SECRET,
+        "client.id": "airflow",
+        "bootstrap.servers": "k1:9093,k2:9093",
+    }
+
+
+def test_baton_kafka_conn_id_names_the_connection_every_baton_task_uses():
+    """Read when the provider is imported (an Airflow component's start): a fresh interpreter."""
+    import os
+    import subprocess
+    import sys
+
+    probe = "from baton_airflow.hooks.kafka import BatonKafkaHook as H; print(H.default_conn_name)"
+    named = subprocess.run(
+        [sys.executable, "-c", probe],
+        env={**os.environ, "BATON_KAFKA_CONN_ID": "kafka_default"},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert named.stdout.strip() == "kafka_default"
+    unset = {k: v for k, v in os.environ.items() if k != "BATON_KAFKA_CONN_ID"}
+    default = subprocess.run([sys.executable, "-c", probe], env=unset, capture_output=True, text=True, check=True)
+    assert default.stdout.strip() == "baton_kafka"
