@@ -11,7 +11,8 @@ triggered through the REST API.
 - stop ends both slots gracefully;
 - baton_cutover for an app that was never started ends failed (not success), with the reason;
 - baton_cutover, triggered from the Baton page in the Airflow UI (a real browser), hands the active role to
-  the standby under live load, exactly once; the page shows it, its API and metrics need an Airflow user.
+  the standby under live load, exactly once; the page shows it, its API and metrics need an Airflow user;
+  the app's output Asset gets the cutover's event.
 """
 
 import os
@@ -213,6 +214,17 @@ def test_cutover_from_the_baton_page_under_load_is_exactly_once_and_the_page_sho
         assert cut["state"] == "success", cut.get("why", cut)
         record = read_control(bootstrap, app.name)
         assert (record.active, record.epoch, record.fence) == (Slot.GREEN, 2, None)
+        # The app's output Asset got the cutover's event: what a downstream DAG scheduled on it sees.
+        params = {"source_dag_id": "baton_cutover", "source_run_id": run_id}
+        [event] = client.request("GET", "/assets/events", "asset events", params=params)["asset_events"]
+        assert event["uri"] == f"kafka://{bootstrap.split(',')[0]}/{app.output.topic}", event
+        assert {k: event["extra"][k] for k in ("app", "kind", "epoch", "active", "corrected")} == {
+            "app": app.name,
+            "kind": "cutover",
+            "epoch": 2,
+            "active": "green",
+            "corrected": False,
+        }, event
         time.sleep(5)
         # The page shows what happened: green active at epoch 2, the cutover on the plots' time axis and
         # in the history, linked to the run that did it.

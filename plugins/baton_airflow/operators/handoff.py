@@ -16,6 +16,7 @@ from baton.apps import AppDefinition
 from baton.handoff import HandoffError, fence_passed, finished, moved_fence, other, with_fence
 from baton.plans import Cutover, HandoffPlan
 from baton.records import ControlRecord, Handoff, SlotState
+from baton_airflow.assets import HANDOFFS, emit_handoff, output_asset
 from baton_airflow.hooks.control import BatonControlHook
 from baton_airflow.hooks.kafka import BatonKafkaHook
 from baton_airflow.operators.slots import resolve
@@ -162,6 +163,7 @@ class CutoverOperator(_HandoffOperator):
         **kwargs: Any,
     ):
         # retries: apache/airflow#71580 (a deferred task), and a retry after a timeout
+        kwargs.setdefault("outlets", [HANDOFFS])  # the app's output Asset's event, on success
         super().__init__(retries=retries, **kwargs)
         self.plan, self.correct, self.wait_timeout_s, self.ahead_s = plan, correct, wait_timeout_s, ahead_s
 
@@ -176,7 +178,7 @@ class CutoverOperator(_HandoffOperator):
         if mine is not None and mine.epoch == plan.epoch:  # this run planned its fence again before (a retry): that one
             plan = plan_of(mine)
         if rec is not None and rec.active is plan.to and rec.epoch == plan.epoch + 1:  # done before (a retry)
-            return self.cut(app, plan, rec)
+            return self.cut(context, control, app, plan, rec)
         self.wait(control, app, plan, attempt=1)
 
     def wait(self, control: BatonControlHook, app: AppDefinition, plan: HandoffPlan, attempt: int) -> NoReturn:
@@ -218,7 +220,7 @@ class CutoverOperator(_HandoffOperator):
                 f"show it ({rec.active.value if rec else None} active at epoch "
                 f"{rec.epoch if rec else None})",
             )
-        return self.cut(app, planned, rec)
+        return self.cut(context, control, app, planned, rec)
 
     def plan_again(
         self, context: Any, control: BatonControlHook, app: AppDefinition, plan: HandoffPlan, attempt: int, why: str
@@ -246,12 +248,31 @@ class CutoverOperator(_HandoffOperator):
         )
         return plan_of(rec.handoff)
 
-    def cut(self, app: AppDefinition, plan: HandoffPlan, rec: ControlRecord) -> dict[str, Any]:
+    def cut(
+        self, context: Any, control: BatonControlHook, app: AppDefinition, plan: HandoffPlan, rec: ControlRecord
+    ) -> dict[str, Any]:
         self.log.info(
             "%s: %s is active at epoch %s and emits from %s", app.name, rec.active.value, rec.epoch, plan.fence
         )
         # at_ms: when the new active took over (the settle check counts from here): the cutover's write
         at_ms = rec.ts_ms if rec.epoch == plan.epoch + 1 and rec.ts_ms else int(time.time() * 1000)
+        # The app's output has a new producer from the fence on: its Asset's event (baton_airflow.assets).
+        spec = rec.slots.get(rec.active)
+        emit_handoff(
+            context,
+            output_asset(control.bootstrap, app.output.topic),
+            {
+                "app": app.name,
+                "kind": "cutover",
+                "epoch": plan.epoch + 1,
+                "active": rec.active.value,
+                "version": spec.version if spec is not None else "",
+                "generation": spec.generation if spec is not None else 0,
+                "fence": {str(p): o for p, o in sorted(plan.fence.items())},
+                "corrected": str(self.correct).lower() == "true",
+                "run_id": str(context.get("run_id", "")),
+            },
+        )
         return Cutover(epoch=plan.epoch + 1, active=rec.active, fence=plan.fence, at_ms=at_ms).to_xcom()
 
 

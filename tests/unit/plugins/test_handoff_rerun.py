@@ -6,12 +6,14 @@ import json
 
 import pytest
 from airflow.sdk.exceptions import AirflowFailException, TaskDeferred
+from airflow.sdk.execution_time.context import OutletEventAccessors
 
 import baton_airflow.operators.handoff as handoff_ops
 from baton.control_plane import ControlPlane
 from baton.handoff import cut_over, with_fence
 from baton.plans import Cutover, HandoffPlan
 from baton.records import CommitMarker, Slot, SlotState
+from baton_airflow.assets import HANDOFFS
 from baton_airflow.operators.handoff import MAX_CUTOVER_FENCES, CutoverOperator, FenceOperator
 from tests.support.fakes import MemoryControlStore, PlaneControl
 
@@ -32,9 +34,26 @@ def test_re_run_fence_and_cutover_return_the_plan_and_the_cutover_as_json(monkey
     assert json.loads(json.dumps(plan)) == plan
     assert HandoffPlan.of(plan) == HandoffPlan(fence=FENCE, epoch=1, from_slot=Slot.BLUE, to=Slot.GREEN)
 
-    cutover = CutoverOperator(task_id="cutover", app="click_counts", plan=plan).execute({"run_id": "manual__run1"})
+    events = OutletEventAccessors()
+    op = CutoverOperator(task_id="cutover", app="click_counts", plan=plan)
+    cutover = op.execute({"run_id": "manual__run1", "outlet_events": events})
     assert json.loads(json.dumps(cutover)) == cutover
     assert Cutover.of(cutover).active is Slot.GREEN and Cutover.of(cutover).epoch == 2
+    # The app's output Asset gets the handoff's event, through the step's alias outlet.
+    assert op.outlets == [HANDOFFS]
+    [event] = events[HANDOFFS].asset_alias_events
+    assert event.dest_asset_key.uri == "kafka://broker:9092/user_counts"
+    assert event.extra == {
+        "app": "click_counts",
+        "kind": "cutover",
+        "epoch": 2,
+        "active": "green",
+        "version": "v1",
+        "generation": 0,
+        "fence": {"0": 120, "1": 80},
+        "corrected": False,
+        "run_id": "manual__run1",
+    }
 
 
 class PassedControl(PlaneControl):
