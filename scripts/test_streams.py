@@ -9,8 +9,8 @@ on a 2-core machine:
 
 Neither keeps both cores busy alone (both wait on batches, triggers, leases and Airflow's scheduler
 more than they compute: a Spark integration module kept 59 % of the 2 cores busy, the broker and
-Airflow tests 29 %), so side by side each takes a little longer than alone, and both together far less
-than one after the other (32 minutes). Their figures (batch budgets, settle checks) are judged against
+Airflow tests 29 %). Side by side on a fresh clone of a 2-core machine: 23 and 22.5 minutes, the
+cores 86 % busy, `make test` 25 minutes in all, where one after the other it took 32. Their figures (batch budgets, settle checks) are judged against
 a busy host already. Each run has its own pytest temporary directory
 (--basetemp): a second pytest on the default one would reset the permissions of the shared
 `pytest-of-<user>` directory under the other run's PostgreSQL, which runs as another user when the
