@@ -16,9 +16,9 @@ import yaml
 
 from baton.health_policy import HealthPolicy
 from baton.kafka.admin import TopicSpec
-from baton.settings import REPO_ROOT
+from baton.settings import default_apps_dir
 
-APPS_DIR = REPO_ROOT / "include" / "apps"
+APPS_DIR = default_apps_dir()
 VERSIONS = "versions"  # include/apps/versions/<name>/<version>.yaml: an app's other versions
 NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,47}$")
 TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
@@ -370,7 +370,8 @@ def load_definition(path: Path) -> AppDefinition:
 
 
 def apps_dir() -> Path:
-    """The registry folder: BATON_APPS_DIR when set (another deployment, tests), else include/apps."""
+    """The registry folder: BATON_APPS_DIR when set (another deployment, tests), else include/apps in a
+    checkout, $AIRFLOW_HOME/baton/apps when installed (baton.settings.default_apps_dir)."""
     return Path(os.environ.get("BATON_APPS_DIR") or APPS_DIR)
 
 

@@ -11,6 +11,27 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+# Run from a checkout of this repository (make up, make test) or from the package installed into an
+# Airflow deployment (pip install "baton[airflow]"), where REPO_ROOT is site-packages: nothing of the
+# deployment's may go there.
+IN_CHECKOUT = (REPO_ROOT / "pyproject.toml").is_file() and (REPO_ROOT / "dags").is_dir()
+
+
+def deployment_dir() -> Path:
+    """Where an installed Baton keeps its state and looks for app definitions by default: beside the
+    deployment's Airflow ($AIRFLOW_HOME/baton, else ~/airflow/baton as Airflow's own default home)."""
+    airflow_home = os.environ.get("AIRFLOW_HOME") or str(Path.home() / "airflow")
+    return Path(airflow_home) / "baton"
+
+
+def default_state_dir() -> Path:
+    """BATON_HOME's default: .state/ in a checkout, $AIRFLOW_HOME/baton/state when installed."""
+    return REPO_ROOT / ".state" if IN_CHECKOUT else deployment_dir() / "state"
+
+
+def default_apps_dir() -> Path:
+    """BATON_APPS_DIR's default: include/apps in a checkout, $AIRFLOW_HOME/baton/apps when installed."""
+    return REPO_ROOT / "include" / "apps" if IN_CHECKOUT else deployment_dir() / "apps"
 
 # Topics of the control plane, shared by every app.
 CONTROL_TOPIC = "baton.control"
@@ -46,7 +67,7 @@ class Settings:
 
     @classmethod
     def load(cls) -> Settings:
-        state_dir = Path(os.environ.get("BATON_HOME", REPO_ROOT / ".state")).resolve()
+        state_dir = Path(os.environ.get("BATON_HOME") or default_state_dir()).resolve()
         kafka_port = _env_int("BATON_KAFKA_PORT", 29092)
         embedded = f"127.0.0.1:{kafka_port}"
         bootstrap = os.environ.get("BATON_KAFKA_BOOTSTRAP", "").strip() or embedded

@@ -2,8 +2,10 @@
 `airflow` extra into a fresh venv holding only Airflow 3 (core and task SDK, at the lock's versions),
 is found by Airflow's providers manager through the `apache_airflow_provider` entry point. Its
 connection types (baton_kafka, baton_spark) are in the list the API serves for the connection
-form, every operator, sensor, hook and trigger module it declares imports there, and the Baton page
-(an AirflowPlugin) is loaded from the package's entry point with nothing in the plugins folder."""
+form, every operator, sensor, hook and trigger module it declares imports there, and so do the metrics
+and the slots' runtime (the extra brings PySpark, Arrow, msgspec, prometheus-client); the Baton page (an
+AirflowPlugin) is loaded from the package's entry point with nothing in the plugins folder; state and
+app definitions default to $AIRFLOW_HOME/baton, not site-packages."""
 
 import json
 import shutil
@@ -28,6 +30,11 @@ modules = [m for section in ("operators", "sensors", "hooks", "triggers")
            for group in (info.data.get(section, []) if info else []) for m in group["python-modules"]]
 for m in modules:
     importlib.import_module(m)
+# What the Baton page's metrics and the slots the tasks launch import (the extra must bring them).
+for m in ("baton.metrics", "spark_apps.runtime.source.decode", "spark_apps.runtime.run", "pyspark.sql"):
+    importlib.import_module(m)
+from baton.apps import apps_dir
+from baton.settings import Settings
 print(json.dumps({"version": info.version if info else None,
                   "types": {t.connection_type: t.hook_name for t in HookMetaService.hook_meta_data()},
                   "kafka_fields": sorted(next(t.extra_fields or {} for t in HookMetaService.hook_meta_data()
@@ -36,7 +43,8 @@ print(json.dumps({"version": info.version if info else None,
                   "plugins": {p["name"]: {"apps": [a["url_prefix"] for a in p.get("fastapi_apps") or []],
                                           "views": [v["href"] for v in p.get("external_views") or []]}
                               for p in plugins_manager.get_plugin_info()},
-                  "plugin_errors": plugins_manager.get_import_errors()}))
+                  "plugin_errors": plugins_manager.get_import_errors(),
+                  "state_dir": str(Settings.load().state_dir), "apps_dir": str(apps_dir())}))
 """
 
 
@@ -90,3 +98,5 @@ def test_the_wheel_in_a_fresh_airflow_venv_is_a_provider_with_its_connection_typ
     # The Baton page: its app under /baton and its navigation entry, from the wheel alone.
     assert found["plugins"].get("baton") == {"apps": ["/baton"], "views": ["baton/"]}, found["plugins"]
     assert found["plugin_errors"] == {}, found["plugin_errors"]
+    # The deployment's state and app definitions beside its Airflow, never under site-packages.
+    assert (found["state_dir"], found["apps_dir"]) == (str(home / "baton" / "state"), str(home / "baton" / "apps"))
