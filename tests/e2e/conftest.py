@@ -11,6 +11,7 @@ import os
 import re
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -55,6 +56,11 @@ VERSIONS = {
 }
 
 
+BUNDLES_ENV = "AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST"
+LOCAL_BUNDLE = "airflow.dag_processing.bundles.local.LocalDagBundle"
+TEST_DAGS = Path(__file__).resolve().parent / "dags"
+
+
 @pytest.fixture(scope="session")
 def stack(tmp_path_factory):
     root = tmp_path_factory.mktemp("e2e")
@@ -74,10 +80,19 @@ def stack(tmp_path_factory):
             (apps_dir / "versions" / name / f"{version}.yaml").write_text(
                 re.sub(r"^module: .*$", f"module: {module}", v1, flags=re.MULTILINE)
             )
-    saved = {k: os.environ.get(k) for k in ("BATON_APPS_DIR", "BATON_HOME", "AIRFLOW_VAR_BATON_ALERT_NOTIFIERS")}
+    saved = {
+        k: os.environ.get(k) for k in ("BATON_APPS_DIR", "BATON_HOME", "AIRFLOW_VAR_BATON_ALERT_NOTIFIERS", BUNDLES_ENV)
+    }
     os.environ["BATON_APPS_DIR"] = str(apps_dir)
     os.environ["BATON_HOME"] = str(root / "state")
     # The deployment's alert notifier: one that records what it was sent (ALERTS in the state dir).
+    # Beside dags/, a second DAG bundle: tests/e2e/dags, a user's DAG scheduled on an app's output Asset.
+    os.environ[BUNDLES_ENV] = json.dumps(
+        [
+            {"name": "dags-folder", "classpath": LOCAL_BUNDLE, "kwargs": {}},
+            {"name": "baton-tests", "classpath": LOCAL_BUNDLE, "kwargs": {"path": str(TEST_DAGS)}},
+        ]
+    )
     os.environ["AIRFLOW_VAR_BATON_ALERT_NOTIFIERS"] = json.dumps(
         [{"class": "tests.support.recording_notifier.RecordingNotifier", "kwargs": {"path": str(root / ALERTS)}}]
     )

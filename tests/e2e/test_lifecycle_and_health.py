@@ -12,9 +12,10 @@ triggered through the REST API.
 - baton_cutover for an app that was never started ends failed (not success), with the reason;
 - baton_cutover, triggered from the Baton page in the Airflow UI (a real browser), hands the active role to
   the standby under live load, exactly once; the page shows it, its API and metrics need an Airflow user;
-  the app's output Asset gets the cutover's event.
+  the app's output Asset gets the cutover's event, and a DAG scheduled on that Asset runs on it.
 """
 
+import json
 import os
 import signal
 import time
@@ -225,6 +226,25 @@ def test_cutover_from_the_baton_page_under_load_is_exactly_once_and_the_page_sho
             "active": "green",
             "corrected": False,
         }, event
+        # A user's DAG scheduled on that Asset (tests/e2e/dags) ran on the event and saw what it said.
+        downstream = wait_for(
+            "a run of baton_test_downstream after the cutover",
+            lambda: next(
+                (
+                    r
+                    for r in client.request("GET", "/dags/baton_test_downstream/dagRuns", "runs")["dag_runs"]
+                    if r["state"] == "success"
+                ),
+                None,
+            ),
+            timeout_s=180,
+            every_s=2,
+        )
+        seen = client.xcom("baton_test_downstream", downstream["dag_run_id"], "seen")
+        seen = json.loads(seen) if isinstance(seen, str) else seen  # the API may decode the task's JSON
+        assert [(e["app"], e["epoch"], e["active"], e["run_id"]) for e in seen] == [(app.name, 2, "green", run_id)], (
+            seen
+        )
         time.sleep(5)
         # The page shows what happened: green active at epoch 2, the cutover on the plots' time axis and
         # in the history, linked to the run that did it.

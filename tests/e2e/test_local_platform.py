@@ -40,9 +40,14 @@ def test_demo_then_up_again_then_reset(tmp_path, monkeypatch):
        `down` leaves nothing running."""
     state = tmp_path / "state"
     ports = {name: free_port() for name in ("BATON_KAFKA_PORT", "BATON_AIRFLOW_PORT", "BATON_POSTGRES_PORT")}
-    # A user's environment: the repository's apps and no test notifier (the e2e platform of the other
-    # tests sets both in this process while it runs), this test's own state dir and ports.
-    for name in ("BATON_APPS_DIR", "AIRFLOW_VAR_BATON_ALERT_NOTIFIERS", "BATON_KAFKA_BOOTSTRAP"):
+    # A user's environment: the repository's apps and DAGs and no test notifier (the e2e platform of the
+    # other tests sets them in this process while it runs), this test's own state dir and ports.
+    for name in (
+        "BATON_APPS_DIR",
+        "AIRFLOW_VAR_BATON_ALERT_NOTIFIERS",
+        "BATON_KAFKA_BOOTSTRAP",
+        "AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST",
+    ):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("BATON_HOME", str(state))
     env = {**os.environ, **{k: str(v) for k, v in ports.items()}}
