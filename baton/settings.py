@@ -33,6 +33,7 @@ def default_apps_dir() -> Path:
     """BATON_APPS_DIR's default: include/apps in a checkout, $AIRFLOW_HOME/baton/apps when installed."""
     return REPO_ROOT / "include" / "apps" if IN_CHECKOUT else deployment_dir() / "apps"
 
+
 # Topics of the control plane, shared by every app.
 CONTROL_TOPIC = "baton.control"
 STATUS_TOPIC = "baton.status"
