@@ -186,8 +186,9 @@ def decide_takeover(
     """Whether the standby `me` takes the active role now (the caller fences the writer, reads the
     final emitted position and writes the control record: spark_apps.runtime.coordination.lease).
 
-    Never while the control plane wants the active stopped or holds the app for a long operation (a
-    reprocess: its own steps move the role), never between generations (different state), never from
+    Never while the control plane wants the active stopped or holds the app for a long operation that
+    moves the role by its own steps (a reprocess: ControlRecord.role_held; a rolling upgrade's hold does
+    not stop a failover), never between generations (different state), never from
     a standby that is not running, is past what the active emitted or is further behind than the
     app's warm-up bound (a restart of the active from its checkpoint is the faster way back then: the
     health DAG's). Otherwise: when the active's process is gone (same host) or its lease expired."""
@@ -198,7 +199,7 @@ def decide_takeover(
         return Takeover(False, "the active is not desired running")
     if mine is None or mine.desired is not SlotState.RUNNING or my_state is not SlotState.RUNNING:
         return Takeover(False, "this standby is not running")
-    if control.operation:
+    if control.role_held:
         return Takeover(False, f"the app is held by {control.operation}")
     if active.generation != mine.generation:
         return Takeover(False, f"generations differ ({active.generation} active, {mine.generation} here)")

@@ -141,6 +141,10 @@ class Handoff:
         )
 
 
+# How a rolling upgrade's hold on its app begins (ControlRecord.operation): "rolling upgrade by <run id>".
+UPGRADE_HOLD = "rolling upgrade by "
+
+
 @dataclass(frozen=True)
 class ControlRecord:
     app: str
@@ -171,6 +175,14 @@ class ControlRecord:
     operation_expires_ms: int = 0
     writer: str = ""
     ts_ms: int = 0
+
+    @property
+    def role_held(self) -> bool:
+        """A long operation holds the app and moves the role by its own steps (a reprocess, its
+        confirmation): no failover by lease meanwhile. A rolling upgrade's hold (UPGRADE_HOLD) keeps
+        other handoffs of the app out but leaves a dead active's failover to the standby's lease, as
+        without it: the upgrade's cutover is a gated step that a moved epoch fails."""
+        return bool(self.operation) and not self.operation.startswith(UPGRADE_HOLD)
 
     def role_of(self, slot: Slot) -> Role:
         return Role.ACTIVE if slot is self.active else Role.STANDBY

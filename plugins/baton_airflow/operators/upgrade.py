@@ -18,7 +18,7 @@ from baton.fence_gate import FenceGate
 from baton.handoff import HandoffError, fail_over, finished, other, without_fence
 from baton.lifecycle import IllegalTransition
 from baton.plans import Cutover, SlotRestart, StateCheckPlan, UpgradePlan, VersionChange
-from baton.records import Slot, SlotState, StateDigest
+from baton.records import UPGRADE_HOLD, Slot, SlotState, StateDigest
 from baton.reprocess import RequestRefused, begin_operation, end_operation
 from baton.upgrade import Policy, ask_state_check
 from baton_airflow.hooks.control import BatonControlHook
@@ -41,8 +41,9 @@ UPGRADE_HOLD_S = 3 * 3600
 
 
 def upgrade_operation(run_id: str) -> str:
-    """The hold a rolling upgrade run keeps on its app (ControlRecord.operation)."""
-    return f"rolling upgrade by {run_id}"
+    """The hold a rolling upgrade run keeps on its app (ControlRecord.operation; it leaves failover by
+    lease on: ControlRecord.role_held)."""
+    return f"{UPGRADE_HOLD}{run_id}"
 
 
 class PreflightOperator(AppOperator):

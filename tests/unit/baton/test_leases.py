@@ -167,6 +167,16 @@ def test_no_takeover_when(case, args, why):
     assert not decision.go and why in decision.reason, case
 
 
+def test_a_rolling_upgrade_s_hold_leaves_the_failover_on_and_a_reprocess_s_does_not():
+    """A rolling upgrade holds its app against other handoffs only: a dead active's standby still takes
+    over (the upgrade's own cutover then fails at its gate, the epoch having moved)."""
+    gone = judge_after(lease(ts=0), mine(500), mine(1500))
+    upgrading = control(operation="rolling upgrade by manual__up1")
+    assert not upgrading.role_held and control(operation="reprocess by r1").role_held
+    go = decide_takeover(upgrading, Slot.GREEN, SlotState.RUNNING, gone, True, {0: 90}, {0: 100}, 1000)
+    assert go.go and "is gone" in go.reason
+
+
 def test_no_takeover_before_any_lease_of_the_active_was_seen():
     j = judge_after(*(mine(t) for t in range(0, 6000, 1000)))
     assert not decide_takeover(control(), Slot.GREEN, SlotState.RUNNING, j, False, {0: 1}, {0: 1}, 10).go
