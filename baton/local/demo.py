@@ -13,12 +13,16 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from baton.airflow_api import AirflowClient
 from baton.apps import load_app
+from baton.generations import archive_unused
+from baton.kafka.control_log import read_control
 from baton.local.platform import DEMO_LOADGEN as LOADGEN
 from baton.local.platform import Platform
 from baton.local.procs import Managed
+from baton.records import ControlRecord, Slot
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +52,22 @@ def what_to_do(reasons: list[str]) -> str:
     )
 
 
+# How long the demo keeps the checkpoints it set aside (baton.generations.purge_expired deletes them then).
+SET_ASIDE_KEEP_MS = 7 * 24 * 3600 * 1000
+
+
+def set_aside_orphans(state_dir: Path, app: str, broker_kept_it: bool, now_ms: int) -> list[Path]:
+    """The demo app's checkpoints, moved to the archive (with a note) when the broker holds no control
+    record of the app: the embedded broker keeps its topics in memory, so after a restart of the
+    platform they stand on input offsets it no longer has, and a start on them fails (input data loss).
+    The demo starts the app afresh instead. A broker that kept the app (still running) keeps them."""
+    if broker_kept_it:
+        return []
+    nobody_runs = ControlRecord(app=app, revision=0, epoch=1, active=Slot.BLUE)  # no slot: every generation
+    why = "the embedded broker restarted empty: these checkpoints stand on input it no longer has"
+    return archive_unused(state_dir, nobody_runs, why, now_ms + SET_ASIDE_KEEP_MS, now_ms)
+
+
 class Demo:
     def __init__(self, platform: Platform, say: Callable[[str], None] = print):
         self.platform, self.say = platform, say
@@ -66,6 +86,15 @@ class Demo:
         self.say("\nBaton's DAGs in Airflow:")
         for d in dags:
             self.say(f"  - {d['dag_id']}: {(d.get('description') or '').strip()}")
+        settings = self.platform.settings
+        if not settings.external_kafka:
+            kept = read_control(settings.kafka_bootstrap, DEMO_APP) is not None
+            if moved := set_aside_orphans(settings.state_dir, DEMO_APP, kept, int(time.time() * 1000)):
+                self.say(
+                    f"\nthe embedded broker keeps its topics in memory: {DEMO_APP}'s checkpoints from the last "
+                    f"demo stand on input it no longer has. Moved to {moved[0].parent} (kept 7 days); "
+                    "the counts start afresh."
+                )
         self.say(f"\nstarting {DEMO_APP} on both slots (baton_lifecycle, as the trigger form would) ...")
         run = client.trigger("baton_lifecycle", {"app": DEMO_APP, "action": "start"})
         done = client.wait_for_run("baton_lifecycle", run["dag_run_id"], timeout_s=600, should_stop=should_stop)

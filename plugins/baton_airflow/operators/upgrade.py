@@ -73,7 +73,8 @@ class PreflightOperator(AppOperator):
         except (AppDefinitionError, ValueError) as exc:
             raise fail_with_reason(context, str(exc)) from None
         control, spark = self.hooks()
-        rec = control.plane().current(app.name)
+        plane = control.plane()
+        rec = plane.current(app.name)
         if rec is None:
             raise fail_with_reason(
                 context, f"{app.name} has never been started: start it (baton_lifecycle) before upgrading"
@@ -94,9 +95,9 @@ class PreflightOperator(AppOperator):
         # The app is this run's until the teardown (EndUpgradeOperator) frees it: another upgrade,
         # reprocess or cutover of the app is refused meanwhile; other apps' runs go on.
         operation = upgrade_operation(context["run_id"])
-        now_ms = control.plane().now_ms()
+        now_ms = plane.now_ms()
         try:
-            rec = control.plane().update(app.name, begin_operation(operation, now_ms + UPGRADE_HOLD_S * 1000, now_ms))
+            rec = plane.update(app.name, begin_operation(operation, now_ms + UPGRADE_HOLD_S * 1000, now_ms))
         except RequestRefused as exc:
             raise fail_with_reason(context, f"{app.name}: {exc}") from None
         message = (
