@@ -73,15 +73,19 @@ class SlotHealth:
         return worst[0].message if worst else ""
 
 
-def lease_finding(spec: SlotSpec | None, lease: Lease | None, now_ms: int, policy: HealthPolicy) -> Finding | None:
+def lease_finding(
+    spec: SlotSpec | None, lease: Lease | None, now_ms: int, policy: HealthPolicy, relaunched_ms: int = 0
+) -> Finding | None:
     """A slot desired running whose lease (renewed by a launch since its start) has not been renewed for
     its ttl, plus the clock skew tolerance (the renewer's clock is not ours): it is dead, whatever its
-    last status says (a hung query stops renewing; a slot on another host has no process to look at)."""
+    last status says (a hung query stops renewing; a slot on another host has no process to look at).
+    relaunched_ms: when the launch's wrapper restarted its driver (or will): an older lease is the dead
+    driver's."""
     if spec is None or spec.desired not in RUNNABLE or lease is None or lease.released:
         return None
     tolerance_ms = policy.clock_skew_tolerance_s * 1000
-    if spec.started_ms and lease.ts_ms < spec.started_ms - tolerance_ms:
-        return None  # the lease of the launch before the slot's restart
+    if lease.ts_ms < max(spec.started_ms or 0, relaunched_ms) - tolerance_ms:
+        return None  # the lease of the launch (or driver) before the slot's restart
     age = now_ms - lease.ts_ms
     if age <= lease.ttl_ms + tolerance_ms:
         return None
@@ -92,6 +96,58 @@ def lease_finding(spec: SlotSpec | None, lease: Lease | None, now_ms: int, polic
         f"launch {lease.launch[:8]}, pid {lease.pid} on {lease.host}, "
         f"last {lease.state.value})",
     )
+
+
+def restarting_in_place(
+    health: SlotHealth, state: str, at_ms: int, code: int | None, now_ms: int, policy: HealthPolicy
+) -> SlotHealth:
+    """The slot's launch is alive and its wrapper restarts a driver that dies (baton.driver_wrapper):
+    `running` its driver since at_ms, `waiting` to restart it at at_ms, or `relaunched` it then. A restart
+    by baton_health would kill the one under way, so:
+    - a driver that reported its end (FAILED, STOPPED) since at_ms while its launch lives is ending: its
+      wrapper restarts it or gives up once it has exited; STARTING for heartbeat_max_age_s (a JVM's
+      shutdown), then judged as usual;
+    - waiting: STARTING;
+    - relaunched, and the new driver has not reported yet: STARTING for start_grace_s, then DEAD;
+    otherwise the new driver's records are judged as any start's."""
+    if health.verdict in (Verdict.STOPPED, Verdict.FAILED):
+        return health
+    last = health.last
+
+    def starting(message: str) -> SlotHealth:
+        return SlotHealth(
+            health.app,
+            health.slot,
+            Verdict.STARTING,
+            [Finding("restart", Severity.INFO, message)],
+            last,
+            health.lag,
+            now_ms,
+        )
+
+    if last is not None and last.ts_ms >= at_ms and state in ("running", "relaunched"):
+        ended = last.state in (SlotState.FAILED, SlotState.STOPPED) and health.verdict is Verdict.DEAD
+        if ended and now_ms - last.ts_ms <= policy.heartbeat_max_age_s * 1000:
+            return starting(f"its driver is ending ({last.state.value}): its supervisor restarts it or gives up")
+        return health
+    if state == "running":
+        return health
+    how = "died" if code is None else ("was killed by a signal" if code < 0 else f"exited with code {code}")
+    if state == "waiting":
+        return starting(f"its driver {how}: its supervisor restarts it in {_s(max(0, at_ms - now_ms))}")
+    since = now_ms - at_ms
+    if since > policy.start_grace_s * 1000:
+        message = f"no status record {_s(since)} after its supervisor restarted it (grace {policy.start_grace_s:g} s)"
+        return SlotHealth(
+            health.app,
+            health.slot,
+            Verdict.DEAD,
+            [Finding("liveness", Severity.CRITICAL, message)],
+            last,
+            health.lag,
+            now_ms,
+        )
+    return starting(f"its driver {how}; its supervisor restarted it {_s(since)} ago, no status yet")
 
 
 def failover_finding(record: ControlRecord, slot: Slot, now_ms: int) -> Finding | None:

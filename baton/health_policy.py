@@ -42,6 +42,9 @@ class HealthPolicy:
     restart_backoff_max_s: float = 300.0
     max_restarts: int = 3
     restart_window_s: float = 600.0
+    # A driver that ran this long before it died had started well: its wrapper's restart begins a new
+    # count (baton.driver_wrapper), so a slot killed now and then is never taken for a crash loop.
+    restart_stable_s: float = 60.0
 
     def __post_init__(self) -> None:
         for name in (
@@ -57,6 +60,7 @@ class HealthPolicy:
             "max_restarts",
             "restart_window_s",
             "restart_backoff_s",
+            "restart_stable_s",
             "lag_window_s",
             "recent_window_s",
             "dead_letter_max_share",

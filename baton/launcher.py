@@ -13,6 +13,8 @@ slot must neither die with it nor be started twice (invariant 4). Per app and sl
                   launcher died between spawning it and recording it;
 - `driver.log`    the driver's output (appended; a header line per launch);
 - `driver.exit.json`  how the last launch ended (exit code), written by the wrapper;
+- `driver.restarts.json`  what the wrapper does about a driver that died (restarts it in place, within
+                  the app's crash-loop guard: baton.driver_wrapper): waiting, relaunched, gave up;
 - `driver.next.json`, `driver.next.lock`, `driver.next.pid`  the same for a staged next launch (below).
 
 So "is the slot running?" is answered by the lock, not by a pid: a retried start after a kill -9 of
@@ -69,6 +71,7 @@ import psutil
 
 from baton.apps import AppDefinition, definition_path, load_app
 from baton.driver_wrapper import HOLD_ARG, HOLD_TIMEOUT_ARG, JVM_TMPDIR_ENV, LAUNCH_ID_ENV
+from baton.health_policy import HealthPolicy
 from baton.kafka.client_config import CLIENT_CONFIG_ENV
 from baton.launch_tmp import launch_tmp_dir, remove_gone
 from baton.procfs import tail
@@ -206,6 +209,20 @@ class ExitInfo:
 
 
 @dataclass(frozen=True)
+class Relaunch:
+    """The wrapper's word on its driver (driver.restarts.json): `running` the first since `at` (it will
+    restart it if it dies), `waiting` to restart it at `at`, `relaunched` it at `at`, or `gave_up` (the
+    crash-loop limit: `reason`). code: the dead driver's."""
+
+    STATES = ("running", "waiting", "relaunched", "gave_up")
+    state: str
+    restarts: int
+    at: float
+    code: int | None
+    reason: str = ""
+
+
+@dataclass(frozen=True)
 class StopResult:
     was_running: bool
     graceful: bool  # ended by itself within the grace period (no SIGKILL was needed)
@@ -275,8 +292,11 @@ class Launcher:
         python: str = sys.executable,
         lock_timeout_s: float = 120.0,
         spawn_timeout_s: float = 30.0,
+        restart_driver: bool = True,
     ):
         self.state_dir = Path(state_dir).resolve()
+        # A driver that dies is restarted in place by its wrapper (baton.driver_wrapper's policy).
+        self.restart_driver = restart_driver
         self.argv_builder = argv_builder
         self.python = python
         self.lock_timeout_s = lock_timeout_s
@@ -407,7 +427,7 @@ class Launcher:
             for stale in ("driver.pid", "driver.exit.json"):
                 (slot_dir / stale).unlink(missing_ok=True)
             self._write_record(intent)  # intent first: a retry after a crash below finds the launch
-            self._spawn(intent)
+            self._spawn(intent, app)
             rec = self._completed(intent, wait_s=self.spawn_timeout_s)
             if rec.pid is None:
                 raise LaunchError(
@@ -482,8 +502,11 @@ class Launcher:
             return
         remove_gone(self.slot_dir(app, slot), live)
 
-    def _spawn(self, rec: SlotProcess, lock_name: str = "driver.lock", pid_name: str = "driver.pid") -> None:
+    def _spawn(
+        self, rec: SlotProcess, app: AppDefinition, lock_name: str = "driver.lock", pid_name: str = "driver.pid"
+    ) -> None:
         slot_dir = Path(rec.log_path).parent
+        policy = HealthPolicy.from_app(app)  # the data plane's restarts count against the same guard
         self._remove_ended_tmp(rec.app, rec.slot)
         jvm_tmp = launch_tmp_dir(slot_dir, rec.launch_id)
         jvm_tmp.mkdir(parents=True, exist_ok=True)
@@ -527,6 +550,18 @@ class Launcher:
                 rec.exit_file,
                 "--lock-fd",
                 str(lock.fileno()),
+                "--restarts-file",
+                str(restarts_file_of(rec)),
+                "--restart-limit",
+                str(policy.max_restarts if self.restart_driver else 0),
+                "--restart-window-s",
+                f"{policy.restart_window_s:g}",
+                "--restart-backoff-s",
+                f"{policy.restart_backoff_s:g}",
+                "--restart-backoff-max-s",
+                f"{policy.restart_backoff_max_s:g}",
+                "--restart-stable-s",
+                f"{policy.restart_stable_s:g}",
                 "--",
                 *rec.argv,
             ]
@@ -584,7 +619,7 @@ class Launcher:
             intent = self._intent(spec, app, argv)
             (slot_dir / STAGED_PID).unlink(missing_ok=True)
             write_json_text(slot_dir / STAGED_RECORD, intent.to_json())  # intent first, as for a launch
-            self._spawn(intent, lock_name=STAGED_LOCK, pid_name=STAGED_PID)
+            self._spawn(intent, app, lock_name=STAGED_LOCK, pid_name=STAGED_PID)
             rec = self._completed(intent, wait_s=self.spawn_timeout_s, pid_name=STAGED_PID)
             if rec.pid is None:
                 raise LaunchError(
@@ -666,6 +701,22 @@ class Launcher:
             return None
         return ExitInfo(
             code=raw.get("code"), ended_at=raw.get("ended_at"), killed_by_stop=bool(raw.get("killed_by_stop"))
+        )
+
+    def relaunch(self, rec: SlotProcess) -> Relaunch | None:
+        """What the launch's wrapper last did about a driver that died, if anything."""
+        try:
+            raw = json.loads(restarts_file_of(rec).read_text())
+        except (FileNotFoundError, ValueError):
+            return None
+        if raw.get("launch_id") != rec.launch_id or raw.get("state") not in Relaunch.STATES:
+            return None
+        return Relaunch(
+            state=raw["state"],
+            restarts=len(raw.get("restarts") or []),
+            at=raw.get("at") or raw.get("next_at") or 0.0,
+            code=raw.get("code"),
+            reason=raw.get("reason", ""),
         )
 
     def stop(
@@ -752,6 +803,10 @@ class Launcher:
 
 
 # --- helpers ------------------------------------------------------------------------------------------
+
+
+def restarts_file_of(rec: SlotProcess) -> Path:
+    return Path(rec.exit_file).with_name("driver.restarts.json")
 
 
 def write_json_text(path: Path, text: str) -> None:

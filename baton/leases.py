@@ -31,7 +31,18 @@ import json
 import os
 from dataclasses import dataclass, fields
 
-from baton.records import FORMAT_VERSION, ControlRecord, Positions, RecordError, Role, Slot, SlotState, _load, _req
+from baton.records import (
+    FORMAT_VERSION,
+    ControlRecord,
+    Positions,
+    RecordError,
+    Role,
+    Slot,
+    SlotState,
+    StatusRecord,
+    _load,
+    _req,
+)
 
 # How far back a reader of the leases topic starts: enough for every slot's last few renewals (one per slot
 # and interval, every app's in one partition).
@@ -230,6 +241,62 @@ def decide_takeover(
         f"while {me.value} renewed"
     )
     return Takeover(True, why)
+
+
+# A standby's newest status at most this old counts as a running standby for a step-down.
+STANDBY_FRESH_MS = 10_000
+
+
+def decide_step_down(
+    control: ControlRecord | None,
+    me: Slot,
+    standby: StatusRecord | None,
+    emitted: Positions,
+    max_lag_records: int,
+    now_ms: int,
+) -> Takeover:
+    """Whether the active `me`, its driver just restarted in place (baton.driver_wrapper), hands the role
+    to its running standby before it starts, instead of restoring from its checkpoint while the output
+    waits (tens of seconds). `standby`: the other slot's newest status record; `emitted`: what the app
+    emitted (the last commit marker, read after fencing the writer: final, since the restarted driver
+    has not acquired it). The caller writes baton.handoff.take_over for the other slot.
+
+    The step-down is the restarted active's, not the standby's: the standby could take over from a live
+    restarted active only by racing the writer it acquires for its first batch, and a writer
+    initialised after the standby fenced it could commit past the fence the standby read. The
+    restarted active hands over before it acquires anything, so nobody can write in between.
+    The standby's own conditions apply (decide_takeover): running, of the same generation, not past
+    the output and within max_lag_records of it; no fence or reprocess in flight."""
+    if control is None or control.active is not me:
+        return Takeover(False, "not the active")
+    mine, other = control.slots.get(me), control.slots.get(me.other)
+    if control.fence is not None or control.role_held:
+        return Takeover(False, f"a handoff is in flight ({control.operation or 'a fence is set'})")
+    if other is None or other.desired is not SlotState.RUNNING:
+        return Takeover(False, "the standby is not desired running")
+    if mine is not None and other.generation != mine.generation:
+        return Takeover(False, f"generations differ ({mine.generation} here, {other.generation} standby)")
+    if (
+        standby is None
+        or standby.state is not SlotState.RUNNING
+        or standby.role is not Role.STANDBY
+        or standby.generation != other.generation
+        or now_ms - standby.ts_ms > STANDBY_FRESH_MS
+        or not standby.processed
+    ):
+        return Takeover(False, "the standby is not running now")
+    processed = standby.processed
+    past = {p: (o, emitted.get(p, 0)) for p, o in processed.items() if o > emitted.get(p, 0)}
+    if past:
+        return Takeover(False, f"the standby processed past what was emitted {past}")
+    short = sum(max(0, o - processed.get(p, 0)) for p, o in emitted.items())
+    if short > max_lag_records:
+        return Takeover(False, f"the standby is {short} records behind the output (max_lag_records {max_lag_records})")
+    return Takeover(
+        True,
+        f"the active {me.value} was restarted by its supervisor and handed over to its running standby, "
+        f"{short} records behind, instead of restoring while the output waits",
+    )
 
 
 def proc_start_ticks(pid: int) -> int | None:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import sys
 import time
 from collections import Counter
@@ -178,13 +179,19 @@ def one_run(b: Bench, keys: int, args) -> dict:
 
 
 def startup_phases(log_text: str) -> dict[str, float]:
-    """The last start-up line of a slot's log -> {phase: seconds since the harness began}."""
-    tag = "start-up (since the harness began):"
-    lines = [ln for ln in log_text.splitlines() if tag in ln]
-    if not lines:
+    """The last start-up line of a slot's log -> {phase: seconds since the harness began}, with the
+    interpreter's start and imports before it as "process start to harness" (spark_apps.runtime.harness)."""
+    found = re.findall(
+        r"start-up \((?:process start to harness ([\d.]+)s; )?since the harness began\): ([^;]*);", log_text
+    )
+    if not found:
         return {}
-    marks = lines[-1].split(tag, 1)[1].split(";", 1)[0]
-    return {m.rsplit(" ", 1)[0].strip(): float(m.rsplit(" ", 1)[1].rstrip("s")) for m in marks.split(",") if m.strip()}
+    before, marks = found[-1]
+    phases = {"process start to harness": float(before)} if before else {}
+    for m in marks.split(","):
+        if m.strip():
+            phases[m.rsplit(" ", 1)[0].strip()] = float(m.rsplit(" ", 1)[1].rstrip("s"))
+    return phases
 
 
 def state_on_disk(state_dir: Path, app: str) -> dict:

@@ -26,12 +26,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import psutil
 from confluent_kafka import Producer
 
 from baton.apps import AppDefinition
 from baton.checkpoints import last_committed_batch, read_offset_log
+from baton.driver_wrapper import EXIT_CANNOT_RESUME
 from baton.generations import slot_paths
-from baton.health import HealthPolicy
+from baton.health import CANNOT_RESUME, HealthPolicy
 from baton.kafka.client_config import kafka_config
 from baton.records import Role, Slot, SlotState, StatusRecord
 from baton.settings import STATUS_TOPIC
@@ -41,6 +43,7 @@ from spark_apps.runtime.coordination.hold import Hold
 from spark_apps.runtime.coordination.lease import LeaseKeeper
 from spark_apps.runtime.coordination.priority import SlotPriority
 from spark_apps.runtime.coordination.progress import add_progress_listener, failure_reason, status_from_progress
+from spark_apps.runtime.coordination.relaunch import SUPERVISOR, Relaunch, record_restart, wanted_running
 from spark_apps.runtime.frame import IDENTITY_FILE, TRIGGER_TICK_MS, build_frame, packs_rows
 from spark_apps.runtime.sink.batch_sink import RoleGatedSink
 from spark_apps.runtime.sink.corrected_output import CorrectedOutput
@@ -61,6 +64,8 @@ class StartUp:
     """Where a start-up's time goes: (phase, seconds since `started`), logged with the first batch."""
 
     started: float = field(default_factory=time.monotonic)
+    # The process's start to the harness's (the interpreter, pyspark's and the runtime's imports).
+    imports_s: float = field(default_factory=lambda: max(0.0, time.time() - psutil.Process().create_time()))
     first_batch_ms: int | None = None
     phases: list[tuple[str, float]] = field(default_factory=list)
 
@@ -78,6 +83,7 @@ class Harness:
         hold: Hold | None = None,
     ):
         self.app, self.slot, self.bootstrap, self.generation = app, slot, bootstrap, generation
+        self.relaunch = Relaunch.from_env()  # restarted by its wrapper after the previous driver died
         self.hold = hold  # a staged launch: start up, then wait to be the slot's launch (runtime.coordination.hold)
         self.paths = slot_paths(state_dir, app.name, slot, generation)
         self.spark_conf = spark_conf or {}
@@ -203,7 +209,13 @@ class Harness:
             for k, v in sorted((progress.get("durationMs") or {}).items(), key=lambda kv: -kv[1])
             if v >= 50
         )
-        log.info("start-up (since the harness began): %s; first batch %s: %s", marks, progress.get("batchId"), spark)
+        log.info(
+            "start-up (process start to harness %.1fs; since the harness began): %s; first batch %s: %s",
+            self.startup.imports_s,
+            marks,
+            progress.get("batchId"),
+            spark,
+        )
 
     # --- the query ----------------------------------------------------------------------------
     def build_query(self, frame=None):
@@ -281,6 +293,8 @@ class Harness:
                 self.follower.note_processed(end)
             self.follower.catch_up()
             self.mark("control read")
+            if self.relaunch is not None and not self.go_on_after_relaunch():
+                return 0
             # A check asked before this start is not this process's to answer (its gate asked the
             # slots running then; a retry asks again): no digest job at every later restart.
             control, _ = self.follower.snapshot()
@@ -347,8 +361,9 @@ class Harness:
             failure = self.query.exception() if self.query is not None else None
             # A batch refused while stopping ends the query with that error: a clean stop all the same.
             if failure is not None and not isinstance(failure, WriterFenced) and not self.sink.refused_batch:
-                self.state, code = SlotState.FAILED, 1
                 reason = failure_reason(str(failure))
+                # No restart can help a checkpoint its input cannot resume: its wrapper does not try.
+                self.state, code = SlotState.FAILED, EXIT_CANNOT_RESUME if CANNOT_RESUME in reason else 1
                 log.error("the query failed: %s", reason)
                 self.publish(error=reason)
             else:
@@ -360,6 +375,38 @@ class Harness:
             self.follower.stop()
             self.emitter.release()
         return code
+
+    def go_on_after_relaunch(self) -> bool:
+        """This driver was restarted by its wrapper (runtime.coordination.relaunch): record the restart and go
+        on, or, if the control record wants the slot stopped by now, say so and end (exit 0: not restarted)."""
+        assert self.relaunch is not None
+        control, _ = self.follower.snapshot()
+        why_not = wanted_running(control, self.slot)
+        if why_not or control is None:
+            log.warning("not restarted: %s", why_not)
+            self.state = SlotState.STOPPED
+            self.publish()
+            self.status_producer.flush(5)
+            self.input_ends.stop()
+            self.follower.stop()
+            return False
+        from baton.control_plane import ControlPlane, KafkaControlStore
+
+        plane = ControlPlane(KafkaControlStore(self.bootstrap), writer=f"{self.slot.value} ({SUPERVISOR})")
+        recorded = record_restart(
+            plane, self.app.name, self.slot, control, self.relaunch, HealthPolicy.from_app(self.app)
+        )
+        log.warning("%s", self.relaunch.reason())
+        # An active restarted beside a running standby hands it the role rather than restore while the
+        # output waits (runtime.coordination.step_down); a record moved meanwhile is left to the next look.
+        if recorded is not None:
+            from spark_apps.runtime.coordination.step_down import step_down_if_standby_runs
+
+            try:
+                step_down_if_standby_runs(self.bootstrap, self.app, self.slot, recorded, self.follower)
+            except Exception as exc:  # never a reason not to start: it restores as the active instead
+                log.warning("step-down not done (%s: %s): restarting as the active", type(exc).__name__, exc)
+        return True
 
     def rejoin_as_standby(self, writer, wait_s: float = 10.0) -> bool:
         """The query failed because another slot fenced this one's writer: it took the active role while

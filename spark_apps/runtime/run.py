@@ -2,7 +2,9 @@
 
 Runs under plain `python` (local mode) or spark-submit (a cluster master). Exit code 0 after a
 requested stop, 1 when the query failed, 2 for bad arguments or a bad app definition, 3 for a
-staged launch never promoted (spark_apps.runtime.coordination.hold).
+staged launch never promoted (spark_apps.runtime.coordination.hold), 4 when the checkpoint cannot resume
+on its input (lost input data). The wrapper restarts a driver after 1 or a signal's death only
+(baton.driver_wrapper).
 """
 
 from __future__ import annotations

@@ -1,10 +1,11 @@
 """Deaths the standby's lease watch must not, or cannot, repair, under live load through Airflow:
 
-- kill -9 of the standby: no failover (the active keeps the role and its epoch); baton_watch sees the
-  death and has baton_health restart the standby at once (nothing in the test triggers it), which comes
-  back from its checkpoint as the standby and, once it runs, is desired RUNNING again;
-- kill -9 of both slots: nobody can take over; baton_health restarts both, the active from its
-  checkpoint, and output resumes where it stopped.
+- kill -9 of the standby's whole launch, its wrapper with it (a supervisor gone too): no failover (the
+  active keeps the role and its epoch); baton_watch sees the death and has baton_health, the supervisor of
+  last resort, start a new launch at once (nothing in the test triggers it), which comes back from its
+  checkpoint as the standby and, once it runs, is desired RUNNING again;
+- kill -9 of both slots' drivers: nobody can take over; each wrapper starts its driver again in place
+  (baton.driver_wrapper), the active from its checkpoint, and output resumes where it stopped.
 The output is checked by the independent verifier: 0 lost, 0 duplicated, 0 wrong.
 (kill -9 of the active with Airflow stopped: tests/e2e/test_lifecycle_and_health.py.)
 """
@@ -19,6 +20,7 @@ from baton.kafka.control_log import read_control
 from baton.launcher import Launcher
 from baton.records import Slot, SlotState
 from baton.tools.verify import read_output, verify
+from spark_apps.runtime.coordination.relaunch import RESTARTED_BY_SUPERVISOR
 from tests.support.e2e import LiveLoad, both_slots_running, desired, run_dag
 from tests.support.slots import read_status, wait_for, wait_until_emitted
 
@@ -27,6 +29,12 @@ pytestmark = pytest.mark.e2e
 
 def kill_driver(bootstrap, app, slot: Slot) -> None:
     os.kill(read_status(bootstrap, app.name, slot.value)[-1].pid, signal.SIGKILL)
+
+
+def kill_launch(launcher: Launcher, bootstrap, app, slot: Slot) -> None:
+    """kill -9 of the slot's wrapper, then of its driver: nothing of the launch is left to restart it."""
+    os.kill(launcher.find(app.name, slot).pid, signal.SIGKILL)
+    kill_driver(bootstrap, app, slot)
 
 
 def restarted_and_running(client, platform, app, slot: Slot, restarts: int) -> bool:
@@ -70,8 +78,9 @@ def test_a_dead_standby_is_restarted_and_dead_slots_come_back_exactly_once(stack
                 every_s=1,
             )
 
-            # 1. The standby dies: the active keeps the role; baton_health restarts the standby.
-            kill_driver(bootstrap, app, Slot.GREEN)
+            # 1. The standby dies with its wrapper: the active keeps the role; baton_health restarts the standby.
+            first_green = launcher.find(app.name, Slot.GREEN)
+            kill_launch(launcher, bootstrap, app, Slot.GREEN)
             time.sleep(3 * app.lease_ttl_ms / 1000)
             assert (read_control(bootstrap, app.name).epoch, read_control(bootstrap, app.name).active) == (1, Slot.BLUE)
             wait_for(
@@ -89,14 +98,17 @@ def test_a_dead_standby_is_restarted_and_dead_slots_come_back_exactly_once(stack
                 every_s=2,
             )
             assert len(desired(platform, app.name, Slot.GREEN).restarts) == 1
-            assert launcher.find(app.name, Slot.GREEN) is not None
+            second_green = launcher.find(app.name, Slot.GREEN)
+            assert second_green is not None and second_green.launch_id != first_green.launch_id  # a new launch
 
-            # 2. Both die: baton_health restarts both; blue is still the active and resumes from its checkpoint.
+            # 2. Both drivers die: each wrapper restarts its own in place; blue is still the active, resumes
+            # from its checkpoint.
             time.sleep(5)
+            blue_launch = launcher.find(app.name, Slot.BLUE)
             kill_driver(bootstrap, app, Slot.BLUE)
             kill_driver(bootstrap, app, Slot.GREEN)
             wait_for(
-                "baton_health to bring both back",
+                "both restarted in place and running",
                 lambda: (
                     restarted_and_running(client, platform, app, Slot.BLUE, 1)
                     and desired(platform, app.name, Slot.GREEN).desired is SlotState.RUNNING
@@ -105,6 +117,9 @@ def test_a_dead_standby_is_restarted_and_dead_slots_come_back_exactly_once(stack
                 600,
                 every_s=1,
             )
+            for slot, launch in ((Slot.BLUE, blue_launch), (Slot.GREEN, second_green)):
+                assert launcher.find(app.name, slot).launch_id == launch.launch_id, slot  # the same launches
+                assert desired(platform, app.name, slot).reason.startswith(RESTARTED_BY_SUPERVISOR), slot
             time.sleep(5)
         # The load has stopped; the slots still run until the output holds every event (stopping them
         # first raced their catch-up after the restart: seen in CI on a slow host).

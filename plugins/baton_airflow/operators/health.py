@@ -33,8 +33,10 @@ from baton.health import (
     failover_finding,
     lease_finding,
     prune_restarts,
+    restarting_in_place,
     summarize,
 )
+from baton.launcher import Relaunch
 from baton.records import ControlRecord, Slot, SlotState
 from baton_airflow.alerts import SENT_VARIABLE, configured_notifiers, send
 from baton_airflow.hooks.control import BatonControlHook
@@ -191,7 +193,11 @@ class HealthCheckOperator(BaseOperator):
             )
             health = self.with_newer_launch(app, slot, spec, health, spark, now_ms, policy)
             health = self.with_process_check(app, slot, spec, health, spark)
-            health = self.with_lease_check(spec, health, leases.get(slot), now_ms, policy)
+            relaunch = self.relaunch_of(app, slot, spec, spark)
+            relaunched_ms = int(relaunch.at * 1000) if relaunch is not None else 0
+            health = self.with_lease_check(spec, health, leases.get(slot), now_ms, policy, relaunched_ms)
+            if relaunch is not None:
+                health = restarting_in_place(health, relaunch.state, relaunched_ms, relaunch.code, now_ms, policy)
             if (took_over := failover_finding(record, slot, now_ms)) is not None:
                 health = dataclasses.replace(health, findings=[*health.findings, took_over])
             if health.lag is not None:
@@ -253,9 +259,23 @@ class HealthCheckOperator(BaseOperator):
         return dataclasses.replace(health, verdict=Verdict.DEAD, findings=[gone, *health.findings])
 
     @staticmethod
-    def with_lease_check(spec, health: SlotHealth, lease, now_ms: int, policy: HealthPolicy) -> SlotHealth:
+    def relaunch_of(app: AppDefinition, slot: Slot, spec, spark: BatonSparkHook) -> Relaunch | None:
+        """What the wrapper of the slot's live launch is doing about a driver that died, if anything
+        (baton.driver_wrapper): a launch restarting in place is this DAG's to leave alone."""
+        if spec is None or spec.desired not in (SlotState.STARTING, SlotState.RUNNING):
+            return None
+        launch = spark.find(app.name, slot)
+        if launch is None:
+            return None
+        relaunch = spark.launcher().relaunch(launch)
+        return relaunch if relaunch is not None and relaunch.state != "gave_up" else None
+
+    @staticmethod
+    def with_lease_check(
+        spec, health: SlotHealth, lease, now_ms: int, policy: HealthPolicy, relaunched_ms: int = 0
+    ) -> SlotHealth:
         """A slot whose lease expired is dead now (baton.health.lease_finding), whatever else it reports."""
-        expired = lease_finding(spec, lease, now_ms, policy)
+        expired = lease_finding(spec, lease, now_ms, policy, relaunched_ms)
         if expired is None or health.verdict is Verdict.DEAD:
             return health
         return dataclasses.replace(health, verdict=Verdict.DEAD, findings=[expired, *health.findings])

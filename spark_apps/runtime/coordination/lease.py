@@ -56,6 +56,7 @@ from baton.leases import (
 from baton.records import Role, Slot, SlotState
 from baton.settings import LEASES_TOPIC, LEASES_TOPIC_CONFIG
 from spark_apps.runtime.coordination.follower import Follower
+from spark_apps.runtime.coordination.relaunch import Relaunch
 from spark_apps.runtime.sink.kafka_sink import writer_transactional_id
 
 log = logging.getLogger(__name__)
@@ -84,7 +85,7 @@ class LeaseKeeper:
     ):
         self.app, self.slot, self.bootstrap, self.follower = app, slot, bootstrap, follower
         self.state, self.alive = state, alive
-        self.launch = launch or os.environ.get(LAUNCH_ID_ENV) or uuid.uuid4().hex
+        self.launch = launch or lease_launch()
         self.interval_s = app.lease_interval_ms / 1000
         self.judge = LeaseJudge(app.name, slot, self.launch, app.lease_interval_ms)
         self.host, self.pid, self.pid_start = this_host(), os.getpid(), my_pid_start()
@@ -283,6 +284,16 @@ class LeaseKeeper:
             time.monotonic() - t0,
             decision.reason,
         )
+
+
+def lease_launch(environ=os.environ) -> str:
+    """The launch a lease names: the launcher's launch id, and for a driver its wrapper restarted, which
+    restart (`<id>.<n>`). So each driver process renews as a launch of its own: the watcher reports each
+    death and each return once per launch (baton.slot_changes), and a judge of this slot's own renewals
+    never counts its dead predecessor's (baton.leases.LeaseJudge)."""
+    base = environ.get(LAUNCH_ID_ENV) or uuid.uuid4().hex
+    relaunch = Relaunch.from_env(environ)
+    return f"{base}.{relaunch.restart}" if relaunch is not None else base
 
 
 def fence_writer(bootstrap: str, app: str, timeout_s: float = 10.0) -> None:

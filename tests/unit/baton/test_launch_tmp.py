@@ -1,6 +1,6 @@
 """Each launch's own temporary directory for its driver JVM (baton.launch_tmp): the launch is told it,
 its files there are removed when it ends gracefully (the wrapper), when its whole process group was
-killed (the next spawn, a stop), never while it or a staged launch beside it runs. The driver is a
+killed with its wrapper (the next spawn, a stop), emptied when its wrapper restarts its driver, never while it or a staged launch beside it runs. The driver is a
 small Python process that writes into the directory as a JVM would; the real JVM's use of it is in
 tests/integration/baton/test_launcher.py."""
 
@@ -33,6 +33,13 @@ def wrote(rec) -> bool:
     return "\nWROTE " in Path(rec.log_path).read_text()
 
 
+def kill_launch(launch_id: str) -> None:
+    """kill -9 of every process of the launch at once (a host's OOM killer, a crash of its session)."""
+    for pid in launch_processes(launch_id):
+        os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: launch_processes(launch_id) == [])
+
+
 def test_remove_gone_keeps_live_launches_and_removes_the_rest(tmp_path):
     assert remove_gone(tmp_path, {"a"}) == []  # no directory yet
     for name in ("a", "b", "c"):
@@ -57,8 +64,8 @@ def test_a_killed_launch_leaves_its_dir_until_the_next_spawn_or_stop(app_file, s
     launcher = Launcher(state, argv_builder=python_argv(SCRATCH))
     first = launcher.ensure_started(spec(app_file))
     wait_for(lambda: wrote(first))
-    os.killpg(first.pid, signal.SIGKILL)  # the whole group, wrapper included: nobody removes it now
-    wait_for(lambda: launch_processes(first.launch_id) == [])
+    kill_launch(first.launch_id)  # wrapper included: nobody removes it now
+
     assert (tmp_of(launcher, first.launch_id) / "librocksdbjni.so").is_file()
 
     second = launcher.ensure_started(spec(app_file))  # as baton_health restarts a dead slot
@@ -66,8 +73,7 @@ def test_a_killed_launch_leaves_its_dir_until_the_next_spawn_or_stop(app_file, s
     assert not tmp_of(launcher, first.launch_id).exists()
     wait_for(lambda: (tmp_of(launcher, second.launch_id) / "librocksdbjni.so").is_file())
 
-    os.killpg(second.pid, signal.SIGKILL)
-    wait_for(lambda: launch_processes(second.launch_id) == [])
+    kill_launch(second.launch_id)
     assert not launcher.stop("demo", "blue", grace_s=10).was_running  # the stop of a slot already gone
     assert not tmp_of(launcher, second.launch_id).exists()
 

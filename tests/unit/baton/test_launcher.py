@@ -223,8 +223,8 @@ def run_launcher_child(state: Path, app_file: Path, then: str, start_at: float =
         def build(spec, app, state_dir, python):
             return [python, "-c", {POLITE!r}]
         class Dying(Launcher):
-            def _spawn(self, rec):
-                super()._spawn(rec)
+            def _spawn(self, rec, app, **kw):
+                super()._spawn(rec, app, **kw)
                 if {then!r} == "die-after-spawn":
                     os.kill(os.getpid(), signal.SIGKILL)  # between spawning and recording the pid
         launcher = Dying({str(state)!r}, argv_builder=build)

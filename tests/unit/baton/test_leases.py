@@ -1,5 +1,7 @@
-"""Leases: the record, expiry judged by the standby's own renewals (not clocks), and the takeover decision."""
+"""Leases: the record, expiry judged by the standby's own renewals (not clocks), the takeover decision, and a
+restarted active's step-down."""
 
+import dataclasses
 import os
 
 import pytest
@@ -10,13 +12,14 @@ from baton.leases import (
     RECOVERY_GRACE_MS,
     Lease,
     LeaseJudge,
+    decide_step_down,
     decide_takeover,
     decode_lease,
     max_gap_ms,
     proc_start_ticks,
     process_gone,
 )
-from baton.records import ControlRecord, RecordError, Role, Slot, SlotSpec, SlotState
+from baton.records import ControlRecord, RecordError, Role, Slot, SlotSpec, SlotState, StatusRecord
 from tests.support.fakes import MemoryControlStore
 
 INTERVAL, TTL = 1000, 4000
@@ -225,3 +228,44 @@ def test_take_over_moves_the_role_once_with_the_failover_fence_and_the_reason():
     assert plane.update("app", take_over(Slot.GREEN, before.epoch, {0: 7}, "lease expired", 9)) == rec  # a retry
     with pytest.raises(HandoffError, match="epoch is"):
         plane.update("app", take_over(Slot.BLUE, before.epoch, {0: 7}, "x", 9))
+
+
+def standby_status(ts=100_000, processed=None, state=SlotState.RUNNING, role=Role.STANDBY, generation=0):
+    return StatusRecord(
+        app="app",
+        slot=Slot.GREEN,
+        state=state,
+        role=role,
+        epoch_seen=1,
+        batch_id=7,
+        generation=generation,
+        processed={0: 95} if processed is None else processed,
+        ts_ms=ts,
+    )
+
+
+def test_a_restarted_active_hands_over_to_its_running_standby():
+    go = decide_step_down(control(), Slot.BLUE, standby_status(), {0: 100}, 50, 105_000)
+    assert go.go and "handed over to its running standby, 5 records behind" in go.reason
+
+
+@pytest.mark.parametrize(
+    "case, kw, why",
+    [
+        ("not the active", dict(me=Slot.GREEN), "not the active"),
+        ("a cutover's fence is set", dict(rec=dataclasses.replace(control(), fence={0: 90})), "in flight"),
+        ("a reprocess holds the app", dict(rec=control(operation="reprocess by r1")), "in flight"),
+        ("the standby is being stopped", dict(rec=control(standby_desired=SlotState.STOPPING)), "not desired"),
+        ("the generations differ", dict(rec=control(generations=(0, 1))), "generations differ"),
+        ("no standby status", dict(status=None), "not running now"),
+        ("the standby's last word is old", dict(status=standby_status(ts=90_000)), "not running now"),
+        ("the standby still restores", dict(status=standby_status(state=SlotState.RESTORING)), "not running now"),
+        ("the standby died too", dict(status=standby_status(state=SlotState.FAILED)), "not running now"),
+        ("the standby is past the output", dict(status=standby_status(processed={0: 101})), "past what was emitted"),
+        ("the standby is far behind", dict(status=standby_status(processed={0: 10})), "records behind"),
+    ],
+)
+def test_a_restarted_active_restores_itself_when(case, kw, why):
+    status = kw["status"] if "status" in kw else standby_status()
+    decision = decide_step_down(kw.get("rec", control()), kw.get("me", Slot.BLUE), status, {0: 100}, 50, 105_000)
+    assert not decision.go and why in decision.reason, case

@@ -317,3 +317,46 @@ def test_a_restart_not_up_yet_stays_starting():
     assert restarted_slot_checked(Verdict.STARTING, SlotState.RESTORING) == ("", SlotState.STARTING)
     assert restarted_slot_checked(Verdict.DEGRADED, SlotState.STARTING) == ("", SlotState.STARTING)
     assert restarted_slot_checked(Verdict.DEGRADED, SlotState.STOPPING) == ("", SlotState.STARTING)
+
+
+def test_a_lease_older_than_the_driver_s_restart_in_place_is_the_dead_driver_s():
+    from baton.health import HealthPolicy
+    from baton.leases import Lease
+
+    lease = Lease("crashy", Slot.BLUE, "abc", "h", 7, 1, SlotState.RUNNING, Role.ACTIVE, 1, 9, 100_000, 4000, 1000)
+    healthy = SlotHealth("crashy", Slot.BLUE, Verdict.HEALTHY)
+    spec = SlotSpec(desired=SlotState.RUNNING, started_ms=50_000)
+    silent = HealthCheckOperator.with_lease_check(spec, healthy, lease, 120_000, HealthPolicy())
+    assert silent.verdict is Verdict.DEAD
+    relaunched = HealthCheckOperator.with_lease_check(spec, healthy, lease, 120_000, HealthPolicy(), 110_000)
+    assert relaunched.verdict is Verdict.HEALTHY
+
+
+def test_a_slot_its_supervisor_restarts_is_starting_not_dead_until_its_grace_ends():
+    """The wrapper restarts the driver (baton.driver_wrapper): baton_health must not restart it a second
+    time (its restart would kill the one under way) until the new driver is overdue."""
+    from baton.health import HealthPolicy, restarting_in_place
+
+    policy = HealthPolicy(start_grace_s=60)
+    dead = SlotHealth("crashy", Slot.BLUE, Verdict.DEAD, last=status(SlotState.RUNNING, 100_000))
+    waiting = restarting_in_place(dead, "waiting", 130_000, 1, 110_000, policy)
+    assert (
+        waiting.verdict is Verdict.STARTING
+        and "exited with code 1: its supervisor restarts it in 20 s" in waiting.reason
+    )
+    started = restarting_in_place(dead, "relaunched", 101_000, -9, 111_000, policy)
+    assert started.verdict is Verdict.STARTING and "restarted it 10 s ago" in started.reason
+    overdue = restarting_in_place(dead, "relaunched", 101_000, -9, 170_000, policy)
+    assert overdue.verdict is Verdict.DEAD and "69 s after its supervisor restarted it" in overdue.reason
+    # A driver that reported its end while its launch lives is ending: its wrapper restarts it or gives up.
+    failed = SlotHealth("crashy", Slot.BLUE, Verdict.DEAD, last=status(SlotState.FAILED, 102_000, "boom"))
+    for state in ("running", "relaunched"):
+        ending = restarting_in_place(failed, state, 101_000, None, 111_000, policy)
+        assert ending.verdict is Verdict.STARTING and "its driver is ending (failed)" in ending.reason
+        assert restarting_in_place(failed, state, 101_000, None, 140_000, policy) is failed  # past 30 s: dead
+    # The first driver, or the new one once it reported: its own records are judged, as for any start.
+    healthy = SlotHealth("crashy", Slot.BLUE, Verdict.HEALTHY, last=status(SlotState.RUNNING, 102_000))
+    assert restarting_in_place(healthy, "relaunched", 101_000, -9, 111_000, policy) is healthy
+    assert restarting_in_place(dead, "running", 90_000, None, 111_000, policy) is dead
+    stopped = SlotHealth("crashy", Slot.BLUE, Verdict.STOPPED)
+    assert restarting_in_place(stopped, "relaunched", 101_000, -9, 111_000, policy) is stopped
