@@ -58,8 +58,8 @@ def plan_confirmation(rec: ControlRecord | None, now_ms: int, held_by: str = "")
     no handoff or other operation (than `held_by`: a retry of the same run) is under way."""
     if rec is None:
         raise RequestRefused("the app has never been started: there is no reprocess to confirm")
-    if rec.operation and rec.operation != held_by and rec.operation_expires_ms > now_ms:
-        raise RequestRefused(f"{rec.operation} is under way: one at a time")
+    if holder := rec.held_by_another(now_ms, held_by):
+        raise RequestRefused(f"{holder} is under way: one at a time")
     if rec.fence is not None:
         raise RequestRefused(f"a fence {rec.fence} is set: a handoff is under way")
     if len(rec.slots) < 2 or any(s.desired is not SlotState.RUNNING for s in rec.slots.values()):

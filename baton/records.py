@@ -184,6 +184,15 @@ class ControlRecord:
         without it: the upgrade's cutover is a gated step that a moved epoch fails."""
         return bool(self.operation) and not self.operation.startswith(UPGRADE_HOLD)
 
+    def held_by_another(self, now_ms: int, mine: str = "") -> str:
+        """The long operation that holds the app at now_ms, or "" if none does (none recorded, or expired)
+        or it is `mine`: its very name, or a name ending " by <mine>" (an operation of run `mine`, retried)."""
+        if not self.operation or self.operation_expires_ms <= now_ms:
+            return ""
+        if mine and (self.operation == mine or self.operation.endswith(f" by {mine}")):
+            return ""
+        return self.operation
+
     def role_of(self, slot: Slot) -> Role:
         return Role.ACTIVE if slot is self.active else Role.STANDBY
 

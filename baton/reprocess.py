@@ -108,8 +108,8 @@ def check_app_state(rec: ControlRecord | None, now_ms: int) -> None:
     """Both slots run, no handoff and no other long operation is under way."""
     if rec is None:
         raise RequestRefused("the app has never been started: start it (baton_lifecycle) first")
-    if rec.operation and rec.operation_expires_ms > now_ms:
-        raise RequestRefused(f"{rec.operation} is under way: one at a time")
+    if holder := rec.held_by_another(now_ms):
+        raise RequestRefused(f"{holder} is under way: one at a time")
     if rec.fence is not None:
         raise RequestRefused(f"a fence {rec.fence} is set: a handoff is under way")
     for slot, spec in sorted(rec.slots.items()):
@@ -126,8 +126,8 @@ def begin_operation(name: str, expires_ms: int, now_ms: int):
     def change(rec: ControlRecord) -> ControlRecord:
         if rec.operation == name:
             return rec
-        if rec.operation and rec.operation_expires_ms > now_ms:
-            raise RequestRefused(f"{rec.operation} is under way: one at a time")
+        if holder := rec.held_by_another(now_ms):
+            raise RequestRefused(f"{holder} is under way: one at a time")
         return dataclasses.replace(rec, operation=name, operation_expires_ms=expires_ms)
 
     return change

@@ -97,8 +97,8 @@ class FenceOperator(_HandoffOperator):
                 "%s: this run's handoff to %s at %s is done (epoch %s)", app.name, done.to.value, done.fence, rec.epoch
             )
             return plan_of(done).to_xcom()
-        if rec.operation and rec.operation_expires_ms > plane.now_ms() and not rec.operation.endswith(f" by {run}"):
-            raise fail_with_reason(context, f"{app.name}: {rec.operation} is under way: one handoff at a time")
+        if holder := rec.held_by_another(plane.now_ms(), run):
+            raise fail_with_reason(context, f"{app.name}: {holder} is under way: one handoff at a time")
         standby = other(rec.active)
         for slot in (rec.active, standby):
             spec = rec.slots.get(slot)

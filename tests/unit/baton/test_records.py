@@ -148,3 +148,17 @@ def test_not_json_is_a_record_error():
 def test_covers():
     assert covers({0: 5, 1: 5}, {0: 5, 1: 4})
     assert not covers({0: 5}, {0: 5, 1: 1})
+
+
+def test_an_operation_holds_the_app_until_it_expires_except_for_its_own_run():
+    held = dataclasses.replace(
+        ControlRecord(app="a", revision=1, epoch=1, active=Slot.BLUE),
+        operation="rolling upgrade by manual__1",
+        operation_expires_ms=1_000,
+    )
+    assert held.held_by_another(999) == "rolling upgrade by manual__1"
+    assert held.held_by_another(1_000) == ""  # expired
+    assert held.held_by_another(999, "manual__1") == ""  # its own run, retried
+    assert held.held_by_another(999, "rolling upgrade by manual__1") == ""  # its own name
+    assert held.held_by_another(999, "manual__2") == "rolling upgrade by manual__1"
+    assert dataclasses.replace(held, operation="").held_by_another(0) == ""
