@@ -92,6 +92,8 @@ NOT_RESTARTED = {
     127: "the driver could not be executed",
 }
 EXIT_CANNOT_RESUME = 4
+# A spare driver (Drivers): the argument that makes a driver one.
+SPARE_ARG = "--spare-of"
 
 
 @dataclass(frozen=True)
@@ -123,6 +125,90 @@ def describe_exit(code: int) -> str:
     return f"exited with code {code}"
 
 
+class Drivers:
+    """Starts the launch's driver processes, each in a process group and a JVM temp dir of its own
+    (`<launch tmp>/<n>`, removed when it ends), and keeps one spare beside the driver when asked: a
+    driver started with SPARE_ARG that starts its interpreter, JVM and Spark session, then holds
+    (spark_apps.runtime.coordination.hold.SpareHold) until the restarts file names it the replacement of
+    a driver that died. Its start waits `spare_delay_s` after a driver's: that start and its catch-up
+    come first (the spare's JVM and Spark session take ~10 s of a core)."""
+
+    def __init__(
+        self, argv: list[str], lock_fd: int, restarts_file: Path | None, spare: bool, spare_delay_s: float = 30.0
+    ):
+        self.argv, self.lock_fd, self.spare_delay_s = argv, lock_fd, spare_delay_s
+        self.restarts_file = restarts_file
+        self.want_spare = spare and restarts_file is not None
+        self.base_tmp = os.environ.get(JVM_TMPDIR_ENV)
+        self.count = 0
+        self.tmp_of: dict[int, str] = {}
+        self.spare: subprocess.Popen | None = None
+        self.spare_due = time.monotonic() + self.spare_delay_s
+
+    def start(self, extra_env: dict[str, str] | None = None, extra_argv: tuple[str, ...] = ()) -> subprocess.Popen:
+        env = {**os.environ, **(extra_env or {})}
+        tmp = ""
+        if self.base_tmp:
+            tmp = os.path.join(self.base_tmp, str(self.count))
+            os.makedirs(tmp, exist_ok=True)
+            env[JVM_TMPDIR_ENV] = tmp
+        self.count += 1
+        if SPARE_ARG not in extra_argv:  # a driver's start: the next spare waits until it is behind
+            self.spare_due = time.monotonic() + self.spare_delay_s
+        # A group of its own: a kill of the driver's group (a crash) leaves this wrapper to restart it.
+        proc = subprocess.Popen(
+            [*self.argv, *extra_argv], stdin=subprocess.DEVNULL, pass_fds=(self.lock_fd,), env=env, process_group=0
+        )
+        self.tmp_of[proc.pid] = tmp
+        return proc
+
+    def ended(self, proc: subprocess.Popen) -> None:
+        """What its JVM's shutdown hooks did not delete (a kill -9 of the JVM)."""
+        tmp = self.tmp_of.pop(proc.pid, "")
+        if tmp:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    def tend_spare(self, stopping: bool) -> None:
+        """A spare that ended is replaced later; none yet: start one once it is due."""
+        if self.spare is not None and self.spare.poll() is not None:
+            print(f"[baton] spare driver {self.spare.pid} {describe_exit(self.spare.returncode)}: another later")
+            self.ended(self.spare)
+            self.spare, self.spare_due = None, time.monotonic() + self.spare_delay_s
+        if self.want_spare and self.spare is None and not stopping and time.monotonic() >= self.spare_due:
+            self.spare = self.start(extra_argv=(SPARE_ARG, str(self.restarts_file)))
+            print(f"[baton] spare driver {self.spare.pid} started: it starts Spark, then waits to replace the driver")
+
+    def take_spare(self) -> subprocess.Popen | None:
+        """The live spare, now the driver (the caller names it in the restarts file); the next is due later."""
+        spare, self.spare = self.spare, None
+        self.spare_due = time.monotonic() + self.spare_delay_s
+        if spare is not None and spare.poll() is None:
+            return spare
+        if spare is not None:
+            self.ended(spare)
+        return None
+
+    def wait(self, driver: subprocess.Popen, stopping) -> int:
+        while True:
+            try:
+                return driver.wait(timeout=0.5)
+            except subprocess.TimeoutExpired:
+                self.tend_spare(stopping())
+
+    def stop_spare(self) -> None:
+        if self.spare is None:
+            return
+        if self.spare.poll() is None:
+            self.spare.send_signal(signal.SIGTERM)  # held: it exits at once
+            try:
+                self.spare.wait(10)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.spare.pid, signal.SIGKILL)
+                self.spare.wait()
+        self.ended(self.spare)
+        self.spare = None
+
+
 def supervise(
     argv: list[str],
     log: Path,
@@ -131,17 +217,22 @@ def supervise(
     lock_fd: int,
     restarts_file: Path | None = None,
     policy: RestartPolicy = RestartPolicy(),
+    spare: bool = False,
+    spare_delay_s: float = 30.0,
 ) -> int:
     os.setsid()
     _redirect(log)
     launch_id = os.environ.get(LAUNCH_ID_ENV)
     stop_signals: list[int] = []
     current: list[subprocess.Popen] = []  # the running driver, if any
+    drivers = Drivers(argv, lock_fd, restarts_file, spare and policy.limit > 0, spare_delay_s)
 
     def forward(signum, _frame):
         stop_signals.append(signum)
         if current and current[0].poll() is None:
             current[0].send_signal(signal.SIGTERM)
+        if drivers.spare is not None and drivers.spare.poll() is None:
+            drivers.spare.send_signal(signal.SIGTERM)
 
     def say(state: str, **more) -> None:
         if restarts_file is not None:
@@ -156,22 +247,21 @@ def supervise(
     print(f"[baton] wrapper {os.getpid()} starting: {' '.join(argv)}")
     if policy.limit > 0:  # baton_health leaves a driver's end to this wrapper (baton.health.restarting_in_place)
         say("running", at=started, limit=policy.limit)
-    env = dict(os.environ)
+    try:
+        driver = drivers.start()
+    except OSError as exc:
+        print(f"[baton] driver did not start: {exc}")
+        _remove_jvm_tmp()
+        write_json(exit_file, {"launch_id": launch_id, "code": 127, "error": str(exc), "ended_at": time.time()})
+        return 127
     while True:
-        try:
-            # A group of its own: a kill of the driver's group (a crash) leaves this wrapper to restart it.
-            driver = subprocess.Popen(argv, stdin=subprocess.DEVNULL, pass_fds=(lock_fd,), env=env, process_group=0)
-        except OSError as exc:
-            print(f"[baton] driver did not start: {exc}")
-            _remove_jvm_tmp()
-            write_json(exit_file, {"launch_id": launch_id, "code": 127, "error": str(exc), "ended_at": time.time()})
-            return 127
         current[:] = [driver]
         if stop_signals:  # a stop arrived before the driver existed
             driver.send_signal(signal.SIGTERM)
         driver_started = time.monotonic()
-        code = driver.wait()
+        code = drivers.wait(driver, lambda: bool(stop_signals))
         current.clear()
+        drivers.ended(driver)
         ran_s = time.monotonic() - driver_started
         print(f"[baton] driver {driver.pid} {describe_exit(code)} after {ran_s:.0f} s")
         gave_up = ""
@@ -194,14 +284,25 @@ def supervise(
             time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
         if stop_signals:
             break
-        _remove_jvm_tmp(recreate=True)  # the dead JVM's scratch files: its successor starts clean
         now = time.time()
         restarted.append(now)
         relaunch = {"restart": len(restarted), "code": code, "at": now, "fresh": fresh}
-        env = {**os.environ, RELAUNCH_ENV: json.dumps(relaunch)}
+        spare_driver = drivers.take_spare()
+        if spare_driver is not None:  # Spark is up in it already: it reads this record and goes on
+            say("relaunched", at=now, code=code, fresh=fresh, spare_pid=spare_driver.pid)
+            print(f"[baton] spare driver {spare_driver.pid} replaces it ({why}): it {describe_exit(code)}")
+            driver = spare_driver
+            continue
         print(f"[baton] restarting the driver ({why}): it {describe_exit(code)}")
-        say("relaunched", at=now, code=code)
-    _remove_jvm_tmp()  # what its JVM's shutdown hooks did not delete (a kill -9 of the JVM)
+        say("relaunched", at=now, code=code, fresh=fresh)
+        try:
+            driver = drivers.start({RELAUNCH_ENV: json.dumps(relaunch)})
+        except OSError as exc:
+            print(f"[baton] driver did not start: {exc}")
+            code = 127
+            break
+    drivers.stop_spare()
+    _remove_jvm_tmp()
     write_json(
         exit_file,
         {
@@ -218,13 +319,11 @@ def supervise(
     return 0 if code == 0 else 1
 
 
-def _remove_jvm_tmp(recreate: bool = False) -> None:
+def _remove_jvm_tmp() -> None:
+    """The launch's JVM temp dir, with whatever its drivers left (removed only once the launch ends)."""
     path = os.environ.get(JVM_TMPDIR_ENV)
-    if not path:
-        return
-    shutil.rmtree(path, ignore_errors=True)
-    if recreate:
-        os.makedirs(path, exist_ok=True)
+    if path:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def main(args: list[str] | None = None) -> int:
@@ -239,6 +338,8 @@ def main(args: list[str] | None = None) -> int:
     ap.add_argument("--restart-backoff-s", type=float, default=30.0)
     ap.add_argument("--restart-backoff-max-s", type=float, default=300.0)
     ap.add_argument("--restart-stable-s", type=float, default=60.0)
+    ap.add_argument("--spare", action="store_true", help="keep a spare driver with Spark up beside the driver")
+    ap.add_argument("--spare-delay-s", type=float, default=30.0, help="a spare starts this long after a driver")
     ap.add_argument("argv", nargs=argparse.REMAINDER)
     ns = ap.parse_args(args)
     argv = ns.argv[1:] if ns.argv[:1] == ["--"] else ns.argv
@@ -250,7 +351,9 @@ def main(args: list[str] | None = None) -> int:
         policy = RestartPolicy(
             ns.restart_limit, ns.restart_window_s, ns.restart_backoff_s, ns.restart_backoff_max_s, ns.restart_stable_s
         )
-        code = supervise(argv, ns.log, ns.pid_file, ns.exit_file, ns.lock_fd, ns.restarts_file, policy)
+        code = supervise(
+            argv, ns.log, ns.pid_file, ns.exit_file, ns.lock_fd, ns.restarts_file, policy, ns.spare, ns.spare_delay_s
+        )
     except BaseException:  # never return into the parent's code path from the fork
         traceback.print_exc()
         code = 1

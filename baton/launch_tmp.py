@@ -7,9 +7,10 @@ an OOM kill or a host's crash never runs, so on /tmp every failover by kill left
 day of this project's test runs /tmp held 405 MB of them, 18 RocksDB libraries among them. A platform
 that keeps apps up through crashes must not fill its host's /tmp with every crash.
 
-So each launch gets `<slot dir>/tmp/<launch id>` as its driver JVM's java.io.tmpdir, and so as Spark's
+So each launch gets `<slot dir>/tmp/<launch id>`, and each driver process its wrapper starts in it
+(the first, a restart, a spare: baton.driver_wrapper) a directory `<n>` there, as its JVM's java.io.tmpdir, and so as Spark's
 local dir unless the launch's conf sets `spark.local.dir` (spark_apps.runtime.spark.driver_java_options).
-The wrapper removes it when the driver ends (baton.driver_wrapper); what a launch killed with its
+The wrapper removes a driver's directory when that driver ends, and the launch's when the launch ends; what a launch killed with its
 wrapper (its whole process group) leaves, the launcher removes before it spawns the slot's next launch
 and when it stops the slot: every directory there that is not a live launch's.
 
@@ -37,10 +38,13 @@ def launch_tmp_dir(slot_dir: Path, launch_id: str) -> Path:
     return Path(slot_dir) / TMP / launch_id
 
 
-def crash_log_of(launch_tmp: Path) -> Path:
-    """Where the JVM of the launch whose temporary directory is `launch_tmp` writes a fatal error log: its
-    slot's directory (`%p` is the JVM's pid)."""
-    return Path(launch_tmp).parent.parent / "hs_err_pid%p.log"
+def crash_log_of(driver_tmp: Path) -> Path:
+    """Where the JVM whose temporary directory is `driver_tmp` writes a fatal error log: its slot's
+    directory (`%p` is the JVM's pid). The directory is the launch's, or one driver's inside it
+    (`<slot dir>/tmp/<launch id>/<n>`: each driver its wrapper starts has its own, baton.driver_wrapper)."""
+    path = Path(driver_tmp)
+    slot_dir = next((p.parent for p in path.parents if p.name == TMP), path.parent.parent)
+    return slot_dir / "hs_err_pid%p.log"
 
 
 def remove_gone(slot_dir: Path, live_launch_ids: Iterable[str]) -> list[str]:

@@ -562,6 +562,12 @@ class Launcher:
                 f"{policy.restart_backoff_max_s:g}",
                 "--restart-stable-s",
                 f"{policy.restart_stable_s:g}",
+                # The spare starts once the driver's start is behind it: half the stable time, 30 s at most.
+                *(
+                    ["--spare", "--spare-delay-s", f"{min(30.0, policy.restart_stable_s / 2):g}"]
+                    if app.spare_driver
+                    else []
+                ),
                 "--",
                 *rec.argv,
             ]

@@ -214,7 +214,7 @@ def restart_phases(state_dir: Path, slot: str, since: float) -> dict[str, float]
     text = (state_dir / "slots" / APP / slot / "driver.log").read_text(errors="replace")
     stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(since))
     later = [ln for ln in text.splitlines() if ln[:19] >= stamp]
-    return startup_phases("\n".join(later))
+    return startup_phases("\n".join(later), first=True)
 
 
 def around(timeline: list[dict], t_s: float, before_s: float = 60.0, after_s: float = 30.0) -> dict:

@@ -178,15 +178,16 @@ def one_run(b: Bench, keys: int, args) -> dict:
     }
 
 
-def startup_phases(log_text: str) -> dict[str, float]:
-    """The last start-up line of a slot's log -> {phase: seconds since the harness began}, with the
-    interpreter's start and imports before it as "process start to harness" (spark_apps.runtime.harness)."""
+def startup_phases(log_text: str, first: bool = False) -> dict[str, float]:
+    """The last (or first) start-up line of a slot's log -> {phase: seconds since the harness began}, with
+    the interpreter's start and imports before it as "process start to harness" (spark_apps.runtime.harness).
+    A spare driver's line counts from its promotion ("spare promoted")."""
     found = re.findall(
         r"start-up \((?:process start to harness ([\d.]+)s; )?since the harness began\): ([^;]*);", log_text
     )
     if not found:
         return {}
-    before, marks = found[-1]
+    before, marks = found[0] if first else found[-1]
     phases = {"process start to harness": float(before)} if before else {}
     for m in marks.split(","):
         if m.strip():

@@ -39,7 +39,7 @@ from baton.records import Role, Slot, SlotState, StatusRecord
 from baton.settings import STATUS_TOPIC
 from spark_apps.runtime.coordination.applied_cap import read_applied
 from spark_apps.runtime.coordination.follower import Follower
-from spark_apps.runtime.coordination.hold import Hold
+from spark_apps.runtime.coordination.hold import Hold, SpareHold
 from spark_apps.runtime.coordination.lease import LeaseKeeper
 from spark_apps.runtime.coordination.priority import SlotPriority
 from spark_apps.runtime.coordination.progress import add_progress_listener, failure_reason, status_from_progress
@@ -81,9 +81,11 @@ class Harness:
         spark_conf: dict[str, str] | None = None,
         starting_offsets: str = "earliest",
         hold: Hold | None = None,
+        spare: SpareHold | None = None,
     ):
         self.app, self.slot, self.bootstrap, self.generation = app, slot, bootstrap, generation
         self.relaunch = Relaunch.from_env()  # restarted by its wrapper after the previous driver died
+        self.spare = spare  # a spare driver: start up, then hold until it replaces a dead one
         self.hold = hold  # a staged launch: start up, then wait to be the slot's launch (runtime.coordination.hold)
         self.paths = slot_paths(state_dir, app.name, slot, generation)
         self.spark_conf = spark_conf or {}
@@ -277,8 +279,17 @@ class Harness:
         """Run until stopped; returns a process exit code."""
         signal.signal(signal.SIGTERM, self.request_stop)
         frame = None
-        if self.hold is not None:
+        if self.spare is not None or self.hold is not None:
             frame = self.start_up_staged()
+        if self.spare is not None:
+            log.info("spare driver ready: Spark is up; it holds until it replaces a driver that died")
+            if not self.spare.wait(self._stop):
+                self.follower.stop()
+                return 0
+            self.relaunch = Relaunch.from_env()
+            self.startup = StartUp(imports_s=0.0)  # its restart's time is counted from here
+            self.mark("spare promoted")
+        if self.hold is not None:
             if not self.hold.wait(self._stop):
                 self.follower.stop()
                 return 0 if self._stop.is_set() else 3

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from baton.apps import AppDefinitionError, load_app
-from baton.driver_wrapper import HOLD_ARG, HOLD_TIMEOUT_ARG
+from baton.driver_wrapper import HOLD_ARG, HOLD_TIMEOUT_ARG, SPARE_ARG
 from baton.records import Slot
 from baton.settings import Settings
 
@@ -68,6 +68,13 @@ def main(argv: list[str] | None = None) -> int:
         help="a staged launch (baton.launcher.stage): start up, then hold until this record names it",
     )
     ap.add_argument(HOLD_TIMEOUT_ARG, type=float, default=600.0, help="a staged launch never promoted exits after this")
+    ap.add_argument(
+        SPARE_ARG,
+        type=Path,
+        default=None,
+        metavar="RESTARTS_JSON",
+        help="a spare driver (baton.driver_wrapper): start up, then hold until this file names it",
+    )
     args = ap.parse_args(argv)
     log = logging.getLogger("spark_apps.runtime.run")
     try:
@@ -83,12 +90,21 @@ def main(argv: list[str] | None = None) -> int:
             log.error("--conf %r: expected KEY=VALUE", item)
             return 2
         conf[key] = value
-    from spark_apps.runtime.coordination.hold import Hold
+    from spark_apps.runtime.coordination.hold import Hold, SpareHold
     from spark_apps.runtime.harness import Harness
 
     hold = Hold(args.hold_until_recorded, args.hold_timeout_s) if args.hold_until_recorded is not None else None
+    spare = SpareHold(args.spare_of) if args.spare_of is not None else None
     code = Harness(
-        app, Slot(args.slot), args.bootstrap, args.state_dir, args.generation, conf, args.starting_offsets, hold=hold
+        app,
+        Slot(args.slot),
+        args.bootstrap,
+        args.state_dir,
+        args.generation,
+        conf,
+        args.starting_offsets,
+        hold=hold,
+        spare=spare,
     ).run()
     # The query has stopped and its last status is out: a late SIGTERM (a stop backing up the control
     # request) must not turn this clean exit into a signal death while the JVM shuts down.

@@ -34,14 +34,17 @@ def make_app(
     trigger_ms: int = 300,
     max_records: int = 2000,
     prefix: str = "cc",
+    spare_driver: bool = False,
 ) -> tuple[AppDefinition, Path]:
-    """A uniquely named app definition file with its topics created (the caller deletes them)."""
+    """A uniquely named app definition file with its topics created (the caller deletes them). Without a
+    spare driver unless asked: a test that does not restart a driver need not pay for one's start."""
     name = f"{prefix}_{uuid.uuid4().hex[:8]}"
     path = directory / f"{name}.yaml"
     path.write_text(
         f"name: {name}\nmodule: {module}\nversion: v1\n"
         f"input: {{topic: in-{name}, partitions: {partitions}}}\noutput: {{topic: out-{name}, partitions: {partitions}}}\n"
         f"trigger_ms: {trigger_ms}\nmax_records_per_trigger: {max_records}\n"
+        f"spare_driver: {str(spare_driver).lower()}\n"
     )
     app = load_definition(path)
     ensure_topics(

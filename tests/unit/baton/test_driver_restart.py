@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from baton.driver_wrapper import JVM_TMPDIR_ENV, RELAUNCH_ENV, RestartPolicy, describe_exit
-from baton.launcher import Launcher
+from baton.launcher import Launcher, restarts_file_of
 from tests.unit.baton.test_launcher import launch_processes, python_argv, spec, state, wait_for  # noqa: F401
 
 # Says which start it is (the relaunch record its wrapper gave it, if any) and its pid, leaves a scratch
@@ -27,11 +27,14 @@ DRIVER = (
 )
 
 
-def app_yaml(tmp_path: Path, backoff_s: float = 0.5, limit: int = 3, window_s: int = 60, stable_s: float = 60) -> Path:
+def app_yaml(
+    tmp_path: Path, backoff_s: float = 0.5, limit: int = 3, window_s: int = 60, stable_s: float = 60, spare=False
+) -> Path:
     path = tmp_path / "demo.yaml"
     path.write_text(
         "name: demo\nmodule: spark_apps.apps.click_counts\nversion: v1\n"
         "input: {topic: clicks, partitions: 2}\noutput: {topic: counts, partitions: 2}\n"
+        f"spare_driver: {str(spare).lower()}\n"
         f"health: {{max_restarts: {limit}, restart_backoff_s: {backoff_s}, restart_window_s: {window_s}, restart_stable_s: {stable_s}}}\n"
     )
     return path
@@ -125,6 +128,40 @@ def test_a_driver_that_ran_well_before_it_died_is_not_a_crash_loop(tmp_path, sta
     wait_for(lambda: len(starts(rec)) == 3, timeout_s=20)
     assert all(json.loads(relaunch)["fresh"] for _, _, relaunch in starts(rec)[1:])
     assert launcher.stop("demo", "blue", grace_s=10).was_running
+
+
+# A driver that, started as a spare (SPARE_ARG), says so and holds until the restarts file names it, as
+# spark_apps.runtime.coordination.hold.SpareHold does; then it runs as the driver.
+SPARE_AWARE = (
+    "import json,os,signal,sys,time; signal.signal(signal.SIGTERM, lambda *a: sys.exit(0)); "
+    "spare = '--spare-of' in sys.argv; f = sys.argv[-1]; "
+    "print('SPARE' if spare else 'FIRST', os.getpid(), flush=True); "
+    "exec('while spare:\\n try: raw = json.load(open(f))\\n except Exception: raw = {}\\n "
+    'if raw.get("spare_pid") == os.getpid(): break\\n time.sleep(0.05)\'); '
+    "print('DRIVING', os.getpid(), flush=True); time.sleep(600)"
+)
+
+
+def lines(rec, word: str) -> list[int]:
+    return [int(ln.split()[1]) for ln in Path(rec.log_path).read_text().splitlines() if ln.startswith(word + " ")]
+
+
+def test_a_spare_driver_replaces_a_dead_one_at_once_and_another_spare_follows(tmp_path, state):
+    launcher = Launcher(state, argv_builder=python_argv(SPARE_AWARE))
+    rec = launcher.ensure_started(spec(app_yaml(tmp_path, stable_s=1, spare=True)))  # a spare 0.5 s after a start
+    wait_for(lambda: len(lines(rec, "SPARE")) == 1, timeout_s=20)
+    first, spare = lines(rec, "FIRST")[0], lines(rec, "SPARE")[0]
+    assert lines(rec, "DRIVING") == [first]  # the spare holds
+    os.killpg(first, signal.SIGKILL)
+    wait_for(lambda: lines(rec, "DRIVING") == [first, spare], timeout_s=10)  # the spare took its place
+    said = launcher.relaunch(rec)
+    assert said is not None and said.state == "relaunched" and said.code == -signal.SIGKILL
+    assert json.loads(restarts_file_of(rec).read_text())["spare_pid"] == spare
+    assert "spare driver" in Path(rec.log_path).read_text() and "replaces it" in Path(rec.log_path).read_text()
+    wait_for(lambda: len(lines(rec, "SPARE")) == 2, timeout_s=20)  # and a new spare beside it
+    assert launcher.find("demo", "blue") == rec
+    result = launcher.stop("demo", "blue", grace_s=10)  # the driver and its spare end
+    assert result.graceful and launch_processes(rec.launch_id) == []
 
 
 def test_restart_policy_backs_off_then_gives_up():

@@ -54,8 +54,8 @@ def test_a_launch_gets_its_own_dir_and_a_graceful_end_removes_it(app_file, state
     launcher = Launcher(state, argv_builder=python_argv(SCRATCH))
     rec = launcher.ensure_started(spec(app_file))
     wait_for(lambda: wrote(rec))
-    assert f"WROTE {tmp_of(launcher, rec.launch_id)}\n" in Path(rec.log_path).read_text()
-    assert (tmp_of(launcher, rec.launch_id) / "librocksdbjni.so").is_file()
+    assert f"WROTE {tmp_of(launcher, rec.launch_id) / '0'}\n" in Path(rec.log_path).read_text()  # its first driver's
+    assert (tmp_of(launcher, rec.launch_id) / "0" / "librocksdbjni.so").is_file()
     assert launcher.stop("demo", "blue", grace_s=10).graceful
     assert not tmp_of(launcher, rec.launch_id).exists()
 
@@ -66,12 +66,12 @@ def test_a_killed_launch_leaves_its_dir_until_the_next_spawn_or_stop(app_file, s
     wait_for(lambda: wrote(first))
     kill_launch(first.launch_id)  # wrapper included: nobody removes it now
 
-    assert (tmp_of(launcher, first.launch_id) / "librocksdbjni.so").is_file()
+    assert (tmp_of(launcher, first.launch_id) / "0" / "librocksdbjni.so").is_file()
 
     second = launcher.ensure_started(spec(app_file))  # as baton_health restarts a dead slot
     assert second.launch_id != first.launch_id
     assert not tmp_of(launcher, first.launch_id).exists()
-    wait_for(lambda: (tmp_of(launcher, second.launch_id) / "librocksdbjni.so").is_file())
+    wait_for(lambda: (tmp_of(launcher, second.launch_id) / "0" / "librocksdbjni.so").is_file())
 
     kill_launch(second.launch_id)
     assert not launcher.stop("demo", "blue", grace_s=10).was_running  # the stop of a slot already gone
@@ -109,6 +109,8 @@ def test_the_driver_jvm_is_given_the_launch_dir_and_an_apps_own_option_comes_aft
 def test_a_crash_of_the_driver_jvm_logs_beside_the_slots_driver_log_not_in_the_checkout(monkeypatch, tmp_path):
     slot_dir = tmp_path / "slots" / "demo" / "blue"
     monkeypatch.setenv(JVM_TMPDIR_ENV, str(launch_tmp_dir(slot_dir, "l-1")))
+    assert f"-XX:ErrorFile={slot_dir}/hs_err_pid%p.log" in driver_java_options("").split()
+    monkeypatch.setenv(JVM_TMPDIR_ENV, str(launch_tmp_dir(slot_dir, "l-1") / "2"))  # a restarted driver's
     assert f"-XX:ErrorFile={slot_dir}/hs_err_pid%p.log" in driver_java_options("").split()
     monkeypatch.delenv(JVM_TMPDIR_ENV)  # not a launch (a test's session, a tool): the JVM's default
     assert "ErrorFile" not in driver_java_options("")

@@ -1,11 +1,13 @@
 """A slot's driver restarted by its wrapper (baton.driver_wrapper), both slots launched as the platform
-launches them (baton.launcher), the real click-count app under live load, nothing in the test writing
-the control record or starting a process: kill -9 of the active driver's process group (the driver, its
-JVM and Python workers: a crash). The standby takes over by itself; the wrapper starts the dead driver
-again at once under the same launch, the restart is recorded by the supervisor in the control record
-(the crash-loop guard's count), and the slot comes back as the standby. The independent verifier reads
-the output: 0 lost, 0 duplicated, 0 wrong."""
+launches them (baton.launcher, with their spare drivers, as an app has by default), the real click-count
+app under live load, nothing in the test writing the control record or starting a process: kill -9 of
+the active driver's process group (the driver, its JVM and Python workers: a crash). The standby takes
+over by itself; the wrapper hands the dead driver's place to its spare at once, under the same launch,
+the restart is recorded by the supervisor in the control record (the crash-loop guard's count), and the
+slot comes back as the standby, then gets a new spare. The independent verifier reads the output:
+0 lost, 0 duplicated, 0 wrong."""
 
+import json
 import os
 import signal
 import time
@@ -14,9 +16,10 @@ import pytest
 
 from baton.handoff import FAILOVER
 from baton.kafka.control_log import read_control
-from baton.launcher import Launcher, LaunchSpec
+from baton.launcher import Launcher, LaunchSpec, restarts_file_of
 from baton.records import Role, Slot
 from spark_apps.runtime.coordination.relaunch import RESTARTED_BY_SUPERVISOR
+from tests.integration.spark_apps.runtime.conftest import app_with_slots
 from tests.integration.spark_apps.runtime.test_cutover import Load
 from tests.integration.spark_apps.runtime.test_failover import finish_and_verify, one_writer_at_a_time, took_over
 from tests.support.slots import read_status, wait_for, wait_until_emitted, wait_until_following
@@ -25,8 +28,18 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
-def launched_pair(bootstrap, both_slots_app, tmp_path):
-    app, path = both_slots_app
+def spare_pair(bootstrap, tmp_path):
+    yield from app_with_slots(bootstrap, tmp_path, Slot, spare_driver=True)
+
+
+def spare_ready(launcher, app, slot) -> bool:
+    """The slot's log says a spare driver has Spark up and holds (spark_apps.runtime.harness)."""
+    return "spare driver ready" in (launcher.slot_dir(app.name, slot) / "driver.log").read_text()
+
+
+@pytest.fixture
+def launched_pair(bootstrap, spare_pair, tmp_path):
+    app, path = spare_pair
     launcher = Launcher(tmp_path / "state")
     launches = {
         slot: launcher.ensure_started(LaunchSpec(app=str(path), slot=slot, bootstrap=bootstrap)) for slot in Slot
@@ -36,6 +49,7 @@ def launched_pair(bootstrap, both_slots_app, tmp_path):
         load.start()
         wait_until_emitted(bootstrap, app, 3000, timeout_s=240)
         wait_until_following(bootstrap, app, "green", timeout_s=180)
+        wait_for("blue's spare driver", lambda: spare_ready(launcher, app, Slot.BLUE), 180)
         yield app, launcher, launches, load
     finally:
         load.done.set()
@@ -56,6 +70,8 @@ def test_a_killed_active_is_restarted_in_place_and_back_as_the_standby(bootstrap
     assert rec.handoff.id == FAILOVER, rec
     relaunch = wait_for("the wrapper to restart blue", lambda: launcher.relaunch(launches[Slot.BLUE]), 30)
     assert relaunch.state == "relaunched" and relaunch.code == -signal.SIGKILL
+    spare = json.loads(restarts_file_of(launches[Slot.BLUE]).read_text()).get("spare_pid")
+    assert spare is not None  # its spare took the dead driver's place
     restart_begun_s = relaunch.at - killed_ms / 1000
     assert restart_begun_s < 2.0, restart_begun_s
     assert launcher.find(app.name, Slot.BLUE) == launches[Slot.BLUE]  # the same launch, never without its lock
