@@ -92,8 +92,11 @@ NOT_RESTARTED = {
     127: "the driver could not be executed",
 }
 EXIT_CANNOT_RESUME = 4
-# A spare driver (Drivers): the argument that makes a driver one.
+# A spare driver (Drivers): the argument that makes a driver one, and the nice increment it starts and
+# holds at (its start must not slow the slot's driver or the other slot; promoted, it takes its wrapper's
+# priority back: spark_apps.runtime.coordination.priority.SlotPriority.rebase, which needs root to raise).
 SPARE_ARG = "--spare-of"
+SPARE_NICE = 10
 
 
 @dataclass(frozen=True)
@@ -153,11 +156,17 @@ class Drivers:
             os.makedirs(tmp, exist_ok=True)
             env[JVM_TMPDIR_ENV] = tmp
         self.count += 1
-        if SPARE_ARG not in extra_argv:  # a driver's start: the next spare waits until it is behind
+        spare = SPARE_ARG in extra_argv
+        if not spare:  # a driver's start: the next spare waits until it is behind
             self.spare_due = time.monotonic() + self.spare_delay_s
         # A group of its own: a kill of the driver's group (a crash) leaves this wrapper to restart it.
         proc = subprocess.Popen(
-            [*self.argv, *extra_argv], stdin=subprocess.DEVNULL, pass_fds=(self.lock_fd,), env=env, process_group=0
+            [*self.argv, *extra_argv],
+            stdin=subprocess.DEVNULL,
+            pass_fds=(self.lock_fd,),
+            env=env,
+            process_group=0,
+            preexec_fn=_lower_priority if spare and os.geteuid() == 0 else None,
         )
         self.tmp_of[proc.pid] = tmp
         return proc
@@ -317,6 +326,10 @@ def supervise(
         },
     )
     return 0 if code == 0 else 1
+
+
+def _lower_priority() -> None:
+    os.nice(SPARE_NICE)
 
 
 def _remove_jvm_tmp() -> None:

@@ -33,8 +33,9 @@ topic beside the platform's slots for 30 s, its process's CPU (all its threads, 
 Then --stalls times SIGSTOP of the active's process group for --stall-s (10 s), SIGCONT: the lease
 expires, the standby takes over, the woken slot finds its writer fenced and goes on as the standby
 (its figures apart from the kills': stall_resume_s_max). Then --second-fault times: kill the active, and
-the new active 10 s after its takeover, while the first is still restarting: no standby runs, so the
-second comes back as the active in place; its output gap and restart are `second_fault`.
+the new active 10 s after its takeover, while the first is still restarting (back as a running standby
+by then, it takes over again; if not, the second comes back as the active in place); its output gap and
+restart are `second_fault`.
 Targets (issue 21): resume_s max <= 5 s and p99.99 <= 5 s over the run of kills, 0 / 0 / 0, lease <= 0.02
 cores, a stall's output resumed within lease_ttl + 2 s. The stall has its own target because the two
 cannot hold in one window: a stalled active's lease expires ttl - interval to ttl after its last renewal
@@ -164,8 +165,9 @@ def kill_active(plat, active: str, stall_s: float = 0.0, wait_s: tuple[float, fl
 
 
 def second_fault(plat, active: str) -> list[dict]:
-    """Kill the active, then the new active 10 s after its takeover, while the first is still restarting
-    (no running standby: the second comes back as the active from its checkpoint, in place)."""
+    """Kill the active, then the new active 10 s after its takeover, while the first is still restarting:
+    a failover again if the first is back as a running standby by then, else the second comes back as
+    the active from its checkpoint, in place."""
     first = kill_active(plat, active)
     first["how"] = "SIGKILL, then the new active's 10 s after the takeover"
     time.sleep(10)
@@ -181,7 +183,7 @@ def second_fault(plat, active: str) -> list[dict]:
         "how": "SIGKILL 10 s after a failover",
         "pid": pid,
         "t_kill": t_kill,
-        "epoch": before.epoch,  # no running standby to take over: output resumes at this epoch
+        "epoch": before.epoch,  # output resumes at this epoch (restarted in place) or the next (a failover)
         "writer": before.writer,
         "reason": "",
         "detect_s": None,
@@ -338,8 +340,8 @@ def measure(plat, client, procs: Procs, args) -> dict:
         # the first stall (an event sent earlier was out before the stall began unless it was that late).
         first_stall = next((k["t_kill"] - STALL_LEAD_S for k in kills if k["how"] != "SIGKILL"), t_end)
         for k in kills:
-            if k["how"] == "SIGKILL 10 s after a failover":  # output again at the same epoch, after the kill
-                first = next((m for m in marks if m.epoch == k["epoch"] and m.ts_ms / 1000 > k["t_kill"]), None)
+            if k["how"] == "SIGKILL 10 s after a failover":  # output again after the kill, at whichever epoch
+                first = next((m for m in marks if m.epoch >= k["epoch"] and m.ts_ms / 1000 > k["t_kill"]), None)
             else:
                 first = next((m for m in marks if m.epoch == k["epoch"]), None)
             k["resume_s"] = round(first.ts_ms / 1000 - k["t_kill"], 3) if first else None

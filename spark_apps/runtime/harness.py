@@ -287,6 +287,7 @@ class Harness:
                 self.follower.stop()
                 return 0
             self.relaunch = Relaunch.from_env()
+            self.priority.rebase(os.getpriority(os.PRIO_PROCESS, os.getppid()))  # its wrapper's, as a driver's
             self.startup = StartUp(imports_s=0.0)  # its restart's time is counted from here
             self.mark("spare promoted")
         if self.hold is not None:

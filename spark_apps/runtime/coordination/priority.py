@@ -84,6 +84,17 @@ class SlotPriority:
                 resource.getrlimit(resource.RLIMIT_NICE)[0],
             )
 
+    def rebase(self, base: int) -> None:
+        """A spare driver, started at a lower priority than its wrapper's while it held (baton.driver_wrapper),
+        is now the slot's driver: every thread of it back to `base`, the priority its role follows from."""
+        if base == self.base:
+            return
+        log.info("spare driver promoted: CPU priority back to nice %d (was %d)", base, self.base)
+        self.base = self.current = base
+        self.enabled = self.standby_nice > 0 and base < 19
+        self._walk()
+        self._rewalk_at = self.clock() + REWALK_S  # a thread created while the walk ran
+
     def target(self, role: Role, slow_batch: bool = False) -> int:
         return self.base if role is Role.ACTIVE or slow_batch else min(19, self.base + self.standby_nice)
 

@@ -155,3 +155,21 @@ def test_a_real_process_tree_follows_the_role():
     finally:
         os.killpg(child.pid, 9)
         child.wait()
+
+
+def test_a_promoted_spare_driver_gets_its_wrapper_s_priority_and_follows_its_role_from_there():
+    """A spare driver starts and holds 10 nice steps below its wrapper (baton.driver_wrapper.SPARE_NICE);
+    once it is the slot's driver, every thread goes back to the wrapper's value, and the standby's
+    increment is counted from that."""
+    slot, calls, clock = fake()
+    slot.rebase(BASE - 10)  # the wrapper's value, 10 below what this process started with
+    assert calls == [(101, BASE - 10), (102, BASE - 10), (103, BASE - 10)]
+    calls.clear()
+    slot.follow(Role.STANDBY)
+    assert [nice for _, nice in calls] == [BASE] * 3  # the wrapper's + 10
+    calls.clear()
+    slot.follow(Role.ACTIVE)
+    assert [nice for _, nice in calls] == [BASE - 10] * 3
+    calls.clear()
+    slot.rebase(BASE - 10)  # the same: nothing to do
+    assert calls == []
