@@ -115,9 +115,12 @@ def run_dag(client, dag_id: str, conf: dict, timeout_s: float) -> dict:
     return done
 
 
-def slot_driver(state_dir: Path, app: str, slot: Slot) -> int | None:
-    """The pid of a slot's Python driver: the child of the wrapper its identity record names."""
+def slot_driver(state_dir: Path, app: str, slot: Slot, spare: bool = False) -> int | None:
+    """The pid of a slot's Python driver: the child of the wrapper its identity record names; with
+    `spare`, of the spare driver holding beside it instead (baton.driver_wrapper)."""
     import psutil
+
+    from baton.driver_wrapper import SPARE_ARG
 
     try:
         wrapper = json.loads((state_dir / "slots" / app / slot.value / "driver.json").read_text()).get("pid")
@@ -126,7 +129,8 @@ def slot_driver(state_dir: Path, app: str, slot: Slot) -> int | None:
         return None
     for p in kids:
         try:
-            if "spark_apps.runtime.run" in " ".join(p.cmdline()):
+            cmd = p.cmdline()
+            if "spark_apps.runtime.run" in " ".join(cmd) and (SPARE_ARG in cmd) == spare:
                 return p.pid
         except psutil.Error:
             pass
@@ -147,6 +151,7 @@ class Meter:
         self.plat, self.procs, self.app = plat, procs, app
         self.cpu = CpuMeter()
         self.drivers: dict[Slot, int] = {}
+        self.spares: dict[Slot, int] = {}
         self.follow()
         if (pid := broker_pid(plat)) is not None:
             self.cpu.track("broker", pid)
@@ -164,6 +169,11 @@ class Meter:
                 self.drivers[slot] = pid
                 self.cpu.track(slot.value, pid, slot=True)
                 moved.append(f"{slot.value} driver pid {pid}")
+            # Its spare driver's cost, apart (a promoted spare is the driver from then on).
+            spare = slot_driver(self.plat.settings.state_dir, self.app, slot, spare=True)
+            if spare is not None and spare != self.spares.get(slot):
+                self.spares[slot] = spare
+                self.cpu.track(f"{slot.value}_spare", spare, slot=True)
         return moved
 
     def start(self) -> Meter:
@@ -184,6 +194,7 @@ class Meter:
             "loadgen_verifier": cores("loadgen", "verifier"),
             "airflow": cores("airflow"),
             "helpers": cores("helpers"),
+            "spares": cores("blue_spare", "green_spare"),
         }
         report["upgrade_own_cores"] = round(report["groups"]["airflow"] + report["groups"]["helpers"], 3)
         return report
