@@ -24,8 +24,8 @@ app definition (2), a staged launch never promoted (3), a checkpoint its input c
 driver that cannot be executed (127): each would end the same way again. The relaunched driver finds
 RELAUNCH_ENV set: it records the restart in the control record and, if the control record wants the
 slot stopped meanwhile, exits 0 at once. The restarts file says what the wrapper is doing (waiting,
-relaunched, gave up; `running` from the start when it restarts at all) for baton_health, which must not
-restart a launch its supervisor is restarting.
+relaunched, gave up; `running` from the start when it restarts at all; the driver's pid) for
+baton_health, which must not restart a launch its supervisor is restarting.
 The driver runs in a process group of its own: a kill of its group (the driver, its JVM and Python
 workers, what a crash takes down) leaves the wrapper to restart it; a kill of the session ends both,
 and baton_health, the supervisor of last resort, starts a new launch.
@@ -254,8 +254,6 @@ def supervise(
     started = time.time()
     restarted: list[float] = []
     print(f"[baton] wrapper {os.getpid()} starting: {' '.join(argv)}")
-    if policy.limit > 0:  # baton_health leaves a driver's end to this wrapper (baton.health.restarting_in_place)
-        say("running", at=started, limit=policy.limit)
     try:
         driver = drivers.start()
     except OSError as exc:
@@ -263,6 +261,8 @@ def supervise(
         _remove_jvm_tmp()
         write_json(exit_file, {"launch_id": launch_id, "code": 127, "error": str(exc), "ended_at": time.time()})
         return 127
+    if policy.limit > 0:  # baton_health leaves a driver's end to this wrapper (baton.health.restarting_in_place)
+        say("running", at=started, limit=policy.limit, driver_pid=driver.pid)
     while True:
         current[:] = [driver]
         if stop_signals:  # a stop arrived before the driver existed
@@ -298,18 +298,18 @@ def supervise(
         relaunch = {"restart": len(restarted), "code": code, "at": now, "fresh": fresh}
         spare_driver = drivers.take_spare()
         if spare_driver is not None:  # Spark is up in it already: it reads this record and goes on
-            say("relaunched", at=now, code=code, fresh=fresh, spare_pid=spare_driver.pid)
+            say("relaunched", at=now, code=code, fresh=fresh, spare_pid=spare_driver.pid, driver_pid=spare_driver.pid)
             print(f"[baton] spare driver {spare_driver.pid} replaces it ({why}): it {describe_exit(code)}")
             driver = spare_driver
             continue
         print(f"[baton] restarting the driver ({why}): it {describe_exit(code)}")
-        say("relaunched", at=now, code=code, fresh=fresh)
         try:
             driver = drivers.start({RELAUNCH_ENV: json.dumps(relaunch)})
         except OSError as exc:
             print(f"[baton] driver did not start: {exc}")
             code = 127
             break
+        say("relaunched", at=now, code=code, fresh=fresh, driver_pid=driver.pid)
     drivers.stop_spare()
     _remove_jvm_tmp()
     write_json(

@@ -220,6 +220,7 @@ class Relaunch:
     at: float
     code: int | None
     reason: str = ""
+    driver_pid: int | None = None  # the launch's current driver (a promoted spare's cmdline still says spare)
 
 
 @dataclass(frozen=True)
@@ -723,6 +724,7 @@ class Launcher:
             at=raw.get("at") or raw.get("next_at") or 0.0,
             code=raw.get("code"),
             reason=raw.get("reason", ""),
+            driver_pid=raw.get("driver_pid"),
         )
 
     def stop(

@@ -116,24 +116,29 @@ def run_dag(client, dag_id: str, conf: dict, timeout_s: float) -> dict:
 
 
 def slot_driver(state_dir: Path, app: str, slot: Slot, spare: bool = False) -> int | None:
-    """The pid of a slot's Python driver: the child of the wrapper its identity record names; with
-    `spare`, of the spare driver holding beside it instead (baton.driver_wrapper)."""
+    """The pid of a slot's Python driver: the child of the wrapper its identity record names that the
+    wrapper's restarts file names the driver; with `spare`, the other one, the spare driver holding beside
+    it (baton.driver_wrapper: a promoted spare's command line still says it was one)."""
     import psutil
 
-    from baton.driver_wrapper import SPARE_ARG
+    from baton.launcher import Launcher
 
+    launcher = Launcher(state_dir)
     try:
-        wrapper = json.loads((state_dir / "slots" / app / slot.value / "driver.json").read_text()).get("pid")
-        kids = psutil.Process(int(wrapper)).children()
+        rec = launcher.read_record(app, slot)
+        kids = psutil.Process(int(rec.pid)).children() if rec is not None and rec.pid else []
     except (OSError, ValueError, TypeError, psutil.Error):
         return None
+    said = launcher.relaunch(rec) if rec is not None else None
+    driver = said.driver_pid if said is not None else None
     for p in kids:
         try:
-            cmd = p.cmdline()
-            if "spark_apps.runtime.run" in " ".join(cmd) and (SPARE_ARG in cmd) == spare:
-                return p.pid
+            if "spark_apps.runtime.run" not in " ".join(p.cmdline()):
+                continue
         except psutil.Error:
-            pass
+            continue
+        if (p.pid == driver) != spare or (driver is None and not spare):
+            return p.pid
     return None
 
 

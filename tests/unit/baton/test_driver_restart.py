@@ -72,6 +72,7 @@ def test_a_killed_driver_is_restarted_in_place_at_once(tmp_path, state):
     assert launcher.find("demo", "blue") == rec  # the same launch, its lock held throughout
     said = launcher.relaunch(rec)
     assert said is not None and (said.state, said.restarts, said.code) == ("relaunched", 1, -signal.SIGKILL)
+    assert said.driver_pid == int(pid)
     assert "restarting the driver (restart 1 of 3): it was killed by SIGKILL" in Path(rec.log_path).read_text()
     result = launcher.stop("demo", "blue", grace_s=10)  # a stop is never restarted
     assert result.graceful and result.exit.code == 0
@@ -156,7 +157,7 @@ def test_a_spare_driver_replaces_a_dead_one_at_once_and_another_spare_follows(tm
     wait_for(lambda: lines(rec, "DRIVING") == [first, spare], timeout_s=10)  # the spare took its place
     said = launcher.relaunch(rec)
     assert said is not None and said.state == "relaunched" and said.code == -signal.SIGKILL
-    assert json.loads(restarts_file_of(rec).read_text())["spare_pid"] == spare
+    assert json.loads(restarts_file_of(rec).read_text())["spare_pid"] == spare == said.driver_pid
     assert "spare driver" in Path(rec.log_path).read_text() and "replaces it" in Path(rec.log_path).read_text()
     wait_for(lambda: len(lines(rec, "SPARE")) == 2, timeout_s=20)  # and a new spare beside it
     assert launcher.find("demo", "blue") == rec
