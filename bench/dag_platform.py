@@ -156,7 +156,6 @@ class Meter:
         self.plat, self.procs, self.app = plat, procs, app
         self.cpu = CpuMeter()
         self.drivers: dict[Slot, int] = {}
-        self.spares: dict[Slot, int] = {}
         self.follow()
         if (pid := broker_pid(plat)) is not None:
             self.cpu.track("broker", pid)
@@ -174,11 +173,6 @@ class Meter:
                 self.drivers[slot] = pid
                 self.cpu.track(slot.value, pid, slot=True)
                 moved.append(f"{slot.value} driver pid {pid}")
-            # Its spare driver's cost, apart (a promoted spare is the driver from then on).
-            spare = slot_driver(self.plat.settings.state_dir, self.app, slot, spare=True)
-            if spare is not None and spare != self.spares.get(slot):
-                self.spares[slot] = spare
-                self.cpu.track(f"{slot.value}_spare", spare, slot=True)
         return moved
 
     def start(self) -> Meter:
@@ -199,7 +193,6 @@ class Meter:
             "loadgen_verifier": cores("loadgen", "verifier"),
             "airflow": cores("airflow"),
             "helpers": cores("helpers"),
-            "spares": cores("blue_spare", "green_spare"),
         }
         report["upgrade_own_cores"] = round(report["groups"]["airflow"] + report["groups"]["helpers"], 3)
         return report
