@@ -80,7 +80,7 @@ STALL_SLACK_S = 2.0  # a stalled active's output resumes within lease_ttl + this
 STALL_LEAD_S = 10.0  # the kills' own latency (p99_99_ms_kills) counts events sent up to this before a stall
 
 
-def ready(plat, watch: StatusWatch, app, ready_lag: int) -> str | None:
+def ready(plat, watch: StatusWatch, app, ready_lag: int, dead_pid: int | None = None) -> str | None:
     """Both slots' launches alive and desired RUNNING; the active within ready_lag of the input's end;
     the standby running as the standby, within ready_lag of what the active emitted, its catch-up done
     (its last batches within CAUGHT_UP_BATCH_MS): a kill now can be failed over at once, as after a
@@ -93,8 +93,10 @@ def ready(plat, watch: StatusWatch, app, ready_lag: int) -> str | None:
         return None
     if any(slot_driver(plat.settings.state_dir, APP, s) is None for s in Slot):
         return None
-    active = [r for r in watch.of(rec.active) if r.batch_id >= 0]
-    standby = [r for r in watch.of(rec.active.other) if r.batch_id >= 0][-3:]
+    # A killed driver's records say nothing of the slot now (a fault no standby took over leaves the
+    # control record as it was: only a new driver's records show the slot back).
+    active = [r for r in watch.of(rec.active) if r.batch_id >= 0 and r.pid != dead_pid]
+    standby = [r for r in watch.of(rec.active.other) if r.batch_id >= 0 and r.pid != dead_pid][-3:]
     if not active or len(standby) < 3 or standby[-1].role is not Role.STANDBY or standby[-1].emitted is None:
         return None
     if time.time() - standby[-1].ts_ms / 1000 > 10 or max(r.batch_ms for r in standby) > CAUGHT_UP_BATCH_MS:
@@ -104,9 +106,9 @@ def ready(plat, watch: StatusWatch, app, ready_lag: int) -> str | None:
     return rec.active.value if trailing <= ready_lag and end - total(active[-1].processed) <= ready_lag else None
 
 
-def wait_ready(plat, app, args, watch: StatusWatch, meter: Meter) -> str:
+def wait_ready(plat, app, args, watch: StatusWatch, meter: Meter, dead_pid: int | None = None) -> str:
     deadline = time.monotonic() + args.ready_timeout
-    while (active := ready(plat, watch, app, args.ready_lag)) is None:
+    while (active := ready(plat, watch, app, args.ready_lag, dead_pid)) is None:
         meter.follow()
         if time.monotonic() > deadline:
             raise TimeoutError(f"the slots were not both running and caught up within {args.ready_timeout:.0f}s")
@@ -314,7 +316,7 @@ def measure(plat, client, procs: Procs, args) -> dict:
         kills: list[dict] = []
         faults: list[float | str] = [0.0] * args.kills + [args.stall_s] * args.stalls + ["second"] * args.second_fault
         for fault in [*faults, None]:
-            active = wait_ready(plat, app, args, watch, meter)
+            active = wait_ready(plat, app, args, watch, meter, kills[-1]["pid"] if kills else None)
             if kills:  # the previous fault's slot is back as a caught-up standby: redundancy restored
                 kills[-1]["redundant_again_s"] = round(time.time() - kills[-1]["t_kill"], 1)
             if fault == "second":

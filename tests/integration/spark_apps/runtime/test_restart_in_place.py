@@ -99,3 +99,34 @@ def test_a_killed_active_is_restarted_in_place_and_back_as_the_standby(bootstrap
     )
     one_writer_at_a_time(finish_and_verify(bootstrap, app, load))
     assert read_control(bootstrap, app.name).epoch == 2  # blue did not take the role back
+
+
+def test_a_second_fault_while_the_first_is_repaired_is_exactly_once(bootstrap, launched_pair):
+    """The active dies; 3 s after the standby took over, the new active dies too, while the first is
+    still coming back (its spare promoted, not yet running): no standby can take over, so each wrapper
+    brings its own back, and the output goes on exactly once from where it stopped."""
+    app, launcher, launches, load = launched_pair
+    first = read_status(bootstrap, app.name, "blue")[-1].pid
+    os.killpg(first, signal.SIGKILL)
+    wait_for("green to take over", lambda: took_over(bootstrap, app), 60)
+    time.sleep(3)
+    second = read_status(bootstrap, app.name, "green")[-1].pid
+    killed_ms = int(time.time() * 1000)
+    os.killpg(second, signal.SIGKILL)
+    for slot, dead in ((Slot.BLUE, first), (Slot.GREEN, second)):
+        wait_for(
+            f"{slot.value} back, running",
+            lambda slot=slot, dead=dead: any(
+                s.pid != dead and s.batch_id >= 0 and s.ts_ms > killed_ms
+                for s in read_status(bootstrap, app.name, slot.value)
+            ),
+            240,
+        )
+        assert launcher.find(app.name, slot) == launches[slot]  # restarted in place, each by its wrapper
+    one_writer_at_a_time_or_more(finish_and_verify(bootstrap, app, load))
+
+
+def one_writer_at_a_time_or_more(marks) -> None:
+    """Markers never go back to an older epoch: at every moment one writer."""
+    epochs = [m.epoch for m in marks]
+    assert epochs == sorted(epochs), "markers of an older epoch after a newer one: two writers"
