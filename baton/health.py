@@ -114,16 +114,11 @@ def restarting_in_place(
         return health
     last = health.last
 
+    def judged(verdict: Verdict, finding: Finding) -> SlotHealth:
+        return SlotHealth(health.app, health.slot, verdict, [finding], last, health.lag, now_ms)
+
     def starting(message: str) -> SlotHealth:
-        return SlotHealth(
-            health.app,
-            health.slot,
-            Verdict.STARTING,
-            [Finding("restart", Severity.INFO, message)],
-            last,
-            health.lag,
-            now_ms,
-        )
+        return judged(Verdict.STARTING, Finding("restart", Severity.INFO, message))
 
     if last is not None and last.ts_ms >= at_ms and state in ("running", "relaunched"):
         ended = last.state in (SlotState.FAILED, SlotState.STOPPED) and health.verdict is Verdict.DEAD
@@ -138,15 +133,7 @@ def restarting_in_place(
     since = now_ms - at_ms
     if since > policy.start_grace_s * 1000:
         message = f"no status record {_s(since)} after its supervisor restarted it (grace {policy.start_grace_s:g} s)"
-        return SlotHealth(
-            health.app,
-            health.slot,
-            Verdict.DEAD,
-            [Finding("liveness", Severity.CRITICAL, message)],
-            last,
-            health.lag,
-            now_ms,
-        )
+        return judged(Verdict.DEAD, Finding("liveness", Severity.CRITICAL, message))
     return starting(f"its driver {how}; its supervisor restarted it {_s(since)} ago, no status yet")
 
 
