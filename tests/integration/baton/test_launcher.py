@@ -110,8 +110,8 @@ def test_local_retry_after_kill_reattaches_and_stop_is_graceful(bootstrap, app, 
     assert {s.pid for s in read_status(bootstrap, app.name)} == {drivers[0]}
 
     # Its JVM's scratch files (Spark's block manager, the state store's RocksDB copies and library)
-    # are in the launch's own directory, not the host's /tmp (baton.launch_tmp).
-    jvm_tmp = launch_tmp_dir(launcher.slot_dir(app.name, Slot.BLUE), retried.launch_id)
+    # are in the launch's own directory (its first driver's, `0`), not the host's /tmp (baton.launch_tmp).
+    jvm_tmp = launch_tmp_dir(launcher.slot_dir(app.name, Slot.BLUE), retried.launch_id) / "0"
     scratch = sorted(p.name for p in jvm_tmp.iterdir())
     for kind in ("blockmgr-", "librocksdbjni", "spark-"):
         assert any(name.startswith(kind) for name in scratch), (kind, scratch)

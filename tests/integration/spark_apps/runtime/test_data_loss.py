@@ -14,6 +14,7 @@ import pytest
 
 from baton.apps import load_definition
 from baton.conditions import slot_running
+from baton.driver_wrapper import EXIT_CANNOT_RESUME
 from baton.generations import slot_paths
 from baton.kafka.admin import TopicSpec
 from baton.kafka.markers import read_last_marker
@@ -70,7 +71,7 @@ def start_and_fail(bootstrap, app, path, state) -> tuple[str, float]:
         kill_group(proc)
         raise AssertionError(f"the slot did not stop within {FAILS_WITHIN_S}s: it hangs on its broken input") from None
     took = time.monotonic() - started
-    assert code == 1, f"exit code {code}"
+    assert code == EXIT_CANNOT_RESUME, f"exit code {code}"  # its wrapper does not restart it
     history = read_status(bootstrap, app.name)
     last = history[-1]
     assert last.state is SlotState.FAILED and last.ts_ms >= since
