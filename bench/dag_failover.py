@@ -316,7 +316,9 @@ def measure(plat, client, procs: Procs, args) -> dict:
         kills: list[dict] = []
         faults: list[float | str] = [0.0] * args.kills + [args.stall_s] * args.stalls + ["second"] * args.second_fault
         for fault in [*faults, None]:
-            active = wait_ready(plat, app, args, watch, meter, kills[-1]["pid"] if kills else None)
+            # A killed driver's records are the dead's; a stalled one lives on as the standby.
+            dead = kills[-1]["pid"] if kills and kills[-1]["how"].startswith("SIGKILL") else None
+            active = wait_ready(plat, app, args, watch, meter, dead)
             if kills:  # the previous fault's slot is back as a caught-up standby: redundancy restored
                 kills[-1]["redundant_again_s"] = round(time.time() - kills[-1]["t_kill"], 1)
             if fault == "second":
